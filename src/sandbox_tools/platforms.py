@@ -1,0 +1,35 @@
+"""Platform names shared by both sides (standard library only)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Arch(str, enum.Enum):
+    """A CPU architecture in Docker's spelling, the one our artifact names use."""
+
+    AMD64 = "amd64"
+    ARM64 = "arm64"
+
+    @classmethod
+    def parse(cls, value: str) -> Arch:
+        """Accept the spellings that `uname -m`, Docker and Python report."""
+        normalized = _ALIASES.get(value.strip().lower())
+        if normalized is None:
+            supported = ", ".join(a.value for a in cls)
+            raise ValueError(f"unsupported architecture {value!r} (supported: {supported})")
+        return normalized
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{self.value}"
+
+
+_ALIASES = {
+    "amd64": Arch.AMD64,
+    "x86_64": Arch.AMD64,
+    "x64": Arch.AMD64,
+    "arm64": Arch.ARM64,
+    "aarch64": Arch.ARM64,
+    "arm64/v8": Arch.ARM64,
+}

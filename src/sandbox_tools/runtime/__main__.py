@@ -1,0 +1,3 @@
+from sandbox_tools.runtime.cli import main
+
+raise SystemExit(main())

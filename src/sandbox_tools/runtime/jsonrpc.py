@@ -1,0 +1,207 @@
+"""JSON-RPC 2.0 parsing, validation and dispatch for the runtime.
+
+Every malformed input maps to a JSON-RPC error object, never to a traceback:
+the server keeps serving whatever a client sends it.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from sandbox_tools.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    JSONRPC_VERSION,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    TOOL_ERROR,
+)
+
+Params = dict[str, Any]
+Method = Callable[[Params], Awaitable[Any]]
+T = TypeVar("T")
+
+
+class RpcError(Exception):
+    """An error that becomes a JSON-RPC error object in the response."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_json(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class ToolError(RpcError):
+    """An expected failure worth showing to the model (-32099)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(TOOL_ERROR, message)
+
+
+class InvalidParams(RpcError):
+    def __init__(self, message: str) -> None:
+        super().__init__(INVALID_PARAMS, message)
+
+
+def error_response(request_id: Any, error: RpcError) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error.to_json()}
+
+
+def result_response(request_id: Any, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": result}
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """One line of compact JSON; ensure_ascii keeps the frame free of raw newlines."""
+    return json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+class Request:
+    __slots__ = ("id", "is_notification", "method", "params")
+
+    def __init__(self, method: str, params: Params, request_id: Any, is_notification: bool):
+        self.method = method
+        self.params = params
+        self.id = request_id
+        self.is_notification = is_notification
+
+
+def parse_request(text: str | bytes) -> Request:
+    """Parse and validate one request; raise RpcError with the field at fault."""
+    try:
+        document = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RpcError(PARSE_ERROR, f"Parse error: request is not valid JSON ({exc})") from None
+    return validate_request(document)
+
+
+def validate_request(document: Any) -> Request:
+    if not isinstance(document, dict):
+        kind = type(document).__name__
+        raise RpcError(INVALID_REQUEST, f"Invalid Request: expected a JSON object, got {kind}")
+    if document.get("jsonrpc") != JSONRPC_VERSION:
+        raise RpcError(INVALID_REQUEST, 'Invalid Request: field "jsonrpc" must be "2.0"')
+    is_notification = "id" not in document
+    request_id = document.get("id")
+    id_ok = request_id is None or (
+        isinstance(request_id, (str, int)) and not isinstance(request_id, bool)
+    )
+    if not id_ok:
+        raise RpcError(INVALID_REQUEST, 'Invalid Request: field "id" must be a string or integer')
+    method = document.get("method")
+    if not isinstance(method, str) or not method:
+        raise RpcError(INVALID_REQUEST, 'Invalid Request: field "method" must be a non-empty string')
+    params = document.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise RpcError(
+            INVALID_REQUEST, 'Invalid Request: field "params" must be an object (named parameters)'
+        )
+    return Request(method, params, request_id, is_notification)
+
+
+def request_id_of(text: str | bytes) -> Any:
+    """Best-effort id of a request that failed validation, so the error can be matched."""
+    try:
+        document = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(document, dict):
+        candidate = document.get("id")
+        if isinstance(candidate, (str, int)) and not isinstance(candidate, bool):
+            return candidate
+    return None
+
+
+async def dispatch(methods: Mapping[str, Method], line: bytes) -> dict[str, Any] | None:
+    """Handle one request line; return the response, or None for a notification."""
+    try:
+        request = parse_request(line)
+    except RpcError as exc:
+        return error_response(request_id_of(line), exc)
+    handler = methods.get(request.method)
+    try:
+        if handler is None:
+            raise RpcError(
+                METHOD_NOT_FOUND, f"Method not found: {request.method}", data=request.method
+            )
+        result = await handler(request.params)
+        response = result_response(request.id, result)
+    except RpcError as exc:
+        response = error_response(request.id, exc)
+    except Exception as exc:
+        details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        response = error_response(
+            request.id,
+            RpcError(INTERNAL_ERROR, f"Internal error in {request.method}: {exc}", data=details),
+        )
+    return None if request.is_notification else response
+
+
+# -- typed access to params -------------------------------------------------------------
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object",
+             list: "array"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _check(params: Params, name: str, kind: type | tuple[type, ...], value: Any) -> Any:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        ok = False
+    elif float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    else:
+        ok = isinstance(value, kinds)
+    if not ok:
+        raise InvalidParams(
+            f'Invalid params: field "{name}" must be {_type_name(kind)}, '
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+def required(params: Params, name: str, kind: type[T]) -> T:
+    if name not in params or params[name] is None:
+        raise InvalidParams(f'Invalid params: missing required field "{name}"')
+    value: T = _check(params, name, kind, params[name])
+    return value
+
+
+def optional(params: Params, name: str, kind: type[T], default: T) -> T:
+    if params.get(name) is None:
+        return default
+    value: T = _check(params, name, kind, params[name])
+    return value
+
+
+def optional_or_none(params: Params, name: str, kind: type[T]) -> T | None:
+    if params.get(name) is None:
+        return None
+    value: T = _check(params, name, kind, params[name])
+    return value
+
+
+def string_map(params: Params, name: str) -> dict[str, str] | None:
+    value = optional_or_none(params, name, dict)
+    if value is None:
+        return None
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise InvalidParams(f'Invalid params: field "{name}.{key}" must be a string')
+    return value

@@ -1,0 +1,98 @@
+"""Where the runtime server keeps its socket, lock and log.
+
+The directory is private (0700, owned by the effective user, not a symlink):
+anyone who can reach the socket can run commands as us, so an existing path
+that another user could have prepared is refused rather than reused.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+from sandbox_tools.protocol import SERVER_DIR_ENV, SOCKET_NAME
+
+# sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+_MAX_SOCKET_PATH = 107
+
+
+class ServerDirError(Exception):
+    """The server directory cannot be used safely; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ServerPaths:
+    directory: str
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.directory, SOCKET_NAME)
+
+    @property
+    def start_lock(self) -> str:
+        """Held by a CLI while it decides whether to start a server."""
+        return os.path.join(self.directory, "start.lock")
+
+    @property
+    def running_lock(self) -> str:
+        """Held by the live server for its whole life: at most one per directory."""
+        return os.path.join(self.directory, "server.lock")
+
+    @property
+    def pid_file(self) -> str:
+        return os.path.join(self.directory, "server.pid")
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.directory, "server.log")
+
+
+def default_server_dir() -> str:
+    configured = os.environ.get(SERVER_DIR_ENV)
+    if configured:
+        return configured
+    base = os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(base, f"sandbox-tools-{os.geteuid()}")
+
+
+def server_paths(directory: str | None = None, create: bool = True) -> ServerPaths:
+    paths = ServerPaths(os.path.abspath(directory or default_server_dir()))
+    if len(paths.socket.encode()) > _MAX_SOCKET_PATH:
+        raise ServerDirError(
+            f"server directory {paths.directory!r} is too long for a Unix socket path "
+            f"({_MAX_SOCKET_PATH} bytes at most); set {SERVER_DIR_ENV} to a shorter directory"
+        )
+    if create:
+        ensure_private_dir(paths.directory)
+    return paths
+
+
+def ensure_private_dir(directory: str) -> None:
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(directory), exist_ok=True)
+        os.mkdir(directory, 0o700)
+    except OSError as exc:
+        raise ServerDirError(
+            f"cannot create server directory {directory!r}: {exc.strerror}; "
+            f"set {SERVER_DIR_ENV} to a writable directory"
+        ) from None
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise ServerDirError(
+            f"server directory {directory!r} exists but is not a directory (or is a symlink); "
+            f"remove it or set {SERVER_DIR_ENV} elsewhere"
+        )
+    if info.st_uid != os.geteuid():
+        raise ServerDirError(
+            f"server directory {directory!r} is owned by uid {info.st_uid}, not by us "
+            f"(uid {os.geteuid()}); refusing to use it. Set {SERVER_DIR_ENV} to a directory "
+            "of our own"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        # We own it, so tightening is safe; nobody else could have put a socket we trust.
+        os.chmod(directory, 0o700)

@@ -1,0 +1,167 @@
+"""The stateful runtime server: newline-delimited JSON-RPC over a Unix socket.
+
+One connection may carry many requests; each is handled concurrently and its
+response written as soon as it is ready (matched by id), which is what the
+persistent `stdio` channel relies on. A frame that cannot be read as a request
+gets an error response; nothing a client sends stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from sandbox_tools.protocol import INVALID_REQUEST, MAX_FRAME_BYTES
+from sandbox_tools.runtime.jsonrpc import Method, RpcError, dispatch, encode, error_response
+from sandbox_tools.runtime.methods import all_methods
+from sandbox_tools.runtime.paths import ServerPaths
+from sandbox_tools.runtime.tools.exec_remote.controller import ExecRemoteController
+
+GC_INTERVAL_S = 60.0
+SHUTDOWN_DRAIN_S = 0.5
+
+
+def _log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    print(f"{stamp} [{os.getpid()}] {message}", file=sys.stderr, flush=True)
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class RuntimeServer:
+    def __init__(self, paths: ServerPaths) -> None:
+        self.paths = paths
+        self._stop = asyncio.Event()
+        self._lock_fd: int | None = None
+        self.exec_remote: ExecRemoteController | None = None
+        self.methods: dict[str, Method] = {}
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    def _take_lifetime_lock(self) -> None:
+        fd = os.open(self.paths.running_lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunning(f"another server already serves {self.paths.directory}") from None
+        self._lock_fd = fd
+
+    def _previous_server_note(self) -> str | None:
+        """A pid file left behind means the previous server died without shutting down."""
+        try:
+            with open(self.paths.pid_file, encoding="ascii") as handle:
+                previous = handle.read().strip()
+        except OSError:
+            return None
+        return (
+            f"the runtime server was restarted (the previous server, pid {previous}, "
+            "ended without a clean shutdown) and the processes it was running are lost"
+        )
+
+    async def serve(self) -> None:
+        self._take_lifetime_lock()
+        note = self._previous_server_note()
+        if note:
+            _log(note)
+        with open(self.paths.pid_file, "w", encoding="ascii") as handle:
+            handle.write(str(os.getpid()))
+        self.exec_remote = ExecRemoteController(lost_jobs_note=note)
+        self.methods = all_methods(self.paths.directory, self._stop.set, self.exec_remote)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.paths.socket)
+        old_umask = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(
+                self._handle_connection, path=self.paths.socket, limit=MAX_FRAME_BYTES
+            )
+        finally:
+            os.umask(old_umask)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop.set)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        gc_task = asyncio.create_task(self._collect_garbage())
+        _log(f"server started on {self.paths.socket}")
+        try:
+            await self._stop.wait()
+        finally:
+            _log("server stopping")
+            server.close()
+            if self._in_flight:
+                # Let answers already computed (the shutdown request's own) reach their clients.
+                await asyncio.wait(self._in_flight, timeout=SHUTDOWN_DRAIN_S)
+            gc_task.cancel()
+            await self.exec_remote.shutdown()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.paths.socket)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.paths.pid_file)
+
+    async def _collect_garbage(self) -> None:
+        while True:
+            await asyncio.sleep(GC_INTERVAL_S)
+            if self.exec_remote is not None:
+                await self.exec_remote.collect_garbage()
+
+    async def _handle_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        write_lock = asyncio.Lock()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def respond(message: dict[str, Any]) -> None:
+            async with write_lock:
+                with contextlib.suppress(ConnectionError):
+                    writer.write(encode(message))
+                    await writer.drain()
+
+        async def handle(line: bytes) -> None:
+            response = await dispatch(self.methods, line)
+            if response is not None:
+                await respond(response)
+
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except (asyncio.LimitOverrunError, ValueError):
+                    await respond(error_response(None, RpcError(
+                        INVALID_REQUEST,
+                        f"Invalid Request: frame larger than {MAX_FRAME_BYTES} bytes",
+                    )))
+                    break
+                except ConnectionError:
+                    break
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                task = asyncio.create_task(handle(line))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        finally:
+            with contextlib.suppress(ConnectionError):
+                writer.close()
+                await writer.wait_closed()
+
+
+def run_server(paths: ServerPaths) -> int:
+    try:
+        asyncio.run(RuntimeServer(paths).serve())
+    except AlreadyRunning as exc:
+        _log(str(exc))
+        return 0
+    return 0

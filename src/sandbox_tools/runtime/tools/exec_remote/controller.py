@@ -1,0 +1,382 @@
+"""exec_remote: long-running processes with acknowledged, bounded output delivery.
+
+Transport-agnostic state and logic. Design points (PROTOCOL.md, "exec_remote delivery"):
+- every piece of output is a chunk with a sequence number and stays buffered until
+  the client acknowledges it (`ack_seq`), so a lost response loses nothing;
+- buffers are bounded: when a job holds BUFFER_LIMIT unacknowledged bytes its pipe
+  readers pause, the pipe fills, and the process blocks on write (backpressure);
+- the terminal state gets a sequence number of its own and is reported only once
+  all output has been delivered; it stays until acknowledged, and a small table of
+  acknowledged results answers retried polls with the same exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from sandbox_tools.runtime.child_env import child_environment, resolve_user
+from sandbox_tools.runtime.jsonrpc import ToolError
+from sandbox_tools.runtime.tools.exec_remote.tool_types import (
+    AckParams,
+    JobState,
+    OutputResult,
+    PollParams,
+    PollResult,
+    StartParams,
+    StartResult,
+    WriteStdinParams,
+)
+
+
+def _env_number(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class Limits:
+    buffer_bytes: int = int(_env_number("SANDBOX_TOOLS_EXEC_BUFFER_BYTES", 8 * 1024 * 1024))
+    response_bytes: int = int(_env_number("SANDBOX_TOOLS_EXEC_RESPONSE_BYTES", 2 * 1024 * 1024))
+    kill_grace_s: float = _env_number("SANDBOX_TOOLS_KILL_GRACE", 2.0)
+    # After the command exits, output still arriving from its pipes is collected until
+    # the pipes close or stay silent this long (a `cmd &` child may hold them forever).
+    drain_idle_s: float = 1.0
+    stdin_write_timeout_s: float = 30.0
+    # Terminal results nobody acknowledged are dropped after this long.
+    unacked_result_ttl_s: float = 1800.0
+    remembered_results: int = 1024
+
+
+READ_SIZE = 64 * 1024
+
+
+@dataclass
+class _Chunk:
+    seq: int
+    stream: str  # "stdout" | "stderr"
+    text: str
+    size: int
+
+
+@dataclass
+class _Job:
+    pid: int
+    process: asyncio.subprocess.Process
+    limits: Limits
+    chunks: deque[_Chunk] = field(default_factory=deque)
+    buffered: int = 0
+    next_seq: int = 1
+    acked: int = 0
+    kill_requested: bool = False
+    exit_code: int | None = None
+    final_seq: int | None = None
+    finished_at: float | None = None
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    stdin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_output_at: float = field(default_factory=time.monotonic)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def state(self) -> JobState:
+        if self.final_seq is None:
+            return "running"
+        return "killed" if self.kill_requested else "completed"
+
+    async def notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def append(self, stream: str, text: str, size: int) -> None:
+        self.chunks.append(_Chunk(self.next_seq, stream, text, size))
+        self.next_seq += 1
+        self.buffered += size
+        self.last_output_at = time.monotonic()
+        await self.notify()
+
+    async def wait_for_space(self) -> None:
+        async with self.changed:
+            await self.changed.wait_for(
+                lambda: self.buffered < self.limits.buffer_bytes or self.final_seq is not None
+            )
+
+    async def acknowledge(self, ack_seq: int) -> None:
+        if ack_seq <= self.acked:
+            return
+        self.acked = ack_seq
+        freed = False
+        while self.chunks and self.chunks[0].seq <= ack_seq:
+            self.buffered -= self.chunks.popleft().size
+            freed = True
+        if freed:
+            await self.notify()
+
+    def output(self) -> tuple[OutputResult, bool]:
+        """Unacknowledged output up to the response cap, and whether all of it fit."""
+        parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        seq = self.acked
+        budget = self.limits.response_bytes
+        complete = True
+        for chunk in self.chunks:
+            if budget < chunk.size and seq > self.acked:
+                complete = False
+                break
+            parts[chunk.stream].append(chunk.text)
+            budget -= chunk.size
+            seq = chunk.seq
+        result: OutputResult = {
+            "seq": seq,
+            "stdout": "".join(parts["stdout"]),
+            "stderr": "".join(parts["stderr"]),
+        }
+        return result, complete
+
+    def poll_result(self) -> PollResult:
+        output, complete = self.output()
+        if self.final_seq is not None and complete:
+            return {"state": self.state, "exit_code": self.exit_code, **output,
+                    "seq": self.final_seq}
+        return {"state": "running", "exit_code": None, **output}
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    state: JobState
+    exit_code: int | None
+    final_seq: int
+
+
+def _exit_code(returncode: int) -> int:
+    # Shell convention: death by signal N reads as 128 + N.
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class ExecRemoteController:
+    def __init__(self, limits: Limits | None = None, lost_jobs_note: str | None = None) -> None:
+        self.limits = limits or Limits()
+        self._jobs: dict[int, _Job] = {}
+        self._remembered: OrderedDict[int, _Remembered] = OrderedDict()
+        # Set when this server replaced one that died: its jobs are gone.
+        self._lost_jobs_note = lost_jobs_note
+        self._shell = shutil.which("bash") or "/bin/sh"
+
+    # -- methods -------------------------------------------------------------------------
+
+    async def start(self, params: StartParams) -> StartResult:
+        identity = resolve_user(params.user)
+        env = child_environment({**identity.env(), **(params.env or {})})
+        cwd = params.cwd or (identity.home if identity.uid is not None else None)
+        if cwd is not None and not os.path.isdir(cwd):
+            if params.cwd is None:
+                cwd = "/"
+            else:
+                raise ToolError(f"cwd {params.cwd!r} is not an existing directory")
+        want_stdin = params.input is not None or params.stdin_open
+        try:
+            process = await asyncio.create_subprocess_exec(
+                self._shell,
+                "-c",
+                params.command,
+                stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,  # own process group: kill reaches every child
+                user=identity.uid,
+                group=identity.gid,
+                extra_groups=identity.groups,
+                limit=READ_SIZE,
+            )
+        except OSError as exc:
+            raise ToolError(f"cannot start {params.command!r}: {exc.strerror or exc}") from None
+        job = _Job(process.pid, process, self.limits)
+        self._remembered.pop(job.pid, None)  # a reused pid starts a new story
+        self._jobs[job.pid] = job
+        assert process.stdout is not None and process.stderr is not None
+        readers = [
+            asyncio.create_task(self._read(job, process.stdout, "stdout")),
+            asyncio.create_task(self._read(job, process.stderr, "stderr")),
+        ]
+        job.tasks = [*readers, asyncio.create_task(self._supervise(job, readers))]
+        if params.input is not None:
+            job.tasks.append(asyncio.create_task(self._feed(job, params.input, params.stdin_open)))
+        return {"pid": job.pid}
+
+    async def poll(self, params: PollParams) -> PollResult:
+        job = self._job(params.pid)
+        if job is None:
+            return self._remembered_result(params.pid)
+        await job.acknowledge(params.ack_seq)
+        if job.final_seq is not None and params.ack_seq >= job.final_seq:
+            return self._release(job)
+        if params.wait_ms and not job.chunks and job.final_seq is None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with job.changed:
+                    await asyncio.wait_for(
+                        job.changed.wait_for(lambda: bool(job.chunks) or job.final_seq is not None),
+                        params.wait_ms / 1000,
+                    )
+        return job.poll_result()
+
+    async def kill(self, params: AckParams) -> OutputResult:
+        job = self._job(params.pid)
+        if job is None:
+            remembered = self._remembered_result(params.pid)
+            return {"seq": remembered["seq"], "stdout": "", "stderr": ""}
+        await job.acknowledge(params.ack_seq)
+        if job.final_seq is None and not job.kill_requested:
+            job.kill_requested = True
+            self._signal_group(job, signal.SIGTERM)
+            job.tasks.append(asyncio.create_task(self._escalate(job)))
+        return job.output()[0]
+
+    async def write_stdin(self, params: WriteStdinParams) -> OutputResult:
+        job = self._running_job(params.pid)
+        await job.acknowledge(params.ack_seq)
+        stdin = self._open_stdin(job)
+        async with job.stdin_lock:
+            try:
+                stdin.write(params.data.encode())
+                await asyncio.wait_for(stdin.drain(), self.limits.stdin_write_timeout_s)
+            except asyncio.TimeoutError:
+                raise ToolError(
+                    f"process {job.pid} did not read its stdin within "
+                    f"{self.limits.stdin_write_timeout_s:.0f} s"
+                ) from None
+            except (BrokenPipeError, ConnectionResetError):
+                raise ToolError(f"process {job.pid} closed its stdin") from None
+        return job.output()[0]
+
+    async def close_stdin(self, params: AckParams) -> OutputResult:
+        job = self._running_job(params.pid)
+        await job.acknowledge(params.ack_seq)
+        stdin = job.process.stdin
+        if stdin is not None and not stdin.is_closing():
+            async with job.stdin_lock:
+                stdin.close()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    await stdin.wait_closed()
+        return job.output()[0]
+
+    async def shutdown(self) -> None:
+        """Kill every job's process group; the server is going away."""
+        for job in list(self._jobs.values()):
+            if job.final_seq is None:
+                job.kill_requested = True
+                self._signal_group(job, signal.SIGKILL)
+        for job in list(self._jobs.values()):
+            for task in job.tasks:
+                task.cancel()
+
+    async def collect_garbage(self) -> None:
+        now = time.monotonic()
+        for job in list(self._jobs.values()):
+            if job.finished_at is not None and now - job.finished_at > self.limits.unacked_result_ttl_s:
+                self._release(job)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _job(self, pid: int) -> _Job | None:
+        return self._jobs.get(pid)
+
+    def _running_job(self, pid: int) -> _Job:
+        job = self._job(pid)
+        if job is None:
+            self._remembered_result(pid)  # raises a precise error for unknown pids
+            raise ToolError(f"process {pid} has already finished")
+        if job.final_seq is not None:
+            raise ToolError(f"process {pid} has already finished")
+        return job
+
+    def _open_stdin(self, job: _Job) -> asyncio.StreamWriter:
+        stdin = job.process.stdin
+        if stdin is None:
+            raise ToolError(
+                f"process {job.pid} has no stdin to write to: start it with stdin_open: true"
+            )
+        if stdin.is_closing():
+            raise ToolError(f"stdin of process {job.pid} is already closed")
+        return stdin
+
+    def _remembered_result(self, pid: int) -> PollResult:
+        remembered = self._remembered.get(pid)
+        if remembered is not None:
+            return {"state": remembered.state, "exit_code": remembered.exit_code,
+                    "seq": remembered.final_seq, "stdout": "", "stderr": ""}
+        if self._lost_jobs_note:
+            raise ToolError(f"no process with pid {pid}: {self._lost_jobs_note}")
+        raise ToolError(
+            f"no process with pid {pid} was started by this runtime server "
+            "(or its result was acknowledged long ago)"
+        )
+
+    def _release(self, job: _Job) -> PollResult:
+        assert job.final_seq is not None
+        self._jobs.pop(job.pid, None)
+        self._remembered[job.pid] = _Remembered(job.state, job.exit_code, job.final_seq)
+        while len(self._remembered) > self.limits.remembered_results:
+            self._remembered.popitem(last=False)
+        return self._remembered_result(job.pid)
+
+    @staticmethod
+    def _signal_group(job: _Job, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.pid, signum)
+
+    async def _escalate(self, job: _Job) -> None:
+        """SIGTERM was sent; whatever in the group survives the grace period is killed."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(job.process.wait(), self.limits.kill_grace_s)
+        if job.process.returncode is None:
+            self._signal_group(job, signal.SIGKILL)
+            return
+        # The leader is gone; any child left in its group still holds the group id.
+        await asyncio.sleep(min(0.2, self.limits.kill_grace_s))
+        self._signal_group(job, signal.SIGKILL)
+
+    async def _read(self, job: _Job, stream: asyncio.StreamReader, name: str) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        while True:
+            await job.wait_for_space()
+            data = await stream.read(READ_SIZE)
+            text = decoder.decode(data, final=not data)
+            if text and job.final_seq is None:  # after the result, a straggler's output is dropped
+                await job.append(name, text, len(data) or len(text))
+            if not data:
+                return
+
+    async def _feed(self, job: _Job, data: str, keep_open: bool) -> None:
+        stdin = job.process.stdin
+        assert stdin is not None
+        async with job.stdin_lock:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                stdin.write(data.encode())
+                await stdin.drain()
+                if not keep_open:
+                    stdin.close()
+                    await stdin.wait_closed()
+
+    async def _supervise(self, job: _Job, readers: list[asyncio.Task[None]]) -> None:
+        returncode = await job.process.wait()
+        pending = set(readers)
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=self.limits.drain_idle_s)
+            if pending and time.monotonic() - job.last_output_at >= self.limits.drain_idle_s:
+                # A background child still holds the pipes: finish the job, keep draining
+                # (discarding nothing already read) until those pipes close by themselves.
+                break
+        job.exit_code = _exit_code(returncode)
+        job.final_seq = job.next_seq
+        job.next_seq += 1
+        job.finished_at = time.monotonic()
+        await job.notify()

@@ -1,0 +1,104 @@
+"""Typed parameters and results of the exec_remote methods (PROTOCOL.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypedDict
+
+from sandbox_tools.runtime.jsonrpc import (
+    InvalidParams,
+    Params,
+    optional,
+    optional_or_none,
+    required,
+    string_map,
+)
+
+JobState = Literal["running", "completed", "killed"]
+
+# Long polls are capped so a forgotten client cannot pin a connection forever.
+MAX_WAIT_MS = 60_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartParams:
+    command: str
+    input: str | None
+    stdin_open: bool
+    env: dict[str, str] | None
+    cwd: str | None
+    user: str | None
+
+    @classmethod
+    def parse(cls, params: Params) -> StartParams:
+        return cls(
+            command=required(params, "command", str),
+            input=optional_or_none(params, "input", str),
+            stdin_open=optional(params, "stdin_open", bool, False),
+            env=string_map(params, "env"),
+            cwd=optional_or_none(params, "cwd", str),
+            user=optional_or_none(params, "user", str),
+        )
+
+
+def _pid(params: Params) -> int:
+    return required(params, "pid", int)
+
+
+def _ack_seq(params: Params) -> int:
+    ack = optional(params, "ack_seq", int, 0)
+    if ack < 0:
+        raise InvalidParams('Invalid params: field "ack_seq" must be >= 0')
+    return ack
+
+
+@dataclass(frozen=True, kw_only=True)
+class PollParams:
+    pid: int
+    ack_seq: int
+    wait_ms: int
+
+    @classmethod
+    def parse(cls, params: Params) -> PollParams:
+        wait_ms = optional(params, "wait_ms", int, 0)
+        if wait_ms < 0:
+            raise InvalidParams('Invalid params: field "wait_ms" must be >= 0')
+        return cls(pid=_pid(params), ack_seq=_ack_seq(params), wait_ms=min(wait_ms, MAX_WAIT_MS))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AckParams:
+    """Params of kill and close_stdin: a pid and what the client has seen."""
+
+    pid: int
+    ack_seq: int
+
+    @classmethod
+    def parse(cls, params: Params) -> AckParams:
+        return cls(pid=_pid(params), ack_seq=_ack_seq(params))
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteStdinParams:
+    pid: int
+    ack_seq: int
+    data: str
+
+    @classmethod
+    def parse(cls, params: Params) -> WriteStdinParams:
+        return cls(pid=_pid(params), ack_seq=_ack_seq(params), data=required(params, "data", str))
+
+
+class StartResult(TypedDict):
+    pid: int
+
+
+class OutputResult(TypedDict):
+    seq: int
+    stdout: str
+    stderr: str
+
+
+class PollResult(OutputResult):
+    state: JobState
+    exit_code: int | None
