@@ -54,9 +54,12 @@ def _write_line(payload: bytes) -> None:
 
 
 def _unavailable(request_id: Any, reason: str) -> bytes:
-    return encode(error_response(request_id, RpcError(
-        INTERNAL_ERROR, f"runtime server unavailable: {reason}", data=reason
-    )))
+    return encode(
+        error_response(
+            request_id,
+            RpcError(INTERNAL_ERROR, f"runtime server unavailable: {reason}", data=reason),
+        )
+    )
 
 
 def _to_frame(raw: bytes) -> tuple[bytes | None, Any, bytes | None]:

@@ -101,7 +101,9 @@ def validate_request(document: Any) -> Request:
         raise RpcError(INVALID_REQUEST, 'Invalid Request: field "id" must be a string or integer')
     method = document.get("method")
     if not isinstance(method, str) or not method:
-        raise RpcError(INVALID_REQUEST, 'Invalid Request: field "method" must be a non-empty string')
+        raise RpcError(
+            INVALID_REQUEST, 'Invalid Request: field "method" must be a non-empty string'
+        )
     params = document.get("params", {})
     if params is None:
         params = {}
@@ -155,8 +157,14 @@ async def dispatch(methods: Mapping[str, Method], line: bytes) -> dict[str, Any]
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object",
-             list: "array"}
+    names = {
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        dict: "object",
+        list: "array",
+    }
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
@@ -170,8 +178,7 @@ def _check(params: Params, name: str, kind: type | tuple[type, ...], value: Any)
         ok = isinstance(value, kinds)
     if not ok:
         raise InvalidParams(
-            f'Invalid params: field "{name}" must be {_type_name(kind)}, '
-            f"got {type(value).__name__}"
+            f'Invalid params: field "{name}" must be {_type_name(kind)}, got {type(value).__name__}'
         )
     return value
 

@@ -134,10 +134,15 @@ class RuntimeServer:
                 try:
                     line = await reader.readline()
                 except (asyncio.LimitOverrunError, ValueError):
-                    await respond(error_response(None, RpcError(
-                        INVALID_REQUEST,
-                        f"Invalid Request: frame larger than {MAX_FRAME_BYTES} bytes",
-                    )))
+                    await respond(
+                        error_response(
+                            None,
+                            RpcError(
+                                INVALID_REQUEST,
+                                f"Invalid Request: frame larger than {MAX_FRAME_BYTES} bytes",
+                            ),
+                        )
+                    )
                     break
                 except ConnectionError:
                     break

@@ -143,8 +143,12 @@ class _Job:
     def poll_result(self) -> PollResult:
         output, complete = self.output()
         if self.final_seq is not None and complete:
-            return {"state": self.state, "exit_code": self.exit_code, **output,
-                    "seq": self.final_seq}
+            return {
+                "state": self.state,
+                "exit_code": self.exit_code,
+                **output,
+                "seq": self.final_seq,
+            }
         return {"state": "running", "exit_code": None, **output}
 
 
@@ -281,7 +285,10 @@ class ExecRemoteController:
     async def collect_garbage(self) -> None:
         now = time.monotonic()
         for job in list(self._jobs.values()):
-            if job.finished_at is not None and now - job.finished_at > self.limits.unacked_result_ttl_s:
+            if (
+                job.finished_at is not None
+                and now - job.finished_at > self.limits.unacked_result_ttl_s
+            ):
                 self._release(job)
 
     # -- internals -----------------------------------------------------------------------
@@ -311,8 +318,13 @@ class ExecRemoteController:
     def _remembered_result(self, pid: int) -> PollResult:
         remembered = self._remembered.get(pid)
         if remembered is not None:
-            return {"state": remembered.state, "exit_code": remembered.exit_code,
-                    "seq": remembered.final_seq, "stdout": "", "stderr": ""}
+            return {
+                "state": remembered.state,
+                "exit_code": remembered.exit_code,
+                "seq": remembered.final_seq,
+                "stdout": "",
+                "stderr": "",
+            }
         if self._lost_jobs_note:
             raise ToolError(f"no process with pid {pid}: {self._lost_jobs_note}")
         raise ToolError(

@@ -1,0 +1,85 @@
+"""Expected failures of the host-side tools, each with an exit code and a remedy.
+
+The CLI catches `SandboxToolsError` once and prints `message` and `remedy`
+without a traceback; anything else escaping is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SandboxToolsError(Exception):
+    """Base class: `exit_code` for the CLI, `remedy` tells the user what to do next."""
+
+    exit_code = 1
+    default_remedy = ""
+
+    def __init__(self, message: str, remedy: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.remedy = remedy if remedy is not None else self.default_remedy
+
+    def __str__(self) -> str:
+        return f"{self.message}. {self.remedy}" if self.remedy else self.message
+
+
+class ConfigurationError(SandboxToolsError):
+    exit_code = 2
+    default_remedy = "Check the command-line options and SANDBOX_TOOLS_* environment variables."
+
+
+class EngineUnavailableError(SandboxToolsError):
+    exit_code = 3
+    default_remedy = (
+        "Start a Docker engine (see README: `bash scripts/setup.sh` installs and starts one) "
+        "or point DOCKER_HOST at a reachable engine."
+    )
+
+
+class SandboxExecError(SandboxToolsError):
+    """The sandbox provider could not run a command at all (not: the command failed)."""
+
+    exit_code = 4
+    default_remedy = "Check that the sandbox is still running and reachable."
+
+
+class SandboxInjectionError(SandboxToolsError):
+    exit_code = 5
+    default_remedy = "See the reason above; the sample cannot use sandbox tools until it is fixed."
+
+
+class RuntimeTransportError(SandboxToolsError):
+    """Talking to the runtime failed: no valid JSON-RPC response came back."""
+
+    exit_code = 6
+    default_remedy = (
+        "The runtime in the sandbox did not answer; check that it is installed and that the "
+        "sandbox is healthy."
+    )
+
+
+class RuntimeRpcError(SandboxToolsError):
+    """The runtime answered with a JSON-RPC error that is not a tool error."""
+
+    exit_code = 7
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"runtime error {code}: {message}", remedy="")
+        self.code = code
+        self.data = data
+
+
+class ToolError(RuntimeRpcError):
+    """A tool's expected failure (-32099): show `message` to the model, it can act on it."""
+
+    exit_code = 8
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(code, message, data)
+        self.message = message
+
+
+class BuildError(SandboxToolsError):
+    exit_code = 10
+    default_remedy = "See the build log above; rerun with --verbose for every command."

@@ -1,0 +1,240 @@
+"""exec_remote on the host: run a long-lived command in a sandbox and stream its output.
+
+Built on any `RuntimeClient`. Output is pulled with long polls (`wait_ms`), so a
+process's exit is seen as soon as it happens rather than at the next tick of a
+fixed poll loop; each poll acknowledges what the previous one delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, overload
+
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient
+
+DEFAULT_OUTPUT_LIMIT = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StdoutChunk:
+    data: str
+
+
+@dataclass(frozen=True)
+class StderrChunk:
+    data: str
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The process ended; stdout/stderr hold its output (newest bytes past the cap)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    killed: bool = False
+
+
+ExecEvent = StdoutChunk | StderrChunk | Completed
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    success: bool
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecRemoteOptions:
+    input: str | None = None
+    stdin_open: bool = False
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+    timeout: float | None = None
+    # Longest a single long poll waits server-side for news; also the sleep between
+    # polls against a runtime that does not support long polling.
+    poll_interval: float = 5.0
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+
+
+class _Tail:
+    """Keeps the newest `limit` characters of a stream."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._parts: deque[str] = deque()
+        self._size = 0
+
+    def add(self, text: str) -> None:
+        self._parts.append(text)
+        self._size += len(text)
+        while self._size - len(self._parts[0]) >= self.limit:
+            self._size -= len(self._parts.popleft())
+
+    def value(self) -> str:
+        text = "".join(self._parts)
+        return text[-self.limit :] if len(text) > self.limit else text
+
+
+class ExecRemoteProcess:
+    """A started process. Iterate `events()` once; leaving it early kills the process."""
+
+    def __init__(self, client: RuntimeClient, pid: int, options: ExecRemoteOptions) -> None:
+        self.client = client
+        self.pid = pid
+        self.options = options
+        self._ack = 0
+        self._completed: Completed | None = None
+        self._kill_sent = False
+
+    @property
+    def completed(self) -> Completed | None:
+        return self._completed
+
+    async def events(self) -> AsyncIterator[ExecEvent]:
+        deadline = (
+            time.monotonic() + self.options.timeout if self.options.timeout is not None else None
+        )
+        stdout, stderr = _Tail(self.options.output_limit), _Tail(self.options.output_limit)
+        wait_ms = max(0, int(self.options.poll_interval * 1000))
+        try:
+            while True:
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        await self.kill()
+                        raise TimeoutError(
+                            f"command did not finish within {self.options.timeout} s; killed"
+                        )
+                    wait_ms = min(wait_ms, int(remaining * 1000) + 1)
+                started = time.monotonic()
+                result = await self.client.call(
+                    "exec_remote_poll", {"pid": self.pid, "ack_seq": self._ack, "wait_ms": wait_ms}
+                )
+                self._ack = int(result["seq"])
+                if result["stdout"]:
+                    stdout.add(result["stdout"])
+                    yield StdoutChunk(result["stdout"])
+                if result["stderr"]:
+                    stderr.add(result["stderr"])
+                    yield StderrChunk(result["stderr"])
+                if result["state"] != "running":
+                    self._completed = Completed(
+                        exit_code=int(result["exit_code"]),
+                        stdout=stdout.value(),
+                        stderr=stderr.value(),
+                        killed=result["state"] == "killed",
+                    )
+                    await self._release()
+                    yield self._completed
+                    return
+                idle = not result["stdout"] and not result["stderr"]
+                elapsed = time.monotonic() - started
+                if idle and elapsed < self.options.poll_interval / 2:
+                    # A runtime without long polling answered at once: do not spin.
+                    await asyncio.sleep(self.options.poll_interval - elapsed)
+        finally:
+            if self._completed is None:
+                # The consumer went away (cancelled, broke out, timed out): no orphans.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.kill())
+
+    async def _release(self) -> None:
+        """Acknowledge the terminal result so the server can drop what it kept for us."""
+        with contextlib.suppress(Exception):
+            await self.client.call("exec_remote_poll", {"pid": self.pid, "ack_seq": self._ack})
+
+    async def wait(self) -> Completed:
+        """Drain the events and return the result."""
+        async for event in self.events():
+            if isinstance(event, Completed):
+                return event
+        raise AssertionError("events() ended without a Completed event")
+
+    async def kill(self) -> None:
+        if self._kill_sent or self._completed is not None:
+            return
+        self._kill_sent = True
+        await self.client.call("exec_remote_kill", {"pid": self.pid, "ack_seq": self._ack})
+
+    async def write_stdin(self, data: str) -> None:
+        await self.client.call(
+            "exec_remote_write_stdin", {"pid": self.pid, "ack_seq": self._ack, "data": data}
+        )
+
+    async def close_stdin(self) -> None:
+        await self.client.call("exec_remote_close_stdin", {"pid": self.pid, "ack_seq": self._ack})
+
+
+def _command_string(cmd: str | Sequence[str]) -> str:
+    return cmd if isinstance(cmd, str) else shlex.join(cmd)
+
+
+async def start_exec_remote(
+    client: RuntimeClient, cmd: str | Sequence[str], options: ExecRemoteOptions | None = None
+) -> ExecRemoteProcess:
+    options = options or ExecRemoteOptions()
+    params: dict[str, Any] = {"command": _command_string(cmd)}
+    if options.input is not None:
+        params["input"] = options.input
+    if options.stdin_open:
+        params["stdin_open"] = True
+    if options.env:
+        params["env"] = dict(options.env)
+    if options.cwd is not None:
+        params["cwd"] = options.cwd
+    if options.user is not None:
+        params["user"] = options.user
+    result = await client.call("exec_remote_start", params)
+    return ExecRemoteProcess(client, int(result["pid"]), options)
+
+
+@overload
+async def exec_remote(
+    client: RuntimeClient,
+    cmd: str | Sequence[str],
+    options: ExecRemoteOptions | None = ...,
+    stream: Literal[True] = ...,
+) -> ExecRemoteProcess: ...
+
+
+@overload
+async def exec_remote(
+    client: RuntimeClient,
+    cmd: str | Sequence[str],
+    options: ExecRemoteOptions | None = ...,
+    *,
+    stream: Literal[False],
+) -> ExecResult: ...
+
+
+async def exec_remote(
+    client: RuntimeClient,
+    cmd: str | Sequence[str],
+    options: ExecRemoteOptions | None = None,
+    stream: bool = True,
+) -> ExecRemoteProcess | ExecResult:
+    """Start `cmd` (a shell string, or argv that is quoted for you) in the sandbox.
+
+    stream=True: the started `ExecRemoteProcess`. stream=False: wait for the
+    `ExecResult`. With `timeout`, the process is killed and TimeoutError raised.
+    """
+    process = await start_exec_remote(client, cmd, options)
+    if stream:
+        return process
+    completed = await process.wait()
+    return ExecResult(
+        success=completed.exit_code == 0 and not completed.killed,
+        returncode=completed.exit_code,
+        stdout=completed.stdout,
+        stderr=completed.stderr,
+    )

@@ -1,0 +1,289 @@
+"""A Docker container as a sandbox, through the docker SDK.
+
+The SDK is synchronous; every engine call runs in a worker thread. Exec uses the
+engine's hijacked exec socket directly (the SDK's `exec_run` cannot send stdin):
+stdout/stderr arrive multiplexed in frames of an 8-byte header (stream id, 3 zero
+bytes, big-endian length) followed by the payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import socket
+import struct
+import tarfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import docker
+import docker.errors
+
+from sandbox_tools.errors import EngineUnavailableError, SandboxExecError
+from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes
+
+_HEADER = struct.Struct(">BxxxL")
+_STDOUT, _STDERR = 1, 2
+
+
+def docker_client() -> Any:
+    """A client for the engine named by the environment (DOCKER_HOST, default socket)."""
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise EngineUnavailableError(f"no Docker engine answers: {exc}") from None
+    return client
+
+
+class _ExecSocket:
+    """The raw, blocking exec connection with frame demultiplexing."""
+
+    def __init__(self, raw: Any) -> None:
+        self._owner = raw  # keeps the HTTP response (and so the socket) alive
+        self.sock: socket.socket = getattr(raw, "_sock", raw)
+        self._buffer = bytearray()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def close_input(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def _fill(self, count: int) -> bool:
+        while len(self._buffer) < count:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                return False
+            self._buffer += chunk
+        return True
+
+    def next_frame(self) -> tuple[int, bytes] | None:
+        if not self._fill(_HEADER.size):
+            return None
+        stream, length = _HEADER.unpack_from(self._buffer)
+        if not self._fill(_HEADER.size + length):
+            return None
+        payload = bytes(self._buffer[_HEADER.size : _HEADER.size + length])
+        del self._buffer[: _HEADER.size + length]
+        return stream, payload
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            close = getattr(self._owner, "close", None)
+            if close is not None:
+                close()
+
+
+class DockerSandbox(Sandbox):
+    def __init__(self, container: Any, client: Any | None = None) -> None:
+        self.client = client or docker_client()
+        self.container = (
+            self.client.containers.get(container) if isinstance(container, str) else container
+        )
+        self.name = f"docker:{self.container.name}"
+
+    # -- exec ----------------------------------------------------------------------------
+
+    def _start_exec(
+        self,
+        cmd: list[str],
+        stdin: bool,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        user: str | None,
+    ) -> tuple[str, _ExecSocket]:
+        try:
+            created = self.client.api.exec_create(
+                self.container.id,
+                cmd,
+                stdin=stdin,
+                stdout=True,
+                stderr=True,
+                environment=dict(env) if env else None,
+                workdir=cwd,
+                user=user or "",
+            )
+            raw = self.client.api.exec_start(created["Id"], socket=True)
+        except docker.errors.APIError as exc:
+            raise SandboxExecError(
+                f"cannot exec in {self.name}: {exc.explanation or exc}"
+            ) from None
+        return created["Id"], _ExecSocket(raw)
+
+    def _exit_code(self, exec_id: str) -> int:
+        # The exit code can lag the stream's end by a moment.
+        for _ in range(200):
+            info = self.client.api.exec_inspect(exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            time.sleep(0.005)
+        raise SandboxExecError(f"exec {exec_id[:12]} in {self.name} did not report an exit code")
+
+    def _exec_blocking(
+        self,
+        cmd: list[str],
+        data: bytes | None,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        user: str | None,
+        cancelled: threading.Event,
+    ) -> ExecOutput:
+        exec_id, conn = self._start_exec(cmd, data is not None, cwd, env, user)
+        out, err = bytearray(), bytearray()
+        try:
+            if data is not None:
+                writer = threading.Thread(target=self._feed, args=(conn, data), daemon=True)
+                writer.start()
+            while not cancelled.is_set():
+                frame = conn.next_frame()
+                if frame is None:
+                    break
+                (out if frame[0] == _STDOUT else err).extend(frame[1])
+        finally:
+            conn.close()
+        return ExecOutput(self._exit_code(exec_id), bytes(out), bytes(err))
+
+    @staticmethod
+    def _feed(conn: _ExecSocket, data: bytes) -> None:
+        try:
+            conn.send(data)
+        except OSError:
+            pass
+        finally:
+            conn.close_input()
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: bytes | str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecOutput:
+        cancelled = threading.Event()
+        task = asyncio.to_thread(
+            self._exec_blocking, cmd, as_bytes(input), cwd, env, user, cancelled
+        )
+        try:
+            return await asyncio.wait_for(task, timeout)
+        except BaseException:
+            cancelled.set()
+            raise
+
+    # -- files ---------------------------------------------------------------------------
+
+    def _put(self, path: str, data: bytes, mode: int) -> None:
+        directory, _, name = path.rpartition("/")
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = mode
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        try:
+            ok = self.container.put_archive(directory or "/", archive.getvalue())
+        except docker.errors.APIError as exc:
+            raise SandboxExecError(
+                f"cannot write {path} in {self.name}: {exc.explanation or exc}"
+            ) from None
+        if not ok:
+            raise SandboxExecError(f"the engine refused to write {path} in {self.name}")
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        await asyncio.to_thread(self._put, path, data, mode)
+
+    def _get(self, path: str) -> bytes:
+        try:
+            chunks, _ = self.container.get_archive(path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(path) from None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            member = tar.next()
+            extracted = tar.extractfile(member) if member is not None else None
+            if extracted is None:
+                raise IsADirectoryError(path)
+            return extracted.read()
+
+    async def read_file(self, path: str) -> bytes:
+        return await asyncio.to_thread(self._get, path)
+
+    # -- persistent stream ---------------------------------------------------------------
+
+    async def open_stream(
+        self, cmd: list[str], env: Mapping[str, str] | None = None, user: str | None = None
+    ) -> Stream:
+        _, conn = await asyncio.to_thread(self._start_exec, cmd, True, None, env, user)
+        return _DockerStream(conn)
+
+
+class _DockerStream(Stream):
+    """Lines of the exec's stdout; stderr frames are kept for diagnostics only."""
+
+    def __init__(self, conn: _ExecSocket) -> None:
+        self._conn = conn
+        self._lines = bytearray()
+        self._eof = False
+        self._write_lock = asyncio.Lock()
+        self.stderr = bytearray()
+
+    async def write(self, data: bytes) -> None:
+        async with self._write_lock:
+            await asyncio.to_thread(self._conn.send, data)
+
+    async def readline(self) -> bytes:
+        while True:
+            end = self._lines.find(b"\n")
+            if end >= 0:
+                line = bytes(self._lines[: end + 1])
+                del self._lines[: end + 1]
+                return line
+            if self._eof:
+                rest = bytes(self._lines)
+                self._lines.clear()
+                return rest
+            frame = await asyncio.to_thread(self._conn.next_frame)
+            if frame is None:
+                self._eof = True
+            elif frame[0] == _STDOUT:
+                self._lines += frame[1]
+            else:
+                self.stderr += frame[1][-65536:]
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._conn.close_input)
+        await asyncio.to_thread(self._conn.close)
+
+
+KEEP_CONTAINERS_ENV = "SANDBOX_TOOLS_KEEP_CONTAINERS"
+
+
+@contextlib.contextmanager
+def running_container(
+    client: Any, image: str, *, command: list[str] | None = None, **kwargs: Any
+) -> Iterator[Any]:
+    """A container that exists exactly as long as the `with` block.
+
+    Removed on exit even on error or Ctrl-C; set SANDBOX_TOOLS_KEEP_CONTAINERS=1
+    to keep it for debugging.
+    """
+    container = client.containers.run(
+        image, command=command or ["sleep", "infinity"], detach=True, **kwargs
+    )
+    try:
+        yield container
+    finally:
+        if os.environ.get(KEEP_CONTAINERS_ENV) != "1":
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)

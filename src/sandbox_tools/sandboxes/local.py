@@ -1,0 +1,108 @@
+"""This machine as a sandbox: subprocesses, for tests and trusted use."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from collections.abc import Mapping
+
+from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes
+
+
+class LocalSandbox(Sandbox):
+    def __init__(self, base_env: Mapping[str, str] | None = None) -> None:
+        self.name = "local"
+        self._base_env = dict(base_env if base_env is not None else os.environ)
+
+    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        return {**self._base_env, **(env or {})}
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: bytes | str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecOutput:
+        if user is not None:
+            cmd = ["runuser", "-u", user, "--", *cmd]
+        data = as_bytes(input)
+        process = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdin=asyncio.subprocess.PIPE if data is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=self._env(env),
+        )
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(data), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise
+        assert process.returncode is not None
+        return ExecOutput(process.returncode, stdout, stderr)
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        directory = os.path.dirname(path) or "."
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.chmod(temporary, mode)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
+
+    async def read_file(self, path: str) -> bytes:
+        with open(path, "rb") as handle:
+            return handle.read()
+
+    async def open_stream(
+        self, cmd: list[str], env: Mapping[str, str] | None = None, user: str | None = None
+    ) -> Stream:
+        if user is not None:
+            cmd = ["runuser", "-u", user, "--", *cmd]
+        process = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=self._env(env),
+            limit=64 * 1024 * 1024,
+        )
+        return _ProcessStream(process)
+
+
+class _ProcessStream(Stream):
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self._process = process
+        self._stdin = process.stdin
+        self._stdout = process.stdout
+
+    async def write(self, data: bytes) -> None:
+        self._stdin.write(data)
+        await self._stdin.drain()
+
+    async def readline(self) -> bytes:
+        return await self._stdout.readline()
+
+    async def close(self) -> None:
+        if not self._stdin.is_closing():
+            self._stdin.close()
+            with contextlib.suppress(ConnectionError):
+                await self._stdin.wait_closed()
+        try:
+            await asyncio.wait_for(self._process.wait(), 10)
+        except asyncio.TimeoutError:
+            self._process.kill()
+            await self._process.wait()
