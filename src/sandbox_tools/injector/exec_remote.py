@@ -86,7 +86,10 @@ class _Tail:
 
 
 class ExecRemoteProcess:
-    """A started process. Iterate `events()` once; leaving it early kills the process."""
+    """A started process. Iterate `events()` once; leaving it early kills the process.
+
+    Use it as `async with` to have the process killed even if nothing ever iterated.
+    """
 
     def __init__(self, client: RuntimeClient, pid: int, options: ExecRemoteOptions) -> None:
         self.client = client
@@ -99,6 +102,15 @@ class ExecRemoteProcess:
     @property
     def completed(self) -> Completed | None:
         return self._completed
+
+    async def __aenter__(self) -> ExecRemoteProcess:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Leaving the block kills a process that has not completed, however it is left."""
+        if self._completed is None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.kill())
 
     async def events(self) -> AsyncIterator[ExecEvent]:
         deadline = (
@@ -116,6 +128,7 @@ class ExecRemoteProcess:
                             f"command did not finish within {self.options.timeout} s; killed"
                         )
                     wait_ms = min(wait_ms, int(remaining * 1000) + 1)
+                requested_s = wait_ms / 1000
                 started = time.monotonic()
                 result = await self.client.call(
                     "exec_remote_poll", {"pid": self.pid, "ack_seq": self._ack, "wait_ms": wait_ms}
@@ -139,9 +152,9 @@ class ExecRemoteProcess:
                     return
                 idle = not result["stdout"] and not result["stderr"]
                 elapsed = time.monotonic() - started
-                if idle and elapsed < self.options.poll_interval / 2:
+                if idle and elapsed < requested_s / 2:
                     # A runtime without long polling answered at once: do not spin.
-                    await asyncio.sleep(self.options.poll_interval - elapsed)
+                    await asyncio.sleep(requested_s - elapsed)
         finally:
             if self._completed is None:
                 # The consumer went away (cancelled, broke out, timed out): no orphans.

@@ -85,7 +85,7 @@ def cmd_exec(paths: ServerPaths, argv: list[str]) -> int:
         return 0
     try:
         _write_line(call(paths, frame))
-    except (ServerUnavailable, OSError) as exc:
+    except (ServerUnavailable, ServerDirError, OSError) as exc:
         _write_line(_unavailable(request_id, str(exc)))
     return 0
 
@@ -259,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         if command == "healthcheck":
             return cmd_healthcheck(paths)
     except (ServerDirError, ServerUnavailable) as exc:
+        if command == "exec":  # the caller expects a JSON-RPC response, even for this
+            _write_line(_unavailable(None, str(exc)))
+            return 0
         print(f"sandbox-tools runtime: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -262,7 +262,11 @@ class ExecRemoteController:
         return job.output()[0]
 
     async def close_stdin(self, params: AckParams) -> OutputResult:
-        job = self._running_job(params.pid)
+        # Closing the stdin of a process that already exited is a harmless race: no error.
+        job = self._job(params.pid)
+        if job is None:
+            remembered = self._remembered_result(params.pid)
+            return {"seq": remembered["seq"], "stdout": "", "stderr": ""}
         await job.acknowledge(params.ack_seq)
         stdin = job.process.stdin
         if stdin is not None and not stdin.is_closing():

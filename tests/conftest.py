@@ -1,0 +1,84 @@
+"""Shared fixtures: a private runtime server directory per test, and the Docker engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+@dataclass
+class RuntimeDir:
+    """A private server directory and helpers to drive the runtime CLI from source."""
+
+    path: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SANDBOX_TOOLS_DIR": self.path,
+            "PYTHONPATH": SRC,
+            "SANDBOX_TOOLS_KILL_GRACE": "0.5",
+        }
+
+    def cli(
+        self, *args: str, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sandbox_tools.runtime", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+        )
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+        done = self.cli("exec", json.dumps(request))
+        assert done.returncode == 0, done.stderr
+        response: dict[str, Any] = json.loads(done.stdout)
+        return response
+
+    def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        response = self.call(method, params)
+        assert "result" in response, response
+        return response["result"]
+
+    def server_pid(self) -> int | None:
+        try:
+            return int(Path(self.path, "server.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def server_starts(self) -> int:
+        log = Path(self.path, "server.log")
+        return log.read_text().count("server started") if log.exists() else 0
+
+
+@pytest.fixture
+def runtime_dir() -> Iterator[RuntimeDir]:
+    # Short path on purpose: Unix socket paths are limited to 107 bytes.
+    directory = RuntimeDir(tempfile.mkdtemp(prefix="st-", dir="/tmp"))
+    yield directory
+    pid = directory.server_pid()
+    directory.cli("stop-server", timeout=30)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(directory.path, ignore_errors=True)

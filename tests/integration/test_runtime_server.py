@@ -1,0 +1,253 @@
+"""The runtime from source as real processes: CLI, server, Unix socket, children."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RuntimeDir
+
+
+def wait_for_state(rt: RuntimeDir, pid: int, ack: int = 0, timeout: float = 20) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = rt.result("exec_remote_poll", {"pid": pid, "ack_seq": ack, "wait_ms": 1000})
+        if result["state"] != "running":
+            return result
+    raise AssertionError(f"process {pid} still running after {timeout} s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_twenty_concurrent_clis_start_exactly_one_server(runtime_dir: RuntimeDir) -> None:
+    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "remote_version"})
+    clis = [
+        subprocess.Popen(
+            [sys.executable, "-m", "sandbox_tools.runtime", "exec", request],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=runtime_dir.env,
+        )
+        for _ in range(20)
+    ]
+    answers = {json.loads(cli.communicate(timeout=60)[0])["result"] for cli in clis}
+    assert len(answers) == 1, answers
+    assert runtime_dir.server_starts() == 1
+    assert str(runtime_dir.server_pid()) in answers.pop()
+
+
+def test_killed_server_is_restarted_and_lost_jobs_are_reported(runtime_dir: RuntimeDir) -> None:
+    job = runtime_dir.result("exec_remote_start", {"command": "sleep 30"})["pid"]
+    old_server = runtime_dir.server_pid()
+    assert old_server is not None
+    os.kill(old_server, signal.SIGKILL)
+    time.sleep(0.1)
+
+    info = runtime_dir.result("runtime_info")
+    assert info["pid"] != old_server
+    response = runtime_dir.call("exec_remote_poll", {"pid": job, "ack_seq": 0})
+    assert response["error"]["code"] == -32099
+    assert "restarted" in response["error"]["message"]
+    assert "lost" in response["error"]["message"]
+    os.killpg(job, signal.SIGKILL)
+
+
+def test_stale_socket_file_is_recovered(runtime_dir: RuntimeDir) -> None:
+    import socket
+
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(Path(runtime_dir.path, "server.sock")))
+    stale.close()  # a socket file nobody listens on
+    assert runtime_dir.result("version") == "0.1.0"
+
+
+def test_ack_retransmits_after_a_dropped_response(runtime_dir: RuntimeDir) -> None:
+    pid = runtime_dir.result("exec_remote_start", {"command": "echo first; echo second >&2"})["pid"]
+    first = wait_for_state(runtime_dir, pid)
+    # Pretend that response was lost: poll again without acknowledging it.
+    again = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": 0})
+    assert again == first
+    assert (first["stdout"], first["stderr"], first["exit_code"]) == ("first\n", "second\n", 0)
+
+
+def test_terminal_result_survives_a_retried_poll(runtime_dir: RuntimeDir) -> None:
+    pid = runtime_dir.result("exec_remote_start", {"command": "exit 7"})["pid"]
+    final = wait_for_state(runtime_dir, pid)
+    assert (final["state"], final["exit_code"]) == ("completed", 7)
+    acked = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": final["seq"]})
+    retried = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": final["seq"]})
+    for result in (acked, retried):
+        assert (result["state"], result["exit_code"], result["seq"]) == (
+            "completed",
+            7,
+            final["seq"],
+        )
+        assert result["stdout"] == result["stderr"] == ""
+
+
+def test_sigterm_trapping_process_is_killed(runtime_dir: RuntimeDir) -> None:
+    pid = runtime_dir.result(
+        "exec_remote_start",
+        {"command": "trap '' TERM; echo ready; while true; do sleep 0.1; done"},
+    )["pid"]
+    ready = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": 0, "wait_ms": 5000})
+    assert ready["stdout"] == "ready\n"
+    runtime_dir.result("exec_remote_kill", {"pid": pid, "ack_seq": ready["seq"]})
+    final = wait_for_state(runtime_dir, pid, ack=ready["seq"])
+    assert final["state"] == "killed"
+    assert final["exit_code"] == 128 + signal.SIGKILL
+    assert not pid_alive(pid)
+
+
+def test_children_in_the_process_group_are_killed(runtime_dir: RuntimeDir) -> None:
+    pid = runtime_dir.result(
+        "exec_remote_start",
+        {"command": "sleep 300 & echo $!; sh -c 'sleep 300 & echo $!; wait' & wait"},
+    )["pid"]
+    deadline = time.monotonic() + 10
+    children: list[int] = []
+    while len(children) < 2 and time.monotonic() < deadline:
+        out = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": 0, "wait_ms": 500})
+        children = [int(line) for line in out["stdout"].split()]
+    assert len(children) == 2 and all(pid_alive(child) for child in children)
+    runtime_dir.result("exec_remote_kill", {"pid": pid, "ack_seq": 0})
+    final = wait_for_state(runtime_dir, pid)
+    assert final["state"] == "killed"
+    time.sleep(0.2)
+    assert not any(pid_alive(child) for child in children)
+
+
+def test_stdin_input_env_cwd(runtime_dir: RuntimeDir, tmp_path: Path) -> None:
+    pid = runtime_dir.result(
+        "exec_remote_start",
+        {
+            "command": 'cat; echo "$GREETING"; pwd',
+            "input": "from input\n",
+            "env": {"GREETING": "hello env"},
+            "cwd": str(tmp_path),
+        },
+    )["pid"]
+    final = wait_for_state(runtime_dir, pid)
+    assert final["stdout"] == f"from input\nhello env\n{tmp_path}\n"
+
+    pid = runtime_dir.result("exec_remote_start", {"command": "cat", "stdin_open": True})["pid"]
+    runtime_dir.result("exec_remote_write_stdin", {"pid": pid, "ack_seq": 0, "data": "one "})
+    runtime_dir.result("exec_remote_write_stdin", {"pid": pid, "ack_seq": 0, "data": "two"})
+    runtime_dir.result("exec_remote_close_stdin", {"pid": pid, "ack_seq": 0})
+    final = wait_for_state(runtime_dir, pid)
+    assert (final["stdout"], final["exit_code"]) == ("one two", 0)
+
+    response = runtime_dir.call("exec_remote_write_stdin", {"pid": pid, "ack_seq": 0, "data": "x"})
+    assert response["error"]["code"] == -32099
+
+
+def test_bad_cwd_and_unknown_pid_are_tool_errors(runtime_dir: RuntimeDir) -> None:
+    bad_cwd = runtime_dir.call("exec_remote_start", {"command": "true", "cwd": "/no/such/dir"})
+    assert bad_cwd["error"]["code"] == -32099 and "/no/such/dir" in bad_cwd["error"]["message"]
+    unknown = runtime_dir.call("exec_remote_poll", {"pid": 999999, "ack_seq": 0})
+    assert unknown["error"]["code"] == -32099 and "999999" in unknown["error"]["message"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_user_switch_when_root(runtime_dir: RuntimeDir) -> None:
+    pid = runtime_dir.result(
+        "exec_remote_start", {"command": "id -u; echo $HOME", "user": "nobody"}
+    )["pid"]
+    final = wait_for_state(runtime_dir, pid)
+    uid, home = final["stdout"].split()
+    assert uid == "65534" and home == "/nonexistent"
+    missing = runtime_dir.call("exec_remote_start", {"command": "true", "user": "no-such-user"})
+    assert missing["error"]["code"] == -32099 and "no-such-user" in missing["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("request_text", "code"),
+    [
+        ("{not json", -32700),
+        ("[]", -32600),
+        ('{"jsonrpc": "2.0", "id": 1, "method": "exec_remote_pol"}', -32601),
+        (
+            '{"jsonrpc": "2.0", "id": 1, "method": "exec_remote_poll", "params": {"pid": "1"}}',
+            -32602,
+        ),
+        ('{"jsonrpc": "2.0", "id": 1, "method": "exec_remote_start", "params": {}}', -32602),
+    ],
+)
+def test_malformed_input_never_kills_the_server(
+    runtime_dir: RuntimeDir, request_text: str, code: int
+) -> None:
+    assert runtime_dir.result("version") == "0.1.0"
+    server = runtime_dir.server_pid()
+    done = runtime_dir.cli("exec", request_text)
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr
+    assert json.loads(done.stdout)["error"]["code"] == code
+    # Straight to the socket too, bypassing the CLI's own validation.
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(Path(runtime_dir.path, "server.sock")))
+        sock.sendall(request_text.encode() + b"\n")
+        assert json.loads(sock.makefile("rb").readline())["error"]["code"] == code
+    assert runtime_dir.result("version") == "0.1.0"
+    assert runtime_dir.server_pid() == server
+
+
+def test_stdio_answers_out_of_order_and_survives_garbage(runtime_dir: RuntimeDir) -> None:
+    pid = runtime_dir.result("exec_remote_start", {"command": "sleep 1"})["pid"]
+    lines = [
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": "slow",
+                "method": "exec_remote_poll",
+                "params": {"pid": pid, "ack_seq": 0, "wait_ms": 10000},
+            }
+        ),
+        "garbage",
+        json.dumps({"jsonrpc": "2.0", "id": "fast", "method": "version"}),
+    ]
+    done = runtime_dir.cli("stdio", input="\n".join(lines) + "\n")
+    responses = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r.get("id") for r in responses] == [None, "fast", "slow"]
+    assert responses[0]["error"]["code"] == -32700
+    assert responses[2]["result"]["state"] == "completed"
+
+
+def test_healthcheck_and_stop_server(runtime_dir: RuntimeDir) -> None:
+    assert runtime_dir.cli("healthcheck").returncode == 1  # no server yet
+    assert runtime_dir.cli("start-server").returncode == 0
+    assert runtime_dir.cli("healthcheck").returncode == 0
+    server = runtime_dir.server_pid()
+    assert server is not None
+    assert runtime_dir.cli("stop-server").returncode == 0
+    assert not pid_alive(server)
+    assert runtime_dir.cli("healthcheck").returncode == 1
+
+
+def test_refuses_a_socket_it_does_not_own(runtime_dir: RuntimeDir) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant a socket owned by another user")
+    import socket
+
+    path = str(Path(runtime_dir.path, "server.sock"))
+    planted = socket.socket(socket.AF_UNIX)
+    planted.bind(path)
+    os.chown(path, 1000, 1000)
+    done = runtime_dir.cli("exec", '{"jsonrpc":"2.0","id":1,"method":"version"}')
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == -32098 and "refusing" in error["message"]
+    planted.close()

@@ -1,0 +1,17 @@
+import pytest
+
+from sandbox_tools.platforms import Arch
+
+
+@pytest.mark.parametrize(
+    ("spelling", "arch"),
+    [("x86_64", Arch.AMD64), ("amd64", Arch.AMD64), ("AARCH64", Arch.ARM64), ("arm64", Arch.ARM64)],
+)
+def test_parse_normalises_spellings(spelling: str, arch: Arch) -> None:
+    assert Arch.parse(spelling) is arch
+    assert arch.platform == f"linux/{arch.value}"
+
+
+def test_unsupported_architecture_names_the_supported_list() -> None:
+    with pytest.raises(ValueError, match=r"riscv64.*supported: amd64, arm64"):
+        Arch.parse("riscv64")
