@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Idempotent machine setup for sandbox-tools on Debian/Ubuntu:
+#   - system packages: a Docker engine, QEMU user emulation + binfmt (arm64 containers),
+#     debootstrap (offline base images), musl-tools (the static launcher);
+#   - a running Docker engine (started in the background when none answers);
+#   - .venv with the package and its dev tools.
+# Safe to rerun: every step checks first and does nothing when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+missing=()
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+[ -e /usr/bin/qemu-aarch64-static ] || [ -e /usr/bin/qemu-aarch64 ] || missing+=(qemu-user-static)
+command -v update-binfmts >/dev/null || missing+=(binfmt-support)
+command -v musl-gcc >/dev/null || missing+=(musl-tools)
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# binfmt_misc: lets the engine run linux/arm64 containers under QEMU.
+if [ -d /proc/sys/fs/binfmt_misc ] && [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  $SUDO mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+fi
+if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  $SUDO update-binfmts --enable >/dev/null 2>&1 || log "warning: could not enable binfmt (arm64 containers will not run)"
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  if [ -n "${DOCKER_HOST:-}" ]; then
+    echo "DOCKER_HOST=$DOCKER_HOST does not answer; start that engine or unset DOCKER_HOST" >&2
+    exit 3
+  fi
+  log "starting dockerd in the background (log: /var/log/sandbox-tools-dockerd.log)"
+  $SUDO sh -c 'nohup dockerd >/var/log/sandbox-tools-dockerd.log 2>&1 &'
+  for _ in $(seq 120); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  docker info >/dev/null 2>&1 || { echo "dockerd did not come up; see /var/log/sandbox-tools-dockerd.log" >&2; exit 3; }
+fi
+
+# The virtual environment, reinstalled only when pyproject.toml changes.
+stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -e "$stamp" ]; then
+  log "creating .venv and installing sandbox-tools[dev]"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
+log "ready: $(.venv/bin/tools --version), Docker $(docker version --format '{{.Server.Version}}')"
