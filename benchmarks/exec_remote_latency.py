@@ -82,23 +82,49 @@ def row(table: Table, where: str, what: str, values: list[float]) -> None:
 
 
 async def bench_target(
-    where: str, sandbox: Sandbox, launch_command: list[str], env: dict[str, str], runs: int,
-    latency: Table, round_trip: Table, bare_exec: Callable[[], Awaitable[Any]] | None,
+    where: str,
+    sandbox: Sandbox,
+    launch_command: list[str],
+    env: dict[str, str],
+    runs: int,
+    latency: Table,
+    round_trip: Table,
+    bare_exec: Callable[[], Awaitable[Any]] | None,
 ) -> None:
     stdio = StdioRuntimeClient(sandbox, launch_command, env=env)
     per_call = ExecRuntimeClient(sandbox, launch_command, env=env)
     try:
-        row(latency, where, "long poll (wait_ms)",
-            await sample(runs, lambda: exit_latency_long_poll(stdio)))
-        row(latency, where, "fixed 0.5 s poll loop",
-            await sample(runs, lambda: exit_latency_fixed_poll(stdio)))
-        row(round_trip, where, "version via persistent stdio channel",
-            await sample(runs, lambda: timed(lambda: stdio.call("version"))))
-        row(round_trip, where, "version via one exec per call",
-            await sample(runs, lambda: timed(lambda: per_call.call("version"))))
+        row(
+            latency,
+            where,
+            "long poll (wait_ms)",
+            await sample(runs, lambda: exit_latency_long_poll(stdio)),
+        )
+        row(
+            latency,
+            where,
+            "fixed 0.5 s poll loop",
+            await sample(runs, lambda: exit_latency_fixed_poll(stdio)),
+        )
+        row(
+            round_trip,
+            where,
+            "version via persistent stdio channel",
+            await sample(runs, lambda: timed(lambda: stdio.call("version"))),
+        )
+        row(
+            round_trip,
+            where,
+            "version via one exec per call",
+            await sample(runs, lambda: timed(lambda: per_call.call("version"))),
+        )
         if bare_exec is not None:
-            row(round_trip, where, "bare `docker exec true`",
-                await sample(runs, lambda: timed(bare_exec)))
+            row(
+                round_trip,
+                where,
+                "bare `docker exec true`",
+                await sample(runs, lambda: timed(bare_exec)),
+            )
         await stdio.call("sandbox_tools_shutdown")
     finally:
         await stdio.aclose()
@@ -113,19 +139,29 @@ async def main(runs: int) -> None:
 
     with tempfile.TemporaryDirectory(prefix="st-bench-") as server_dir:
         launch = local_source_runtime(server_dir)
-        await bench_target("local", LocalSandbox(), launch.command, launch.env, runs,
-                           latency, round_trip, None)
+        await bench_target(
+            "local", LocalSandbox(), launch.command, launch.env, runs, latency, round_trip, None
+        )
 
     client = docker_client()
-    recipe = RootfsRecipe(suite="bookworm", arch=Arch.parse(os.uname().machine),
-                          include=("python3",))
+    recipe = RootfsRecipe(
+        suite="bookworm", arch=Arch.parse(os.uname().machine), include=("python3",)
+    )
     image = ensure_image(client, recipe)
     mounts = {str(package_parent()): {"bind": SOURCE_MOUNT, "mode": "ro"}}
     with running_container(client, image, volumes=mounts) as container:
         sandbox = DockerSandbox(container, client)
         launch = mounted_source_runtime()
-        await bench_target("docker", sandbox, launch.command, launch.env, runs, latency,
-                           round_trip, lambda: sandbox.exec(["true"]))
+        await bench_target(
+            "docker",
+            sandbox,
+            launch.command,
+            launch.env,
+            runs,
+            latency,
+            round_trip,
+            lambda: sandbox.exec(["true"]),
+        )
 
     console = Console()
     console.print(latency)

@@ -22,8 +22,13 @@ pytestmark = pytest.mark.docker
 
 async def test_exec_with_stdin_env_cwd_user(docker_engine: Any, python_container: Any) -> None:
     sandbox = DockerSandbox(python_container, docker_engine)
-    out = await sandbox.exec(["sh", "-c", "cat; echo $X; pwd; id -u"], input=b"piped\n",
-                             env={"X": "from-env"}, cwd="/tmp", user="65534")
+    out = await sandbox.exec(
+        ["sh", "-c", "cat; echo $X; pwd; id -u"],
+        input=b"piped\n",
+        env={"X": "from-env"},
+        cwd="/tmp",
+        user="65534",
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode().split() == ["piped", "from-env", "/tmp", "65534"]
 
@@ -60,7 +65,8 @@ async def test_exec_remote_into_a_container(
         assert result.stdout.strip().startswith("12")
 
         process = await exec_remote(
-            client, "for i in 1 2 3; do echo line$i; sleep 0.2; done",
+            client,
+            "for i in 1 2 3; do echo line$i; sleep 0.2; done",
             ExecRemoteOptions(poll_interval=2),
         )
         chunks = [e.data async for e in process.events() if isinstance(e, StdoutChunk)]
