@@ -16,6 +16,7 @@ from sandbox_tools.injector.jsonrpc_client import (
     StdioRuntimeClient,
     connect_runtime,
 )
+from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 
 __all__ = [
     "Completed",
@@ -28,6 +29,9 @@ __all__ = [
     "StderrChunk",
     "StdioRuntimeClient",
     "StdoutChunk",
+    "bash_session",
     "connect_runtime",
     "exec_remote",
+    "new_bash_session",
+    "text_editor",
 ]

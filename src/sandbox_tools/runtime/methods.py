@@ -9,8 +9,12 @@ from typing import Any
 
 from sandbox_tools.runtime.build_info import build_info
 from sandbox_tools.runtime.jsonrpc import Method, Params
+from sandbox_tools.runtime.tools.bash_session import json_rpc_methods as bash_session_methods
+from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
 from sandbox_tools.runtime.tools.exec_remote import json_rpc_methods as exec_remote_methods
 from sandbox_tools.runtime.tools.exec_remote.controller import ExecRemoteController
+from sandbox_tools.runtime.tools.text_editor import json_rpc_methods as text_editor_methods
+from sandbox_tools.runtime.tools.text_editor.controller import TextEditorController
 
 
 def core_methods(server_dir: str, request_shutdown: Callable[[], None]) -> dict[str, Method]:
@@ -35,10 +39,25 @@ def core_methods(server_dir: str, request_shutdown: Callable[[], None]) -> dict[
     }
 
 
+class Controllers:
+    """The server's state: one controller per tool."""
+
+    def __init__(self, lost_jobs_note: str | None = None) -> None:
+        self.exec_remote = ExecRemoteController(lost_jobs_note=lost_jobs_note)
+        self.bash_session = BashSessionController()
+        self.text_editor = TextEditorController()
+
+    async def shutdown(self) -> None:
+        await self.exec_remote.shutdown()
+        await self.bash_session.shutdown()
+
+
 def all_methods(
-    server_dir: str, request_shutdown: Callable[[], None], exec_remote: ExecRemoteController
+    server_dir: str, request_shutdown: Callable[[], None], controllers: Controllers
 ) -> dict[str, Method]:
     return {
         **core_methods(server_dir, request_shutdown),
-        **exec_remote_methods.methods(exec_remote),
+        **exec_remote_methods.methods(controllers.exec_remote),
+        **bash_session_methods.methods(controllers.bash_session),
+        **text_editor_methods.methods(controllers.text_editor),
     }

@@ -19,9 +19,8 @@ from typing import Any
 
 from sandbox_tools.protocol import INVALID_REQUEST, MAX_FRAME_BYTES
 from sandbox_tools.runtime.jsonrpc import Method, RpcError, dispatch, encode, error_response
-from sandbox_tools.runtime.methods import all_methods
+from sandbox_tools.runtime.methods import Controllers, all_methods
 from sandbox_tools.runtime.paths import ServerPaths
-from sandbox_tools.runtime.tools.exec_remote.controller import ExecRemoteController
 
 GC_INTERVAL_S = 60.0
 SHUTDOWN_DRAIN_S = 0.5
@@ -41,7 +40,7 @@ class RuntimeServer:
         self.paths = paths
         self._stop = asyncio.Event()
         self._lock_fd: int | None = None
-        self.exec_remote: ExecRemoteController | None = None
+        self.controllers: Controllers | None = None
         self.methods: dict[str, Method] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
 
@@ -73,8 +72,8 @@ class RuntimeServer:
             _log(note)
         with open(self.paths.pid_file, "w", encoding="ascii") as handle:
             handle.write(str(os.getpid()))
-        self.exec_remote = ExecRemoteController(lost_jobs_note=note)
-        self.methods = all_methods(self.paths.directory, self._stop.set, self.exec_remote)
+        self.controllers = Controllers(lost_jobs_note=note)
+        self.methods = all_methods(self.paths.directory, self._stop.set, self.controllers)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.paths.socket)
         old_umask = os.umask(0o177)
@@ -100,7 +99,7 @@ class RuntimeServer:
                 # Let answers already computed (the shutdown request's own) reach their clients.
                 await asyncio.wait(self._in_flight, timeout=SHUTDOWN_DRAIN_S)
             gc_task.cancel()
-            await self.exec_remote.shutdown()
+            await self.controllers.shutdown()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.paths.socket)
             with contextlib.suppress(FileNotFoundError):
@@ -109,8 +108,8 @@ class RuntimeServer:
     async def _collect_garbage(self) -> None:
         while True:
             await asyncio.sleep(GC_INTERVAL_S)
-            if self.exec_remote is not None:
-                await self.exec_remote.collect_garbage()
+            if self.controllers is not None:
+                await self.controllers.exec_remote.collect_garbage()
 
     async def _handle_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

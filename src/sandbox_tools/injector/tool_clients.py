@@ -1,0 +1,69 @@
+"""Typed async clients for the model-facing tools: bash_session and text_editor.
+
+Tool failures (-32099) raise `ToolError` carrying the runtime's sentence, meant for
+the model; transport failures raise `RuntimeTransportError`, meant for the harness.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient
+
+TextEditorCommand = Literal["view", "create", "str_replace", "insert", "undo_edit"]
+
+
+async def new_bash_session(client: RuntimeClient, user: str | None = None) -> str:
+    """Start an interactive shell; returns its session name (BashSession, BashSession_1...)."""
+    params = {"user": user} if user is not None else {}
+    result = await client.call("bash_session_new_session", params)
+    return str(result["session_name"])
+
+
+async def bash_session(
+    client: RuntimeClient,
+    session_name: str,
+    input: str | None = None,
+    *,
+    wait_for_output: float = 30,
+    idle_timeout: float = 0.5,
+    max_output_bytes: int | None = None,
+    restart: bool = False,
+) -> str:
+    """Send `input` (verbatim: end a command with "\\n") and return the terminal output."""
+    params: dict[str, Any] = {"session_name": session_name}
+    if restart:
+        params["restart"] = True
+    else:
+        params.update(wait_for_output=wait_for_output, idle_timeout=idle_timeout)
+        if input is not None:
+            params["input"] = input
+        if max_output_bytes is not None:
+            params["max_output_bytes"] = max_output_bytes
+    # The runtime answers within wait_for_output; allow generous slack for the transport.
+    return str(await client.call("bash_session", params, timeout=wait_for_output + 60))
+
+
+async def text_editor(
+    client: RuntimeClient,
+    command: TextEditorCommand,
+    path: str,
+    *,
+    view_range: tuple[int, int] | None = None,
+    file_text: str | None = None,
+    old_str: str | None = None,
+    new_str: str | None = None,
+    insert_line: int | None = None,
+    user: str | None = None,
+) -> str:
+    params: dict[str, Any] = {"command": command, "path": path}
+    optional: dict[str, Any] = {
+        "view_range": list(view_range) if view_range is not None else None,
+        "file_text": file_text,
+        "old_str": old_str,
+        "new_str": new_str,
+        "insert_line": insert_line,
+        "user": user,
+    }
+    params.update({key: value for key, value in optional.items() if value is not None})
+    return str(await client.call("text_editor", params))

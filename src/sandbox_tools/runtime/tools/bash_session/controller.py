@@ -1,0 +1,312 @@
+"""bash_session: interactive shells on PTYs, one per session, owned by the server.
+
+How a call knows when to stop reading:
+- the shell's prompts are set to per-session nonce tokens (after start, so they
+  override any rc file): PS1 at the end of the output means the command finished and
+  the call returns at once instead of waiting out `idle_timeout`; PS2 at the end means
+  the shell waits for the rest of an unfinished command, which the result says;
+- otherwise output is collected until `idle_timeout` seconds of silence after some
+  output, or `wait_for_output` seconds in all (a hung command returns what it has).
+Output not returned by one call (it arrived after the call ended) is returned by the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import fcntl
+import os
+import pty
+import re
+import secrets
+import shutil
+import signal
+import struct
+import termios
+import time
+from dataclasses import dataclass
+
+from sandbox_tools.runtime.child_env import Identity, child_environment, resolve_user
+from sandbox_tools.runtime.jsonrpc import ToolError
+from sandbox_tools.runtime.tools.bash_session.tool_types import InteractParams, NewSessionParams
+
+# ANSI escape sequences (CSI, OSC, two-byte escapes), then remaining C0 controls but \t, \n.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+READ_SIZE = 64 * 1024
+# Unreturned output kept per session; past this the oldest is dropped (and said so).
+BUFFER_CHARS = 4 * 1024 * 1024
+START_TIMEOUT_S = 15.0
+PROMPT_SETTLE_S = 0.05
+WINDOW = struct.pack("HHHH", 50, 250, 0, 0)  # rows, cols: wide, so little wraps
+
+
+def clean_output(text: str) -> str:
+    text = _ANSI.sub("", text).replace("\r\n", "\n")
+    return _CONTROL.sub("", text)
+
+
+def truncate_tail(text: str, max_bytes: int) -> str:
+    """Keep the newest `max_bytes` bytes (never a split character) with a notice."""
+    encoded = text.encode()
+    if len(encoded) <= max_bytes:
+        return text
+    kept = encoded[-max_bytes:].decode(errors="ignore")
+    dropped = len(encoded) - len(kept.encode())
+    return f"[sandbox-tools: {dropped} bytes of earlier output truncated]\n{kept}"
+
+
+def _take_controlling_tty() -> None:  # runs in the child between fork and exec
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@dataclass
+class _Shell:
+    process: asyncio.subprocess.Process
+    master: int
+    program: str
+    ps1: str
+    ps2: str
+    raw: str = ""
+    base: int = 0  # absolute offset of raw[0]
+    returned: int = 0  # absolute offset up to which output was returned
+    dropped: int = 0  # unreturned chars dropped because the buffer was full
+    last_output_at: float = 0.0
+    exit_code: int | None = None
+    eof: bool = False
+
+    def __post_init__(self) -> None:
+        self.watcher: asyncio.Task[None] | None = None
+        self.changed = asyncio.Event()
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.raw)
+
+    def on_readable(self) -> None:
+        try:
+            data = os.read(self.master, READ_SIZE)
+        except OSError:  # EIO: every holder of the terminal's other side is gone
+            data = b""
+        if not data:
+            self.eof = True
+            asyncio.get_running_loop().remove_reader(self.master)
+            self.raw += self.decoder.decode(b"", final=True)
+        else:
+            self.raw += self.decoder.decode(data)
+        self.last_output_at = time.monotonic()
+        overflow = len(self.raw) - BUFFER_CHARS
+        if overflow > 0:
+            unreturned_lost = max(0, min(overflow, self.base + overflow - self.returned))
+            self.dropped += unreturned_lost
+            self.raw = self.raw[overflow:]
+            self.base += overflow
+            self.returned = max(self.returned, self.base)
+        self.changed.set()
+
+    def text_since(self, offset: int) -> str:
+        return self.raw[max(0, offset - self.base) :]
+
+    async def write(self, data: str) -> None:
+        payload = data.encode()
+        while payload:
+            try:
+                written = os.write(self.master, payload)
+            except BlockingIOError:
+                await asyncio.sleep(0.01)  # the terminal's input queue is full; let it drain
+                continue
+            payload = payload[written:]
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(ValueError, RuntimeError):
+            asyncio.get_running_loop().remove_reader(self.master)
+        with contextlib.suppress(OSError):
+            os.close(self.master)
+
+
+class BashSessionController:
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Shell] = {}
+        self._users: dict[str, str | None] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def new_session(self, params: NewSessionParams) -> dict[str, str]:
+        identity = resolve_user(params.user)
+        name = self._next_name()
+        shell = await self._start(identity)
+        self._sessions[name] = shell
+        self._users[name] = params.user
+        self._locks[name] = asyncio.Lock()
+        result = {"session_name": name, "shell": shell.program}
+        if not shell.program.endswith("bash"):
+            result["note"] = f"bash is not installed here; this session runs {shell.program} -i"
+        return result
+
+    async def interact(self, params: InteractParams) -> str:
+        shell = self._sessions.get(params.session_name)
+        if shell is None:
+            known = ", ".join(sorted(self._sessions)) or "none"
+            raise ToolError(
+                f"no bash session named {params.session_name!r} (sessions: {known}); "
+                "create one with bash_session_new_session"
+            )
+        async with self._locks[params.session_name]:
+            if params.restart:
+                shell.kill()
+                await self._reap(shell)
+                identity = resolve_user(self._users[params.session_name])
+                self._sessions[params.session_name] = await self._start(identity)
+                return f"{params.session_name} restarted."
+            if shell.exit_code is not None and shell.returned >= shell.end:
+                raise ToolError(
+                    f"the shell of {params.session_name} has exited (code {shell.exit_code}); "
+                    "restart the session (restart: true) to get a new shell"
+                )
+            written_at = shell.end
+            if params.input:
+                await shell.write(params.input)
+            state = await self._collect(shell, params, written_at)
+            return self._render(shell, params, state)
+
+    async def shutdown(self) -> None:
+        for shell in self._sessions.values():
+            shell.kill()
+        self._sessions.clear()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _next_name(self) -> str:
+        if "BashSession" not in self._sessions:
+            return "BashSession"
+        index = 1
+        while f"BashSession_{index}" in self._sessions:
+            index += 1
+        return f"BashSession_{index}"
+
+    async def _start(self, identity: Identity) -> _Shell:
+        bash = shutil.which("bash")
+        program = bash or shutil.which("sh") or "/bin/sh"
+        argv = [program, "--noediting", "-i"] if bash else [program, "-i"]
+        master, slave = pty.openpty()
+        attrs = termios.tcgetattr(slave)
+        attrs[3] &= ~termios.ECHO  # input is not echoed back into the output
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, WINDOW)
+        os.set_blocking(master, False)
+        env = child_environment({**identity.env(), "TERM": "dumb", "PAGER": "cat"})
+        cwd = identity.home if identity.home and os.path.isdir(identity.home) else None
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=env,
+                cwd=cwd if identity.uid is not None else None,
+                start_new_session=True,
+                preexec_fn=_take_controlling_tty,
+                user=identity.uid,
+                group=identity.gid,
+                extra_groups=identity.groups,
+            )
+        except OSError as exc:
+            os.close(master)
+            raise ToolError(f"cannot start {program}: {exc.strerror or exc}") from None
+        finally:
+            os.close(slave)
+        nonce = secrets.token_hex(6)
+        shell = _Shell(process, master, program, f"__ST_PS1_{nonce}__", f"__ST_PS2_{nonce}__")
+        asyncio.get_running_loop().add_reader(master, shell.on_readable)
+        shell.watcher = asyncio.create_task(self._watch(shell))  # held: tasks are weakly kept
+        await shell.write(f"PS1='{shell.ps1}'; PS2='{shell.ps2}'; unset PROMPT_COMMAND\n")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while shell.ps1 not in shell.raw:
+            if shell.exit_code is not None or time.monotonic() > deadline:
+                shell.kill()
+                raise ToolError(
+                    f"{program} did not start an interactive session: "
+                    f"{clean_output(shell.raw)[-500:]!r}"
+                )
+            shell.changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(shell.changed.wait(), 0.5)
+        shell.returned = shell.end  # start-up banner and rc output are not the model's
+        return shell
+
+    @staticmethod
+    async def _watch(shell: _Shell) -> None:
+        returncode = await shell.process.wait()
+        # Let the reader drain what the shell wrote before it went away.
+        for _ in range(50):
+            if shell.eof:
+                break
+            await asyncio.sleep(0.01)
+        shell.exit_code = 128 - returncode if returncode < 0 else returncode
+        shell.changed.set()
+
+    @staticmethod
+    async def _reap(shell: _Shell) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(shell.process.wait(), 5)
+
+    async def _collect(self, shell: _Shell, params: InteractParams, written_at: int) -> str:
+        """Wait per the rules in the module docstring; return why the wait ended."""
+        started = time.monotonic()
+        deadline = started + params.wait_for_output
+        while True:
+            fresh = shell.text_since(written_at).rstrip()
+            if shell.exit_code is not None:
+                return "exited"
+            if fresh.endswith(shell.ps1) or fresh.endswith(shell.ps2):
+                # Settle: a prompt between two commands of one input is not the end.
+                shell.changed.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(shell.changed.wait(), PROMPT_SETTLE_S)
+                if not shell.changed.is_set():
+                    return "prompt" if fresh.endswith(shell.ps1) else "continuation"
+                continue
+            now = time.monotonic()
+            has_output = shell.end > shell.returned
+            if has_output and now - shell.last_output_at >= params.idle_timeout:
+                return "idle"
+            if now >= deadline:
+                return "timeout"
+            wait = deadline - now
+            if has_output:
+                wait = min(wait, params.idle_timeout - (now - shell.last_output_at))
+            shell.changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(shell.changed.wait(), max(wait, 0.001))
+
+    def _render(self, shell: _Shell, params: InteractParams, state: str) -> str:
+        text = shell.text_since(shell.returned)
+        shell.returned = shell.end
+        text = clean_output(text.replace(shell.ps1, "").replace(shell.ps2, ""))
+        notes = []
+        if shell.dropped:
+            notes.append(f"{shell.dropped} characters of output were dropped (buffer full)")
+            shell.dropped = 0
+        if state == "continuation":
+            notes.append(
+                "the shell is waiting for more input (an unfinished quote, bracket or "
+                "here-document?): send the rest of the command, or restart the session"
+            )
+        elif state == "exited":
+            notes.append(
+                f"the shell exited with code {shell.exit_code}; restart the session "
+                "(restart: true) to get a new one"
+            )
+        elif state in ("timeout", "idle") and params.input is not None:
+            notes.append(
+                "no prompt yet: the command is still running or waiting for input; call "
+                "again to read more output, send input, or restart the session"
+            )
+        text = truncate_tail(text, params.max_output_bytes)
+        if notes:
+            separator = "" if not text or text.endswith("\n") else "\n"
+            text += separator + "".join(f"[sandbox-tools: {note}]\n" for note in notes)
+        return text
