@@ -148,17 +148,15 @@ class UserFileAccess:
     async def call(self, op: str, **args: Any) -> Any:
         from sandbox_tools.runtime.client import self_command
 
-        process = await asyncio.create_subprocess_exec(
-            *self_command(),
-            "file-op",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            user=self.identity.uid,
-            group=self.identity.gid,
-            extra_groups=self.identity.groups,
-            cwd="/",
-        )
+        command = self_command()
+        try:
+            process = await self._spawn(command)
+        except OSError as exc:
+            raise ToolError(
+                f"cannot run the runtime as user {self.identity.name} to edit files: "
+                f"{exc.strerror or exc} ({command[0]}); the runtime must be readable and "
+                "executable by that user"
+            ) from None
         request = json.dumps({"op": op, "args": args}).encode()
         stdout, stderr = await process.communicate(request)
         try:
@@ -171,6 +169,19 @@ class UserFileAccess:
         if "error" in reply:
             raise ToolError(reply["error"])
         return reply["result"]
+
+    async def _spawn(self, command: list[str]) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *command,
+            "file-op",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            user=self.identity.uid,
+            group=self.identity.gid,
+            extra_groups=self.identity.groups,
+            cwd="/",
+        )
 
 
 def serve_one_request() -> int:

@@ -1,0 +1,57 @@
+"""bash_session and text_editor inside a real container (runtime mounted from source)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from sandbox_tools.errors import ToolError
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient, connect_runtime
+from sandbox_tools.injector.source_runtime import mounted_source_runtime
+from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
+from sandbox_tools.sandboxes.docker import DockerSandbox
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+async def client(docker_engine: Any, python_container: Any) -> AsyncIterator[RuntimeClient]:
+    sandbox = DockerSandbox(python_container, docker_engine)
+    setup = await sandbox.exec(
+        ["sh", "-c", "useradd -m -u 1000 agent && install -d -o agent /home/agent/work"]
+    )
+    assert setup.returncode == 0, setup.stderr
+    launch = mounted_source_runtime()
+    runtime_client = await connect_runtime(sandbox, launch.command, env=launch.env)
+    yield runtime_client
+    await runtime_client.aclose()
+
+
+async def test_bash_session_in_container(client: RuntimeClient) -> None:
+    session = await new_bash_session(client)
+    await bash_session(client, session, "cd /etc && X=42\n")
+    assert await bash_session(client, session, "pwd; echo $X; cat debian_version\n") == (
+        "/etc\n42\n" + (await bash_session(client, session, "cat /etc/debian_version\n"))
+    )
+    as_agent = await new_bash_session(client, user="agent")
+    assert await bash_session(client, as_agent, "id -u; echo $HOME; pwd\n") == (
+        "1000\n/home/agent\n/home/agent\n"
+    )
+
+
+async def test_text_editor_in_container_as_user(client: RuntimeClient) -> None:
+    path = "/home/agent/work/$(touch /tmp/pwned); rm -rf /etc.txt"
+    await text_editor(client, "create", path, file_text="a\nb\n", user="agent")
+    await text_editor(client, "insert", path, insert_line=1, new_str="between", user="agent")
+    view = await text_editor(client, "view", path, user="agent")
+    assert view.endswith("     1\ta\n     2\tbetween\n     3\tb\n")
+    owner = await bash_session(
+        client,
+        await new_bash_session(client),
+        "stat -c %u /home/agent/work/*; test -e /tmp/pwned || echo clean; ls -d /etc\n",
+    )
+    assert owner == "1000\nclean\n/etc\n"  # owned by agent; nothing touched, nothing removed
+    with pytest.raises(ToolError, match="permission denied"):
+        await text_editor(client, "view", "/root/.bashrc", user="agent")
