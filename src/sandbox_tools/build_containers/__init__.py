@@ -1,0 +1,1 @@
+"""tools build: the runtime -> one portable executable per architecture, built in containers."""
