@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sandbox_tools import __version__
+from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.exec_remote import (
     Completed,
@@ -108,6 +109,9 @@ def exec_remote_command(
     with tempfile.TemporaryDirectory(prefix="sandbox-tools-") as server_dir:
         code = asyncio.run(_exec_remote_local(command, timeout, server_dir))
     raise typer.Exit(code)
+
+
+app.command("build")(build_command)
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import struct
 import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import docker
@@ -287,3 +287,32 @@ def running_container(
         if os.environ.get(KEEP_CONTAINERS_ENV) != "1":
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
+
+
+def run_to_completion(
+    client: Any,
+    image: str,
+    command: list[str],
+    on_line: Callable[[str], None] = lambda _: None,
+    **kwargs: Any,
+) -> tuple[int, str]:
+    """Run `command` in a fresh container; stream its output lines; always remove it."""
+    container = client.containers.run(image, command=command, detach=True, **kwargs)
+    lines: list[str] = []
+    try:
+        pending = ""
+        for chunk in container.logs(stream=True, follow=True):
+            pending += chunk.decode(errors="replace")
+            *complete, pending = pending.split("\n")
+            for line in complete:
+                lines.append(line)
+                on_line(line)
+        if pending:
+            lines.append(pending)
+            on_line(pending)
+        status = container.wait()
+    finally:
+        if os.environ.get(KEEP_CONTAINERS_ENV) != "1":
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+    return int(status.get("StatusCode", 1)), "\n".join(lines)

@@ -1,0 +1,245 @@
+"""tools build: turn the runtime into one self-contained executable per architecture.
+
+Stages per architecture: base image (debootstrap root), builder image (imported into
+the engine), dependencies (host-side wheelhouse), freeze (PyInstaller in a container
+of that architecture), package (the single-file artifact) and smoke test (the fresh
+artifact answers `version` and `runtime_info` in a container of its architecture).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sandbox_tools._version import __version__
+from sandbox_tools.build_containers.builder import builder_recipe
+from sandbox_tools.build_containers.lock import FREEZE_LOCK, RESOURCES, ensure_wheelhouse
+from sandbox_tools.build_containers.package import pack_portable
+from sandbox_tools.build_containers.records import (
+    ArtifactFormat,
+    ArtifactRecord,
+    artifact_name,
+    compute_build_id,
+    read_records,
+    sha256_of,
+    tree_id,
+    write_records,
+)
+from sandbox_tools.errors import BuildError
+from sandbox_tools.platforms import Arch
+from sandbox_tools.sandboxes.docker import run_to_completion, running_container
+from sandbox_tools.sandboxes.images import (
+    build_rootfs,
+    cache_dir,
+    image_exists,
+    import_rootfs,
+)
+
+STAGES = ("base image", "builder image", "dependencies", "freeze", "package", "smoke test")
+SMOKE_DIR = "/opt/sandbox-tools-smoke"
+
+
+class BuildReporter(Protocol):
+    def stage(self, arch: Arch, stage: str) -> None: ...
+
+    def log(self, arch: Arch, line: str) -> None: ...
+
+    def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    arches: tuple[Arch, ...]
+    format: ArtifactFormat
+    out_dir: Path
+
+
+def _reusable(
+    out_dir: Path, name: str, build_id: str, fmt: ArtifactFormat
+) -> ArtifactRecord | None:
+    for record in read_records(out_dir):
+        if record.name == name and record.build_id == build_id and record.format == fmt.value:
+            path = out_dir / name
+            if (
+                path.exists()
+                and path.stat().st_size == record.size
+                and (sha256_of(path) == record.sha256)
+            ):
+                return record
+    return None
+
+
+def _freeze(
+    client: Any,
+    arch: Arch,
+    fmt: ArtifactFormat,
+    image: str,
+    build_id: str,
+    work: Path,
+    wheelhouse: Path,
+    reporter: BuildReporter,
+) -> None:
+    source_root = Path(__file__).resolve().parent.parent.parent  # contains sandbox_tools/
+    (work / "_build_info.json").write_text(json.dumps({"build_id": build_id, "format": fmt.value}))
+    tail: list[str] = []
+
+    def on_line(line: str) -> None:
+        tail.append(line)
+        del tail[:-40]
+        if line.strip():
+            reporter.log(arch, line)
+
+    code, _ = run_to_completion(
+        client,
+        image,
+        ["sh", "/recipe/freeze.sh"],
+        on_line=on_line,
+        platform=arch.platform,
+        environment={"FORMAT": fmt.value},
+        volumes={
+            str(source_root): {"bind": "/src", "mode": "ro"},
+            str(wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
+            str(RESOURCES): {"bind": "/recipe", "mode": "ro"},
+            str(work): {"bind": "/out", "mode": "rw"},
+        },
+    )
+    if code != 0:
+        raise BuildError(f"freezing for {arch.value} failed (exit {code}):\n" + "\n".join(tail))
+
+
+def _smoke_test(client: Any, image: str, arch: Arch, artifact: Path, build_id: str) -> None:
+    """The fresh artifact must answer in a container of its architecture, unpacked there."""
+    from sandbox_tools.sandboxes.docker import DockerSandbox
+
+    exe = f"{SMOKE_DIR}/{artifact.name}"
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "version"},
+        {"jsonrpc": "2.0", "id": 2, "method": "runtime_info"},
+    ]
+    with running_container(client, image, platform=arch.platform) as container:
+        sandbox = DockerSandbox(container, client)
+        import asyncio
+
+        async def check() -> list[Any]:
+            await sandbox.exec(["mkdir", "-p", SMOKE_DIR])
+            await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
+            answers = []
+            for request in requests:
+                out = await sandbox.exec([exe, "exec", json.dumps(request)], timeout=300)
+                if out.returncode != 0:
+                    raise BuildError(
+                        f"smoke test: {exe} exited {out.returncode}: "
+                        f"{out.stderr.decode(errors='replace')[-1000:]}"
+                    )
+                answers.append(json.loads(out.stdout).get("result"))
+            return answers
+
+        version, info = asyncio.run(check())
+    if version != __version__ or not isinstance(info, dict) or info.get("build_id") != build_id:
+        raise BuildError(
+            f"smoke test of {artifact.name}: expected version {__version__} and build id "
+            f"{build_id}, got {version!r} and {info!r}"
+        )
+
+
+def build_arch(
+    client: Any, arch: Arch, request: BuildRequest, reporter: BuildReporter
+) -> ArtifactRecord:
+    recipe = builder_recipe(arch)
+    build_id = compute_build_id(arch, request.format, recipe.digest)
+    name = artifact_name(arch, request.format)
+    existing = _reusable(request.out_dir, name, build_id, request.format)
+    if existing is not None:
+        reporter.finished(arch, existing, skipped=True)
+        return existing
+
+    reporter.stage(arch, "base image")
+    image = recipe.image_tag
+    missing = not image_exists(client, image)
+    rootfs = build_rootfs(recipe, log=lambda line: reporter.log(arch, line)) if missing else None
+    reporter.stage(arch, "builder image")
+    if rootfs is not None:
+        import_rootfs(client, rootfs, image, arch)
+    reporter.stage(arch, "dependencies")
+    cache = cache_dir()
+    wheelhouse = ensure_wheelhouse(arch, FREEZE_LOCK, cache)
+
+    reporter.stage(arch, "freeze")
+    work = cache / "build" / f"{arch.value}-{request.format.value}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    _freeze(client, arch, request.format, image, build_id, work, wheelhouse, reporter)
+
+    reporter.stage(arch, "package")
+    request.out_dir.mkdir(parents=True, exist_ok=True)
+    output = request.out_dir / name
+    if request.format is ArtifactFormat.PORTABLE:
+        pack_portable(work / "launcher", work / "runtime", tree_id(build_id), output)
+    else:
+        partial = output.with_name(output.name + ".partial")
+        shutil.copyfile(work / "runtime.staticx", partial)
+        partial.chmod(0o755)
+        partial.replace(output)
+
+    reporter.stage(arch, "smoke test")
+    try:
+        _smoke_test(client, image, arch, output, build_id)
+    except BaseException:
+        output.unlink(missing_ok=True)  # an artifact that failed its smoke test is not kept
+        raise
+    record = ArtifactRecord(
+        name=name,
+        platform=arch.platform,
+        format=request.format.value,
+        size=output.stat().st_size,
+        sha256=sha256_of(output),
+        build_id=build_id,
+        tool_versions={
+            "pyinstaller": "6.22.3",
+            "python": "3.11 (Debian bookworm)",
+            "builder": recipe.image_tag,
+        },
+    )
+    reporter.finished(arch, record, skipped=False)
+    return record
+
+
+def build(
+    client: Any,
+    request: BuildRequest,
+    reporter: BuildReporter,
+    on_error: Callable[[Arch, BaseException], None] | None = None,
+) -> list[ArtifactRecord]:
+    """Build every requested architecture in parallel; records go to dist/build.json."""
+    records: list[ArtifactRecord] = []
+    errors: list[tuple[Arch, BaseException]] = []
+    with ThreadPoolExecutor(max_workers=len(request.arches)) as pool:
+        futures = {
+            arch: pool.submit(build_arch, client, arch, request, reporter)
+            for arch in request.arches
+        }
+        for arch, future in futures.items():
+            try:
+                records.append(future.result())
+            except BaseException as exc:  # report every architecture, then fail
+                errors.append((arch, exc))
+                if on_error is not None:
+                    on_error(arch, exc)
+    if records:
+        write_records(request.out_dir, records)
+    if errors:
+        arch, first = errors[0]
+        if isinstance(first, BuildError):
+            raise first
+        raise BuildError(f"building {arch.value} failed: {first!r}") from first
+    return records
+
+
+def elapsed_since(started: float) -> str:
+    return f"{time.monotonic() - started:.1f}s"

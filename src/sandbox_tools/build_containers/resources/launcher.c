@@ -1,0 +1,605 @@
+/*
+ * sandbox-tools portable launcher: the entry point of the single-file artifact.
+ *
+ * Statically linked with musl, so it runs in any Linux container: glibc of any age,
+ * musl, or no libc at all. The file is:
+ *
+ *   [this program][payload: LZ4 blocks of the archive][trailer]
+ *
+ * First run: the archive (a PyInstaller onedir tree plus its own glibc loader and
+ * libraries in lib/) is unpacked once into <dir of this file>/runtime-<id>/, every file
+ * re-read and checked after writing, then renamed into place (atomic: racing first runs
+ * are safe). Later runs never unpack.
+ *
+ * `exec` is answered here without starting Python: the request is forwarded to the
+ * runtime server over its Unix socket (newline-delimited JSON), starting the server
+ * (this program, `server` subcommand) only when none runs. The start-up protocol is the
+ * one of src/sandbox_tools/runtime/client.py. Every other subcommand runs the Python
+ * runtime through the bundled loader with an explicit library path, so nothing of the
+ * container's libraries is used and nothing leaks into the runtime's children.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#define LOADER "ld-linux-x86-64.so.2"
+#elif defined(__aarch64__)
+#define LOADER "ld-linux-aarch64.so.1"
+#else
+#error "unsupported architecture"
+#endif
+
+#define BOOTLOADER "runtime"
+#define TRAILER_MAGIC "SBXTPAY1"
+#define TRAILER_SIZE 72
+#define SERVER_START_TIMEOUT_MS 30000
+
+static char self_path[4096];
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static void die(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "sandbox-tools launcher: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(70);
+}
+
+static uint64_t le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* CRC-32 (zlib's polynomial), to check what was unpacked and written. */
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
+    crc = ~crc;
+    while (n--) crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+static int read_full(int fd, void *buf, size_t n) {
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n) {
+    const unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* snprintf that refuses to truncate: a cut-off path would name the wrong file. */
+static void join(char *out, size_t n, const char *a, const char *b, int blen) {
+    int w = snprintf(out, n, "%s/%.*s", a, blen, b);
+    if (w < 0 || (size_t)w >= n) die("path too long: %s/%.*s", a, blen, b);
+}
+
+/* ---- LZ4 block decoding ------------------------------------------------------------- */
+
+static int lz4_decode(const unsigned char *src, size_t srclen, unsigned char *dst, size_t dstlen) {
+    const unsigned char *ip = src, *iend = src + srclen;
+    unsigned char *op = dst, *oend = dst + dstlen;
+    while (ip < iend) {
+        unsigned token = *ip++;
+        size_t literals = token >> 4;
+        if (literals == 15) {
+            unsigned b;
+            do {
+                if (ip >= iend) return -1;
+                b = *ip++;
+                literals += b;
+            } while (b == 255);
+        }
+        if (literals > (size_t)(iend - ip) || literals > (size_t)(oend - op)) return -1;
+        memcpy(op, ip, literals);
+        op += literals;
+        ip += literals;
+        if (ip >= iend) break; /* the last sequence carries literals only */
+        if (iend - ip < 2) return -1;
+        size_t offset = (size_t)ip[0] | ((size_t)ip[1] << 8);
+        ip += 2;
+        if (offset == 0 || offset > (size_t)(op - dst)) return -1;
+        size_t length = token & 15;
+        if (length == 15) {
+            unsigned b;
+            do {
+                if (ip >= iend) return -1;
+                b = *ip++;
+                length += b;
+            } while (b == 255);
+        }
+        length += 4;
+        if (length > (size_t)(oend - op)) return -1;
+        const unsigned char *match = op - offset;
+        while (length--) *op++ = *match++; /* byte by byte: matches may overlap */
+    }
+    return op == oend ? 0 : -1;
+}
+
+/* ---- unpacking ---------------------------------------------------------------------- */
+
+struct trailer {
+    uint64_t payload_offset, payload_size, archive_size, archive_crc;
+    char tree_id[33];
+};
+
+static void read_trailer(int fd, struct trailer *t) {
+    unsigned char raw[TRAILER_SIZE];
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < TRAILER_SIZE || lseek(fd, end - TRAILER_SIZE, SEEK_SET) < 0 ||
+        read_full(fd, raw, TRAILER_SIZE) != 0 || memcmp(raw, TRAILER_MAGIC, 8) != 0)
+        die("%s carries no payload (truncated or not a sandbox-tools artifact)", self_path);
+    t->payload_offset = le64(raw + 8);
+    t->payload_size = le64(raw + 16);
+    t->archive_size = le64(raw + 24);
+    t->archive_crc = le64(raw + 32);
+    memcpy(t->tree_id, raw + 40, 32);
+    t->tree_id[32] = 0;
+    if (t->payload_offset + t->payload_size + TRAILER_SIZE != (uint64_t)end)
+        die("%s is truncated or corrupted (payload size mismatch)", self_path);
+}
+
+static unsigned char *decompress_archive(int fd, const struct trailer *t) {
+    unsigned char *payload = malloc(t->payload_size);
+    unsigned char *archive = malloc(t->archive_size ? t->archive_size : 1);
+    if (!payload || !archive) die("out of memory unpacking %s", self_path);
+    if (lseek(fd, (off_t)t->payload_offset, SEEK_SET) < 0 ||
+        read_full(fd, payload, t->payload_size) != 0)
+        die("cannot read the payload of %s: %s", self_path, strerror(errno));
+    size_t in = 0, out = 0;
+    while (in < t->payload_size) {
+        if (t->payload_size - in < 8) die("corrupted payload block header");
+        uint32_t raw_len = le32(payload + in), comp_len = le32(payload + in + 4);
+        in += 8;
+        if (comp_len > t->payload_size - in || raw_len > t->archive_size - out ||
+            lz4_decode(payload + in, comp_len, archive + out, raw_len) != 0)
+            die("corrupted payload in %s (bad compressed block)", self_path);
+        in += comp_len;
+        out += raw_len;
+    }
+    free(payload);
+    if (out != t->archive_size || crc32_update(0, archive, out) != t->archive_crc)
+        die("corrupted payload in %s (archive checksum mismatch)", self_path);
+    return archive;
+}
+
+static int verify_file(const char *path, uint64_t size, uint64_t expected) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    unsigned char buf[65536];
+    uint32_t h = 0;
+    uint64_t total = 0;
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof buf)) > 0) {
+        h = crc32_update(h, buf, (size_t)r);
+        total += (uint64_t)r;
+    }
+    close(fd);
+    return (r == 0 && total == size && h == expected) ? 0 : -1;
+}
+
+/* Archive entries: u8 type ('D','F','L'), u32 mode, u16 path length, path, u64 size,
+ * u64 CRC-32 of the content, content. */
+static void extract(const unsigned char *archive, uint64_t size, const char *root) {
+    uint64_t pos = 0;
+    char path[8192], target[4096];
+    while (pos < size) {
+        if (size - pos < 23) die("corrupted archive entry header");
+        char type = (char)archive[pos];
+        uint32_t mode = le32(archive + pos + 1);
+        unsigned name_len = (unsigned)archive[pos + 5] | ((unsigned)archive[pos + 6] << 8);
+        pos += 7;
+        if (size - pos < name_len + 16ULL || name_len == 0) die("corrupted archive entry");
+        join(path, sizeof path, root, (const char *)archive + pos, (int)name_len);
+        pos += name_len;
+        uint64_t length = le64(archive + pos), checksum = le64(archive + pos + 8);
+        pos += 16;
+        if (length > size - pos) die("corrupted archive entry size");
+        const unsigned char *content = archive + pos;
+        pos += length;
+        if (type == 'D') {
+            if (mkdir(path, 0700) != 0 && errno != EEXIST) die("mkdir %s: %s", path, strerror(errno));
+            chmod(path, mode & 07777);
+        } else if (type == 'L') {
+            if (length >= sizeof target) die("symlink target too long");
+            memcpy(target, content, length);
+            target[length] = 0;
+            if (symlink(target, path) != 0) die("symlink %s: %s", path, strerror(errno));
+        } else if (type == 'F') {
+            int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+            if (fd < 0 || write_full(fd, content, length) != 0 || fchmod(fd, mode & 07777) != 0 ||
+                close(fd) != 0)
+                die("cannot write %s: %s", path, strerror(errno));
+            if (verify_file(path, length, checksum) != 0)
+                die("verification of %s failed after writing it (disk full or corrupted?)", path);
+        } else {
+            die("unknown archive entry type %d", type);
+        }
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* Only ever called on our own staging directory; symlinks are removed, never followed. */
+static void remove_tree(const char *path) {
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void tree_path(char *out, size_t n, const char *dir, const struct trailer *t) {
+    snprintf(out, n, "%s/runtime-%s", dir, t->tree_id);
+}
+
+static int tree_complete(const char *tree, const struct trailer *t) {
+    char marker[8192], seen[40] = {0};
+    join(marker, sizeof marker, tree, ".complete", 9);
+    int fd = open(marker, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t r = read(fd, seen, 32);
+    close(fd);
+    return r == 32 && memcmp(seen, t->tree_id, 32) == 0;
+}
+
+static void self_dir(char *out, size_t n) {
+    snprintf(out, n, "%s", self_path);
+    char *slash = strrchr(out, '/');
+    if (slash == out) slash[1] = 0;
+    else if (slash) *slash = 0;
+}
+
+/* Unpack once; returns the tree directory. */
+static void ensure_tree(char *tree, size_t n) {
+    int fd = open(self_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die("cannot open %s: %s", self_path, strerror(errno));
+    struct trailer t;
+    read_trailer(fd, &t);
+    char dir[4096];
+    self_dir(dir, sizeof dir);
+    tree_path(tree, n, dir, &t);
+    if (tree_complete(tree, &t)) {
+        close(fd);
+        return;
+    }
+    char staging[8192];
+    snprintf(staging, sizeof staging, "%s.tmp.%ld", tree, (long)getpid());
+    if (mkdir(staging, 0700) != 0)
+        die("cannot unpack into %s: %s. The runtime unpacks itself next to its executable on "
+            "first run; run it once as the owner of that directory (the injector does)",
+            dir, strerror(errno));
+    crc_init();
+    unsigned char *archive = decompress_archive(fd, &t);
+    close(fd);
+    extract(archive, t.archive_size, staging);
+    free(archive);
+    char marker[8192];
+    join(marker, sizeof marker, staging, ".complete", 9);
+    int mfd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (mfd < 0 || write_full(mfd, t.tree_id, 32) != 0 || close(mfd) != 0)
+        die("cannot write %s: %s", marker, strerror(errno));
+    chmod(staging, 0755);
+    if (rename(staging, tree) != 0) {
+        if ((errno == EEXIST || errno == ENOTEMPTY) && tree_complete(tree, &t)) {
+            remove_tree(staging); /* a racing first run finished first: use its tree */
+            return;
+        }
+        die("cannot move %s into place: %s", tree, strerror(errno));
+    }
+}
+
+/* ---- running the Python runtime ----------------------------------------------------- */
+
+static void run_python(int argc, char **argv) {
+    char tree[8192], loader[8300], boot[8300], libpath[17000];
+    ensure_tree(tree, sizeof tree);
+    snprintf(loader, sizeof loader, "%s/lib/" LOADER, tree);
+    snprintf(boot, sizeof boot, "%s/" BOOTLOADER, tree);
+    snprintf(libpath, sizeof libpath, "%s/lib:%s/_internal", tree, tree);
+    /* The bootloader would re-execute itself after exporting LD_LIBRARY_PATH, bypassing
+     * the bundled loader; tell it that it is already the restarted process. */
+    setenv("_PYI_ARCHIVE_FILE", boot, 1);
+    setenv("_PYI_PARENT_PROCESS_LEVEL", "-1", 1);
+    setenv("_PYI_LINUX_PROCESS_NAME", "sandbox-tools", 1);
+    setenv("SANDBOX_TOOLS_SELF", self_path, 1);
+    char **args = calloc((size_t)argc + 8, sizeof(char *));
+    if (!args) die("out of memory");
+    int i = 0;
+    args[i++] = loader;
+    args[i++] = "--library-path";
+    args[i++] = libpath;
+    args[i++] = "--inhibit-cache";
+    args[i++] = "--argv0";
+    args[i++] = boot;
+    args[i++] = boot;
+    for (int a = 1; a < argc; a++) args[i++] = argv[a];
+    args[i] = NULL;
+    execv(loader, args);
+    die("cannot run %s: %s", loader, strerror(errno));
+}
+
+/* ---- the `exec` fast path ----------------------------------------------------------- */
+
+static void json_error(const char *message) {
+    /* A JSON-RPC error response; the message is escaped by hand. */
+    fputs("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32098,\"message\":\"", stdout);
+    for (const unsigned char *p = (const unsigned char *)message; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    fputs("\"}}\n", stdout);
+    fflush(stdout);
+    exit(0);
+}
+
+static char err_buf[16384];
+#define FAIL(...) do { snprintf(err_buf, sizeof err_buf, __VA_ARGS__); json_error(err_buf); } while (0)
+
+static void server_dir(char *out, size_t n) {
+    const char *configured = getenv("SANDBOX_TOOLS_DIR");
+    if (configured && *configured) {
+        snprintf(out, n, "%s", configured);
+        return;
+    }
+    const char *base = getenv("TMPDIR");
+    snprintf(out, n, "%s/sandbox-tools-%u", base && *base ? base : "/tmp", (unsigned)geteuid());
+}
+
+static void mkdirs_parent(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            mkdir(buf, 0755);
+            *p = '/';
+        }
+    }
+}
+
+static void ensure_private_dir(const char *dir) {
+    if (mkdir(dir, 0700) != 0) {
+        if (errno == ENOENT) {
+            mkdirs_parent(dir);
+            if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+                FAIL("cannot create server directory %s: %s", dir, strerror(errno));
+        } else if (errno != EEXIST) {
+            FAIL("cannot create server directory %s: %s; set SANDBOX_TOOLS_DIR to a writable "
+                 "directory", dir, strerror(errno));
+        }
+    }
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        FAIL("server directory %s exists but is not a directory (or is a symlink)", dir);
+    if (st.st_uid != geteuid())
+        FAIL("server directory %s is owned by uid %u, not by us (uid %u); refusing to use it. "
+             "Set SANDBOX_TOOLS_DIR to a directory of our own", dir, (unsigned)st.st_uid,
+             (unsigned)geteuid());
+    if (st.st_mode & 077) chmod(dir, 0700);
+}
+
+/* -1: nothing to connect to; -2: refused to trust what is there; >= 0: connected. */
+static int try_connect(const char *sock_path) {
+    struct stat st;
+    if (lstat(sock_path, &st) != 0) return -1;
+    if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid())
+        FAIL("%s is not a socket owned by uid %u; refusing to talk to it. Remove it or point "
+             "SANDBOX_TOOLS_DIR elsewhere", sock_path, (unsigned)geteuid());
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock_path);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int server_running(const char *dir) {
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/server.lock", dir);
+    int fd = open(lock, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return held;
+}
+
+static void spawn_server(const char *dir) {
+    char log_path[4200];
+    snprintf(log_path, sizeof log_path, "%s/server.log", dir);
+    pid_t pid = fork();
+    if (pid < 0) FAIL("cannot start the runtime server: fork: %s", strerror(errno));
+    if (pid == 0) {
+        setsid();
+        int null_fd = open("/dev/null", O_RDONLY);
+        int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (null_fd >= 0) dup2(null_fd, 0);
+        if (log_fd >= 0) {
+            dup2(log_fd, 1);
+            dup2(log_fd, 2);
+        }
+        for (int fd = 3; fd < 1024; fd++) close(fd);
+        char *args[] = {self_path, "server", "--dir", (char *)dir, NULL};
+        execv(self_path, args);
+        _exit(127);
+    }
+}
+
+static int connect_or_start(const char *dir, const char *sock_path) {
+    int fd = try_connect(sock_path);
+    if (fd >= 0) return fd;
+    char lock_path[4200];
+    snprintf(lock_path, sizeof lock_path, "%s/start.lock", dir);
+    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd < 0) FAIL("cannot open %s: %s", lock_path, strerror(errno));
+    while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+    fd = try_connect(sock_path);
+    if (fd >= 0) {
+        close(lock_fd);
+        return fd;
+    }
+    if (!server_running(dir)) {
+        unlink(sock_path); /* nobody serves this directory: whatever is left is stale */
+        char tree[8192];
+        ensure_tree(tree, sizeof tree);
+        spawn_server(dir);
+    }
+    struct timespec delay = {0, 2000000};
+    long waited_ms = 0;
+    while (waited_ms < SERVER_START_TIMEOUT_MS) {
+        fd = try_connect(sock_path);
+        if (fd >= 0) {
+            close(lock_fd);
+            return fd;
+        }
+        nanosleep(&delay, NULL);
+        waited_ms += delay.tv_nsec / 1000000;
+        if (delay.tv_nsec < 50000000) delay.tv_nsec *= 2;
+        /* Reap a server that failed at once, so it does not linger as a zombie. */
+        waitpid(-1, NULL, WNOHANG);
+    }
+    close(lock_fd);
+    FAIL("the runtime server did not start within %d s; see its log at %s/server.log",
+         SERVER_START_TIMEOUT_MS / 1000, dir);
+    return -1;
+}
+
+static char *read_request(int argc, char **argv, size_t *len) {
+    if (argc > 2) {
+        *len = strlen(argv[2]);
+        char *copy = malloc(*len + 2);
+        if (!copy) FAIL("out of memory");
+        memcpy(copy, argv[2], *len);
+        return copy;
+    }
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) FAIL("out of memory");
+    for (;;) {
+        if (cap - n < 2) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            if (!buf) FAIL("out of memory");
+        }
+        ssize_t r = read(0, buf + n, cap - n - 2);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    *len = n;
+    return buf;
+}
+
+static void exec_request(int argc, char **argv) {
+    size_t len;
+    char *request = read_request(argc, argv, &len);
+    int blank = 1;
+    for (size_t i = 0; i < len; i++) {
+        if (request[i] == '\n' || request[i] == '\r') request[i] = ' '; /* one frame per line */
+        if (request[i] != ' ' && request[i] != '\t') blank = 0;
+    }
+    if (blank) {
+        fputs("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":"
+              "\"Parse error: empty request\"}}\n", stdout);
+        exit(0);
+    }
+    request[len++] = '\n';
+    char dir[4096], sock_path[4200];
+    server_dir(dir, sizeof dir);
+    snprintf(sock_path, sizeof sock_path, "%s/server.sock", dir);
+    if (strlen(sock_path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        FAIL("server directory %s is too long for a Unix socket path; set SANDBOX_TOOLS_DIR to "
+             "a shorter directory", dir);
+    ensure_private_dir(dir);
+    int fd = connect_or_start(dir, sock_path);
+    if (write_full(fd, request, len) != 0)
+        FAIL("cannot send the request to the runtime server: %s", strerror(errno));
+    size_t cap = 65536, n = 0;
+    char *response = malloc(cap);
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            response = realloc(response, cap);
+            if (!response) FAIL("out of memory");
+        }
+        ssize_t r = read(fd, response + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        char *newline = memchr(response + n, '\n', (size_t)r);
+        n += (size_t)r;
+        if (newline) {
+            n = (size_t)(newline - response) + 1;
+            break;
+        }
+    }
+    close(fd);
+    if (n == 0 || response[n - 1] != '\n')
+        FAIL("the runtime server closed the connection without answering; see %s/server.log", dir);
+    write_full(1, response, n);
+    exit(0);
+}
+
+int main(int argc, char **argv) {
+    ssize_t len = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (len > 0) {
+        self_path[len] = 0;
+    } else if (argv[0] && strchr(argv[0], '/') && realpath(argv[0], self_path)) {
+        /* no /proc: fall back to the path we were started by */
+    } else {
+        die("cannot find my own path (/proc is not mounted and argv[0] has no '/')");
+    }
+    if (argc >= 2 && strcmp(argv[1], "exec") == 0) exec_request(argc, argv);
+    run_python(argc, argv);
+    return 127;
+}
