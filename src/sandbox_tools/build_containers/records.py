@@ -36,20 +36,22 @@ def artifact_name(arch: Arch, fmt: ArtifactFormat, version: str = __version__) -
     return f"sandbox-tools-{version}-linux-{arch.value}{fmt.suffix}"
 
 
-def build_inputs() -> list[Path]:
+def build_inputs(package_root: Path = _PACKAGE_ROOT) -> list[Path]:
     """Every file whose content goes into an artifact (sorted, for a stable digest)."""
     shared = [
-        _PACKAGE_ROOT / name
+        package_root / name
         for name in ("__init__.py", "_version.py", "protocol.py", "platforms.py")
     ]
-    runtime = sorted((_PACKAGE_ROOT / "runtime").rglob("*.py"))
-    build_containers = _PACKAGE_ROOT / "build_containers"
+    runtime = sorted((package_root / "runtime").rglob("*.py"))
+    build_containers = package_root / "build_containers"
     recipe = sorted(p for p in (build_containers / "resources").iterdir() if p.is_file())
     packer = [build_containers / "package.py", build_containers / "builder.py"]
     return sorted({*shared, *runtime, *recipe, *packer})
 
 
-def compute_build_id(arch: Arch, fmt: ArtifactFormat, builder_digest: str) -> str:
+def compute_build_id(
+    arch: Arch, fmt: ArtifactFormat, builder_digest: str, package_root: Path = _PACKAGE_ROOT
+) -> str:
     digest = hashlib.sha256()
     header = {
         "version": __version__,
@@ -59,10 +61,10 @@ def compute_build_id(arch: Arch, fmt: ArtifactFormat, builder_digest: str) -> st
         "schema": RECORD_SCHEMA,
     }
     digest.update(json.dumps(header, sort_keys=True).encode())
-    for path in build_inputs():
+    for path in build_inputs(package_root):
         if "__pycache__" in path.parts:
             continue
-        digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0")
+        digest.update(path.relative_to(package_root).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return "sha256:" + digest.hexdigest()
 

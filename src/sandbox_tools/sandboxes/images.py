@@ -166,3 +166,79 @@ def ensure_image(
 def remove_image(client: Any, tag: str) -> None:
     with contextlib.suppress(docker.errors.ImageNotFound):
         client.images.remove(tag, force=True)
+
+
+# -- a busybox-only image: no libc, no package manager, just Debian's static busybox ----
+
+BUSYBOX_APPLETS = (
+    "sh", "ash", "ls", "cat", "echo", "id", "mkdir", "rm", "rmdir", "sleep", "env", "chmod",
+    "chown", "stat", "test", "[", "true", "false", "uname", "ps", "head", "tail", "grep", "sed",
+    "awk", "wc", "sort", "tr", "cp", "mv", "ln", "pwd", "date", "kill", "which", "printf",
+    "seq", "yes", "find", "mktemp", "touch", "dd", "sha256sum", "whoami", "hostname", "du",
+    "df", "mount", "readlink", "realpath", "basename", "dirname", "xargs", "vi", "less", "more",
+)
+_ETC_FILES = {
+    "etc/passwd": "root:x:0:0:root:/root:/bin/sh\n"
+    "user:x:1000:1000:user:/home/user:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    "etc/group": "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
+}
+
+
+def busybox_source_recipe(arch: Arch) -> RootfsRecipe:
+    """Where the static busybox comes from: Debian's busybox-static package."""
+    return RootfsRecipe(suite="bookworm", arch=arch, include=("busybox-static",))
+
+
+def busybox_image_tag(arch: Arch) -> str:
+    identity = f"busybox-{RECIPE_FORMAT}-{busybox_source_recipe(arch).digest}-{BUSYBOX_APPLETS}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()
+    return f"{IMAGE_REPOSITORY}:busybox-{arch.value}-{digest[:12]}"
+
+
+def _busybox_rootfs(source: Path, target: Path) -> None:
+    with tarfile.open(source) as tar:
+        names = set(tar.getnames())
+        # Merged /usr (bookworm on): /bin is a link to usr/bin.
+        found = next((n for n in ("./usr/bin/busybox", "./bin/busybox") if n in names), None)
+        if found is None:
+            raise BuildError(f"{source} holds no busybox binary")
+        extracted = tar.extractfile(found)
+        assert extracted is not None
+        busybox = extracted.read()
+
+    def add(tar: tarfile.TarFile, name: str, kind: bytes, mode: int, data: bytes = b"",
+            link: str = "") -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.mtime = kind, mode, 0
+        info.linkname = link
+        info.size = len(data) if kind == tarfile.REGTYPE else 0
+        tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+    partial = target.with_name(target.name + ".partial")
+    with tarfile.open(partial, "w") as tar:
+        for directory, mode in (("bin", 0o755), ("etc", 0o755), ("tmp", 0o1777),
+                                ("root", 0o700), ("home", 0o755), ("opt", 0o755)):
+            add(tar, directory, tarfile.DIRTYPE, mode)
+        add(tar, "bin/busybox", tarfile.REGTYPE, 0o755, busybox)
+        for applet in BUSYBOX_APPLETS:
+            add(tar, f"bin/{applet}", tarfile.SYMTYPE, 0o777, link="busybox")
+        for name, text in _ETC_FILES.items():
+            add(tar, name, tarfile.REGTYPE, 0o644, text.encode())
+    partial.replace(target)
+
+
+def ensure_busybox_image(
+    client: Any, arch: Arch, log: Callable[[str], None] = lambda _: None
+) -> str:
+    """A libc-free image: static busybox and a few applet links, nothing else."""
+    tag = busybox_image_tag(arch)
+    if image_exists(client, tag):
+        return tag
+    source = build_rootfs(busybox_source_recipe(arch), log)
+    rootfs = cache_dir() / "roots" / f"{tag.rsplit(':', 1)[1]}.tar"
+    if not rootfs.exists():
+        _busybox_rootfs(source, rootfs)
+    log(f"importing {rootfs} as {tag}")
+    import_rootfs(client, rootfs, tag, arch)
+    return tag

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox_tools.build_containers import lock
+from sandbox_tools.build_containers.records import (
+    ArtifactFormat,
+    ArtifactRecord,
+    artifact_name,
+    build_inputs,
+    compute_build_id,
+    read_records,
+    write_records,
+)
+from sandbox_tools.platforms import Arch
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sandbox_tools"
+
+
+def test_artifact_names() -> None:
+    assert artifact_name(Arch.AMD64, ArtifactFormat.PORTABLE, "1.2.3") == (
+        "sandbox-tools-1.2.3-linux-amd64")
+    assert artifact_name(Arch.ARM64, ArtifactFormat.STATICX, "1.2.3") == (
+        "sandbox-tools-1.2.3-linux-arm64.staticx")
+
+
+def test_build_id_is_stable_and_covers_every_input(tmp_path: Path) -> None:
+    copy = tmp_path / "sandbox_tools"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    base = compute_build_id(Arch.AMD64, ArtifactFormat.PORTABLE, "builder", copy)
+    assert base == compute_build_id(Arch.AMD64, ArtifactFormat.PORTABLE, "builder", copy)
+    assert base.startswith("sha256:") and len(base) == 7 + 64
+    others = {
+        compute_build_id(Arch.ARM64, ArtifactFormat.PORTABLE, "builder", copy),
+        compute_build_id(Arch.AMD64, ArtifactFormat.STATICX, "builder", copy),
+        compute_build_id(Arch.AMD64, ArtifactFormat.PORTABLE, "other-builder", copy),
+    }
+    assert base not in others and len(others) == 3
+
+    inputs = {p.relative_to(copy).as_posix() for p in build_inputs(copy)}
+    assert {"runtime/cli.py", "runtime/tools/exec_remote/controller.py", "protocol.py",
+            "build_containers/resources/launcher.c", "build_containers/resources/freeze.lock",
+            "build_containers/package.py"} <= inputs
+    assert not any(name.startswith(("cli/", "injector/")) for name in inputs)  # host-only code
+
+    runtime_file = copy / "runtime" / "tools" / "exec_remote" / "controller.py"
+    runtime_file.write_text(runtime_file.read_text() + "\n# changed\n")
+    assert compute_build_id(Arch.AMD64, ArtifactFormat.PORTABLE, "builder", copy) != base
+
+
+def record(platform: str, sha: str) -> ArtifactRecord:
+    return ArtifactRecord(name=f"a-{platform[-5:]}", platform=platform, format="portable",
+                          size=3, sha256=sha, build_id="sha256:x", tool_versions={"p": "1"})
+
+
+def test_records_round_trip_and_merge_per_platform(tmp_path: Path) -> None:
+    write_records(tmp_path, [record("linux/amd64", "1"), record("linux/arm64", "2")])
+    write_records(tmp_path, [record("linux/amd64", "3")])
+    records = read_records(tmp_path)
+    assert [(r.platform, r.sha256) for r in records] == [("linux/amd64", "3"),
+                                                          ("linux/arm64", "2")]
+    document = json.loads((tmp_path / "build.json").read_text())
+    assert document["schema"] == 1 and len(document["artifacts"]) == 2
+    assert not list(tmp_path.glob("*.partial"))
+    assert records[1].arch is Arch.ARM64
+
+
+def test_complete_wheelhouse_is_reused_without_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheelhouse = tmp_path / "wheelhouse" / "amd64"
+    wheelhouse.mkdir(parents=True)
+    (wheelhouse / f".complete-{lock.sha256_file(lock.FREEZE_LOCK)[:16]}").touch()
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the wheelhouse was complete; nothing should be downloaded")
+
+    monkeypatch.setattr(lock, "_pip_download", no_network)
+    assert lock.ensure_wheelhouse(Arch.AMD64, lock.FREEZE_LOCK, tmp_path) == wheelhouse
+
+
+def test_wheelhouse_installs_offline_with_hashes(tmp_path: Path) -> None:
+    """Download the lock for this machine, then resolve it with no index at all."""
+    arch = Arch.parse(__import__("os").uname().machine)
+    wheelhouse = lock.ensure_wheelhouse(arch, lock.FREEZE_LOCK, tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+         "--no-index", "--find-links", str(wheelhouse), "--require-hashes",
+         "-r", str(lock.FREEZE_LOCK)],
+        capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pyinstaller-6.22.3" in result.stdout.replace("_", "-").lower()
