@@ -50,3 +50,42 @@ def python_container(docker_engine: Any, python_image: str) -> Iterator[Any]:
         volumes={str(package_parent()): {"bind": SOURCE_MOUNT, "mode": "ro"}},
     ) as container:
         yield container
+
+
+# Offline-buildable targets: Debian releases from debootstrap, and a libc-free busybox.
+DEBIAN_SUITES = {"debian-11": "bullseye", "debian-12": "bookworm", "debian-13": "trixie"}
+
+
+def ensure_target_image(client: Any, target: str, arch: Arch) -> str:
+    from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
+
+    if target == "busybox":
+        return ensure_busybox_image(client, arch)
+    return ensure_image(client, RootfsRecipe(suite=DEBIAN_SUITES[target], arch=arch))
+
+
+class _QuietReporter:
+    def stage(self, arch: Arch, stage: str) -> None:
+        print(f"[{arch.value}] {stage}", flush=True)
+
+    def log(self, arch: Arch, line: str) -> None:
+        pass
+
+    def finished(self, arch: Arch, record: Any, skipped: bool) -> None:
+        print(f"[{arch.value}] {record.name} {'reused' if skipped else 'built'}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def host_artifact(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The host architecture's portable artifact, built for real by `tools build` code."""
+    from pathlib import Path
+
+    from sandbox_tools.build_containers.build import BuildRequest, build
+    from sandbox_tools.build_containers.records import ArtifactFormat
+
+    out = Path(tmp_path_factory.mktemp("dist"))
+    request = BuildRequest(
+        arches=(Arch.parse(os.uname().machine),), format=ArtifactFormat.PORTABLE, out_dir=out
+    )
+    (record,) = build(docker_engine, request, _QuietReporter())
+    return record, out / record.name

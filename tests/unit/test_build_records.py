@@ -25,9 +25,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sandbox_tools"
 
 def test_artifact_names() -> None:
     assert artifact_name(Arch.AMD64, ArtifactFormat.PORTABLE, "1.2.3") == (
-        "sandbox-tools-1.2.3-linux-amd64")
+        "sandbox-tools-1.2.3-linux-amd64"
+    )
     assert artifact_name(Arch.ARM64, ArtifactFormat.STATICX, "1.2.3") == (
-        "sandbox-tools-1.2.3-linux-arm64.staticx")
+        "sandbox-tools-1.2.3-linux-arm64.staticx"
+    )
 
 
 def test_build_id_is_stable_and_covers_every_input(tmp_path: Path) -> None:
@@ -44,9 +46,14 @@ def test_build_id_is_stable_and_covers_every_input(tmp_path: Path) -> None:
     assert base not in others and len(others) == 3
 
     inputs = {p.relative_to(copy).as_posix() for p in build_inputs(copy)}
-    assert {"runtime/cli.py", "runtime/tools/exec_remote/controller.py", "protocol.py",
-            "build_containers/resources/launcher.c", "build_containers/resources/freeze.lock",
-            "build_containers/package.py"} <= inputs
+    assert {
+        "runtime/cli.py",
+        "runtime/tools/exec_remote/controller.py",
+        "protocol.py",
+        "build_containers/resources/launcher.c",
+        "build_containers/resources/freeze.lock",
+        "build_containers/package.py",
+    } <= inputs
     assert not any(name.startswith(("cli/", "injector/")) for name in inputs)  # host-only code
 
     runtime_file = copy / "runtime" / "tools" / "exec_remote" / "controller.py"
@@ -55,16 +62,22 @@ def test_build_id_is_stable_and_covers_every_input(tmp_path: Path) -> None:
 
 
 def record(platform: str, sha: str) -> ArtifactRecord:
-    return ArtifactRecord(name=f"a-{platform[-5:]}", platform=platform, format="portable",
-                          size=3, sha256=sha, build_id="sha256:x", tool_versions={"p": "1"})
+    return ArtifactRecord(
+        name=f"a-{platform[-5:]}",
+        platform=platform,
+        format="portable",
+        size=3,
+        sha256=sha,
+        build_id="sha256:x",
+        tool_versions={"p": "1"},
+    )
 
 
 def test_records_round_trip_and_merge_per_platform(tmp_path: Path) -> None:
     write_records(tmp_path, [record("linux/amd64", "1"), record("linux/arm64", "2")])
     write_records(tmp_path, [record("linux/amd64", "3")])
     records = read_records(tmp_path)
-    assert [(r.platform, r.sha256) for r in records] == [("linux/amd64", "3"),
-                                                          ("linux/arm64", "2")]
+    assert [(r.platform, r.sha256) for r in records] == [("linux/amd64", "3"), ("linux/arm64", "2")]
     document = json.loads((tmp_path / "build.json").read_text())
     assert document["schema"] == 1 and len(document["artifacts"]) == 2
     assert not list(tmp_path.glob("*.partial"))
@@ -90,10 +103,22 @@ def test_wheelhouse_installs_offline_with_hashes(tmp_path: Path) -> None:
     arch = Arch.parse(__import__("os").uname().machine)
     wheelhouse = lock.ensure_wheelhouse(arch, lock.FREEZE_LOCK, tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-         "--no-index", "--find-links", str(wheelhouse), "--require-hashes",
-         "-r", str(lock.FREEZE_LOCK)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            "--require-hashes",
+            "-r",
+            str(lock.FREEZE_LOCK),
+        ],
+        capture_output=True,
+        text=True,
         env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"},
     )
     assert result.returncode == 0, result.stderr

@@ -21,8 +21,9 @@ TREE_ID = "0123456789abcdef0123456789abcdef"
 @pytest.fixture(scope="module")
 def launcher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("launcher") / "launcher"
-    subprocess.run(["musl-gcc", "-static", "-Os", "-o", str(out), str(RESOURCES / "launcher.c")],
-                   check=True)
+    subprocess.run(
+        ["musl-gcc", "-static", "-Os", "-o", str(out), str(RESOURCES / "launcher.c")], check=True
+    )
     return out
 
 
@@ -31,8 +32,10 @@ def fake_tree(root: Path) -> Path:
     (root / "lib").mkdir(parents=True)
     (root / "_internal" / "pkg").mkdir(parents=True)
     loader = root / "lib" / LOADER
-    loader.write_text('#!/bin/sh\necho "args: $*"\necho "archive: $_PYI_ARCHIVE_FILE"\n'
-                      'echo "level: $_PYI_PARENT_PROCESS_LEVEL"\necho "self: $SANDBOX_TOOLS_SELF"\n')
+    loader.write_text(
+        '#!/bin/sh\necho "args: $*"\necho "archive: $_PYI_ARCHIVE_FILE"\n'
+        'echo "level: $_PYI_PARENT_PROCESS_LEVEL"\necho "self: $SANDBOX_TOOLS_SELF"\n'
+    )
     loader.chmod(0o755)
     (root / "runtime").write_bytes(b"\x7fELF fake bootloader")
     (root / "_internal" / "pkg" / "data.bin").write_bytes(os.urandom(300_000) * 3)
@@ -51,12 +54,15 @@ def test_unpacks_once_and_runs_the_bundled_loader(launcher: Path, tmp_path: Path
     assert out.returncode == 0, out.stderr
     unpacked = install / f"runtime-{TREE_ID}"
     lines = out.stdout.splitlines()
-    assert lines[0] == (f"args: --library-path {unpacked}/lib:{unpacked}/_internal "
-                        f"--inhibit-cache --argv0 {unpacked}/runtime {unpacked}/runtime "
-                        "healthcheck x y")
+    assert lines[0] == (
+        f"args: --library-path {unpacked}/lib:{unpacked}/_internal "
+        f"--inhibit-cache --argv0 {unpacked}/runtime {unpacked}/runtime "
+        "healthcheck x y"
+    )
     assert lines[1:] == [f"archive: {unpacked}/runtime", "level: -1", f"self: {artifact}"]
     assert (unpacked / "_internal" / "pkg" / "data.bin").read_bytes() == (
-        tree / "_internal" / "pkg" / "data.bin").read_bytes()
+        tree / "_internal" / "pkg" / "data.bin"
+    ).read_bytes()
     assert os.readlink(unpacked / "_internal" / "link") == "pkg/data.bin"
     assert oct((unpacked / "lib" / LOADER).stat().st_mode & 0o777) == oct(0o755)
     assert oct((unpacked / "runtime").stat().st_mode & 0o777) == oct(0o644)
@@ -73,11 +79,15 @@ def test_concurrent_first_runs_unpack_one_tree(launcher: Path, tmp_path: Path) -
     artifact = tmp_path / "sandbox-tools"
     pack_portable(launcher, tree, TREE_ID, artifact)
     with ThreadPoolExecutor(10) as pool:
-        results = list(pool.map(lambda _: subprocess.run([str(artifact), "x"],
-                                                         capture_output=True), range(10)))
+        results = list(
+            pool.map(lambda _: subprocess.run([str(artifact), "x"], capture_output=True), range(10))
+        )
     assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "runtime-" + TREE_ID, "sandbox-tools", "tree"]  # no staging directory left behind
+        "runtime-" + TREE_ID,
+        "sandbox-tools",
+        "tree",
+    ]  # no staging directory left behind
 
 
 def test_corrupted_payload_is_refused_and_leaves_no_tree(launcher: Path, tmp_path: Path) -> None:

@@ -19,7 +19,12 @@ from typing import Any, Protocol
 
 from sandbox_tools._version import __version__
 from sandbox_tools.build_containers.builder import builder_recipe
-from sandbox_tools.build_containers.lock import FREEZE_LOCK, RESOURCES, ensure_wheelhouse
+from sandbox_tools.build_containers.lock import (
+    FREEZE_LOCK,
+    RESOURCES,
+    STATICX_LOCK,
+    ensure_wheelhouse,
+)
 from sandbox_tools.build_containers.package import pack_portable
 from sandbox_tools.build_containers.records import (
     ArtifactFormat,
@@ -82,7 +87,7 @@ def _freeze(
     image: str,
     build_id: str,
     work: Path,
-    wheelhouse: Path,
+    wheelhouses: dict[str, Path],
     reporter: BuildReporter,
 ) -> None:
     source_root = Path(__file__).resolve().parent.parent.parent  # contains sandbox_tools/
@@ -104,7 +109,7 @@ def _freeze(
         environment={"FORMAT": fmt.value},
         volumes={
             str(source_root): {"bind": "/src", "mode": "ro"},
-            str(wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
+            **{str(path): {"bind": mount, "mode": "ro"} for mount, path in wheelhouses.items()},
             str(RESOURCES): {"bind": "/recipe", "mode": "ro"},
             str(work): {"bind": "/out", "mode": "rw"},
         },
@@ -168,13 +173,15 @@ def build_arch(
         import_rootfs(client, rootfs, image, arch)
     reporter.stage(arch, "dependencies")
     cache = cache_dir()
-    wheelhouse = ensure_wheelhouse(arch, FREEZE_LOCK, cache)
+    wheelhouses = {"/wheelhouse": ensure_wheelhouse(arch, FREEZE_LOCK, cache)}
+    if request.format is ArtifactFormat.STATICX:
+        wheelhouses["/wheelhouse-staticx"] = ensure_wheelhouse(arch, STATICX_LOCK, cache)
 
     reporter.stage(arch, "freeze")
     work = cache / "build" / f"{arch.value}-{request.format.value}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    _freeze(client, arch, request.format, image, build_id, work, wheelhouse, reporter)
+    _freeze(client, arch, request.format, image, build_id, work, wheelhouses, reporter)
 
     reporter.stage(arch, "package")
     request.out_dir.mkdir(parents=True, exist_ok=True)

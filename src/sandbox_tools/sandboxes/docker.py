@@ -76,6 +76,10 @@ class _ExecSocket:
         return stream, payload
 
     def close(self) -> None:
+        # shutdown() wakes a thread blocked in recv() on this socket; close() alone does not,
+        # and the event loop's executor would wait for that thread forever.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         try:
             self.sock.close()
         finally:

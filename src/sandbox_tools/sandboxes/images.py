@@ -171,11 +171,62 @@ def remove_image(client: Any, tag: str) -> None:
 # -- a busybox-only image: no libc, no package manager, just Debian's static busybox ----
 
 BUSYBOX_APPLETS = (
-    "sh", "ash", "ls", "cat", "echo", "id", "mkdir", "rm", "rmdir", "sleep", "env", "chmod",
-    "chown", "stat", "test", "[", "true", "false", "uname", "ps", "head", "tail", "grep", "sed",
-    "awk", "wc", "sort", "tr", "cp", "mv", "ln", "pwd", "date", "kill", "which", "printf",
-    "seq", "yes", "find", "mktemp", "touch", "dd", "sha256sum", "whoami", "hostname", "du",
-    "df", "mount", "readlink", "realpath", "basename", "dirname", "xargs", "vi", "less", "more",
+    "sh",
+    "ash",
+    "ls",
+    "cat",
+    "echo",
+    "id",
+    "mkdir",
+    "rm",
+    "rmdir",
+    "sleep",
+    "env",
+    "chmod",
+    "chown",
+    "stat",
+    "test",
+    "[",
+    "true",
+    "false",
+    "uname",
+    "ps",
+    "head",
+    "tail",
+    "grep",
+    "sed",
+    "awk",
+    "wc",
+    "sort",
+    "tr",
+    "cp",
+    "mv",
+    "ln",
+    "pwd",
+    "date",
+    "kill",
+    "which",
+    "printf",
+    "seq",
+    "yes",
+    "find",
+    "mktemp",
+    "touch",
+    "dd",
+    "sha256sum",
+    "whoami",
+    "hostname",
+    "du",
+    "df",
+    "mount",
+    "readlink",
+    "realpath",
+    "basename",
+    "dirname",
+    "xargs",
+    "vi",
+    "less",
+    "more",
 )
 _ETC_FILES = {
     "etc/passwd": "root:x:0:0:root:/root:/bin/sh\n"
@@ -207,8 +258,9 @@ def _busybox_rootfs(source: Path, target: Path) -> None:
         assert extracted is not None
         busybox = extracted.read()
 
-    def add(tar: tarfile.TarFile, name: str, kind: bytes, mode: int, data: bytes = b"",
-            link: str = "") -> None:
+    def add(
+        tar: tarfile.TarFile, name: str, kind: bytes, mode: int, data: bytes = b"", link: str = ""
+    ) -> None:
         info = tarfile.TarInfo(name)
         info.type, info.mode, info.mtime = kind, mode, 0
         info.linkname = link
@@ -217,8 +269,14 @@ def _busybox_rootfs(source: Path, target: Path) -> None:
 
     partial = target.with_name(target.name + ".partial")
     with tarfile.open(partial, "w") as tar:
-        for directory, mode in (("bin", 0o755), ("etc", 0o755), ("tmp", 0o1777),
-                                ("root", 0o700), ("home", 0o755), ("opt", 0o755)):
+        for directory, mode in (
+            ("bin", 0o755),
+            ("etc", 0o755),
+            ("tmp", 0o1777),
+            ("root", 0o700),
+            ("home", 0o755),
+            ("opt", 0o755),
+        ):
             add(tar, directory, tarfile.DIRTYPE, mode)
         add(tar, "bin/busybox", tarfile.REGTYPE, 0o755, busybox)
         for applet in BUSYBOX_APPLETS:

@@ -2,6 +2,7 @@
 # Runs inside the builder container (no network). Mounts:
 #   /src        the package's parent directory, read-only
 #   /wheelhouse the build dependencies, read-only (downloaded on the host)
+#   /wheelhouse-staticx  staticx and its dependencies (FORMAT=staticx only)
 #   /recipe     this directory, read-only
 #   /out        results: runtime/ (onedir tree + lib/), launcher; _build_info.json is an input
 # FORMAT=portable|staticx selects what is frozen.
@@ -17,6 +18,11 @@ step "dependencies"
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet --no-index --find-links /wheelhouse --require-hashes \
   -r /recipe/freeze.lock
+if [ "$FORMAT" = staticx ]; then
+  # No aarch64 wheel: there staticx builds from its sdist with the builder's scons.
+  "$work/venv/bin/pip" install --quiet --no-index --find-links /wheelhouse-staticx \
+    --require-hashes --no-build-isolation -r /recipe/staticx.lock
+fi
 
 step "freeze"
 cp -r /src/sandbox_tools "$work/src/"

@@ -1,0 +1,63 @@
+"""The built portable artifact in real containers: Debian 11/12/13 and a libc-free busybox
+image, as root and as uid 1000, through real tool calls (not just --help)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from sandbox_tools._version import __version__
+from sandbox_tools.injector.exec_remote import exec_remote
+from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, StdioRuntimeClient
+from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
+from sandbox_tools.platforms import Arch
+from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from tests.integration.conftest import ensure_target_image
+
+# Cold machines build images here (debootstrap): minutes, not the default 300 s.
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+HOST = Arch.parse(os.uname().machine)
+
+
+@pytest.mark.parametrize("user", ["0", "1000"])
+@pytest.mark.parametrize("target", ["debian-11", "debian-12", "debian-13", "busybox"])
+async def test_artifact_serves_real_tool_calls(
+    docker_engine: Any, host_artifact: Any, target: str, user: str
+) -> None:
+    record, artifact = host_artifact
+    image = ensure_target_image(docker_engine, target, HOST)
+    with running_container(docker_engine, image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        install = f"/tmp/st-{user}"
+        prepared = await sandbox.exec(["sh", "-c", f"mkdir -p {install} && chown {user} {install}"])
+        assert prepared.returncode == 0, prepared.stderr
+        exe = f"{install}/sandbox-tools"
+        await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
+        as_user = f"{user}:{user}"
+
+        per_call = ExecRuntimeClient(sandbox, [exe], user=as_user)
+        assert await per_call.call("version") == __version__
+        info = await per_call.call("runtime_info")
+        assert (info["build_id"], info["platform"], info["format"]) == (
+            record.build_id,
+            HOST.platform,
+            "portable",
+        )
+
+        stdio = StdioRuntimeClient(sandbox, [exe], user=as_user)
+        try:
+            result = await exec_remote(
+                stdio,
+                "id -u; env | grep -E '^(_PYI|LD_|SANDBOX_TOOLS_SELF)' || echo clean",
+                stream=False,
+            )
+            assert result.stdout == f"{user}\nclean\n"  # children see the container as is
+            session = await new_bash_session(stdio)
+            assert await bash_session(stdio, session, "echo $((6 * 7))\n") == "42\n"
+            path = f"{install}/note.txt"
+            await text_editor(stdio, "create", path, file_text="hello\n")
+            assert (await text_editor(stdio, "view", path)).endswith("     1\thello\n")
+        finally:
+            await stdio.aclose()
