@@ -75,17 +75,35 @@ class _QuietReporter:
         print(f"[{arch.value}] {record.name} {'reused' if skipped else 'built'}", flush=True)
 
 
+def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
+    from sandbox_tools.build_containers.build import BuildRequest, build
+
+    request = BuildRequest(arches=(arch,), format=fmt, out_dir=out)
+    (record,) = build(client, request, _QuietReporter())
+    return record, out / record.name
+
+
 @pytest.fixture(scope="session")
-def host_artifact(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The host architecture's portable artifact, built for real by `tools build` code."""
+def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Artifacts built for real by `tools build` code, one build per (arch, format)."""
     from pathlib import Path
 
-    from sandbox_tools.build_containers.build import BuildRequest, build
     from sandbox_tools.build_containers.records import ArtifactFormat
 
     out = Path(tmp_path_factory.mktemp("dist"))
-    request = BuildRequest(
-        arches=(Arch.parse(os.uname().machine),), format=ArtifactFormat.PORTABLE, out_dir=out
-    )
-    (record,) = build(docker_engine, request, _QuietReporter())
-    return record, out / record.name
+    cache: dict[tuple[Arch, Any], Any] = {}
+
+    def get(arch: Arch, fmt: Any = ArtifactFormat.PORTABLE) -> Any:
+        if (arch, fmt) not in cache:
+            cache[arch, fmt] = _build(docker_engine, out, arch, fmt)
+        return cache[arch, fmt]
+
+    return get
+
+
+def test_arches() -> list[Arch]:
+    """The host's architecture; arm64 too with SANDBOX_TOOLS_TEST_ARM64=1 (QEMU, slow)."""
+    arches = [Arch.parse(os.uname().machine)]
+    if os.environ.get("SANDBOX_TOOLS_TEST_ARM64") == "1" and Arch.ARM64 not in arches:
+        arches.append(Arch.ARM64)
+    return arches

@@ -3,32 +3,32 @@ image, as root and as uid 1000, through real tool calls (not just --help)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
 
 from sandbox_tools._version import __version__
+from sandbox_tools.build_containers.records import ArtifactFormat
 from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, StdioRuntimeClient
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
-from tests.integration.conftest import ensure_target_image
+from tests.integration.conftest import ensure_target_image, test_arches
 
 # Cold machines build images here (debootstrap): minutes, not the default 300 s.
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
-HOST = Arch.parse(os.uname().machine)
 
 
+@pytest.mark.parametrize("arch", test_arches(), ids=lambda a: a.value)
 @pytest.mark.parametrize("user", ["0", "1000"])
 @pytest.mark.parametrize("target", ["debian-11", "debian-12", "debian-13", "busybox"])
 async def test_artifact_serves_real_tool_calls(
-    docker_engine: Any, host_artifact: Any, target: str, user: str
+    docker_engine: Any, built_artifacts: Any, target: str, user: str, arch: Arch
 ) -> None:
-    record, artifact = host_artifact
-    image = ensure_target_image(docker_engine, target, HOST)
-    with running_container(docker_engine, image) as container:
+    record, artifact = built_artifacts(arch)
+    image = ensure_target_image(docker_engine, target, arch)
+    with running_container(docker_engine, image, platform=arch.platform) as container:
         sandbox = DockerSandbox(container, docker_engine)
         install = f"/tmp/st-{user}"
         prepared = await sandbox.exec(["sh", "-c", f"mkdir -p {install} && chown {user} {install}"])
@@ -42,7 +42,7 @@ async def test_artifact_serves_real_tool_calls(
         info = await per_call.call("runtime_info")
         assert (info["build_id"], info["platform"], info["format"]) == (
             record.build_id,
-            HOST.platform,
+            arch.platform,
             "portable",
         )
 
@@ -61,3 +61,22 @@ async def test_artifact_serves_real_tool_calls(
             assert (await text_editor(stdio, "view", path)).endswith("     1\thello\n")
         finally:
             await stdio.aclose()
+
+
+@pytest.mark.parametrize("target", ["debian-12", "busybox"])
+async def test_staticx_format_stays_buildable(
+    docker_engine: Any, built_artifacts: Any, target: str
+) -> None:
+    arch = test_arches()[0]
+    record, artifact = built_artifacts(arch, ArtifactFormat.STATICX)
+    assert record.name.endswith(".staticx") and record.format == "staticx"
+    image = ensure_target_image(docker_engine, target, arch)
+    with running_container(docker_engine, image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        exe = "/opt/sandbox-tools.staticx"
+        await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
+        client = ExecRuntimeClient(sandbox, [exe])
+        assert await client.call("version") == __version__
+        assert (await client.call("runtime_info"))["build_id"] == record.build_id
+        result = await exec_remote(client, "echo from staticx", stream=False)
+        assert result.stdout == "from staticx\n"
