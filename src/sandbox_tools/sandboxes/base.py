@@ -66,6 +66,10 @@ class Sandbox(abc.ABC):
         """Start `cmd` with stdin/stdout held open, or None if this provider cannot."""
         return None
 
+    async def architecture_hint(self) -> str | None:
+        """The sandbox's CPU architecture as the provider knows it (no exec needed)."""
+        return None
+
     async def cleanup(self) -> None:
         """Release what the provider holds for this sandbox (not the sandbox itself)."""
 

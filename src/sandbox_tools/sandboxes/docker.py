@@ -223,6 +223,13 @@ class DockerSandbox(Sandbox):
     async def read_file(self, path: str) -> bytes:
         return await asyncio.to_thread(self._get, path)
 
+    async def architecture_hint(self) -> str | None:
+        def image_arch() -> str | None:
+            image = self.client.images.get(self.container.attrs["Image"])
+            return str(image.attrs.get("Architecture") or "") or None
+
+        return await asyncio.to_thread(image_arch)
+
     # -- persistent stream ---------------------------------------------------------------
 
     async def open_stream(

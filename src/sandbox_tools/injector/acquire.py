@@ -1,0 +1,122 @@
+"""Selection and acquisition: exactly one verified artifact for a platform.
+
+Where it comes from, in order: bundled in the installed package (wheel installs) ->
+the checkout's dist/ when its build id matches the current sources -> a local build
+(an edited checkout with a reachable Docker engine). Whatever the source, the bytes
+are checked against the record's SHA-256 before they are used.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from sandbox_tools.build_containers.records import (
+    ArtifactFormat,
+    ArtifactRecord,
+    read_records,
+    sha256_of,
+)
+from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
+from sandbox_tools.platforms import Arch
+
+DEFAULT_FORMAT = ArtifactFormat.PORTABLE
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: Path
+    name: str
+    platform: str
+    format: str
+    sha256: str
+    build_id: str
+    source: str  # "bundled", "dist", "built"
+
+
+def select_record(
+    records: list[ArtifactRecord], arch: Arch, fmt: ArtifactFormat
+) -> ArtifactRecord | None:
+    """The one record for (platform, format); more than one is an error, not a choice."""
+    matches = [r for r in records if r.platform == arch.platform and r.format == fmt.value]
+    if len(matches) > 1:
+        raise SandboxInjectionError(
+            f"{len(matches)} artifacts claim {arch.platform} ({fmt.value})",
+            remedy="Rebuild the records: exactly one artifact per version and platform.",
+        )
+    return matches[0] if matches else None
+
+
+def _verified(record: ArtifactRecord, path: Path, source: str) -> Artifact | None:
+    if not path.is_file() or path.stat().st_size != record.size or sha256_of(path) != record.sha256:
+        return None
+    return Artifact(
+        path, record.name, record.platform, record.format, record.sha256, record.build_id, source
+    )
+
+
+def _bundled(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
+    bundle = resources.files("sandbox_tools") / "_artifacts"
+    if not bundle.is_dir():
+        return None
+    directory = Path(str(bundle))
+    record = select_record(read_records(directory), arch, fmt)
+    return _verified(record, directory / record.name, "bundled") if record else None
+
+
+def checkout_dist() -> Path | None:
+    configured = os.environ.get("SANDBOX_TOOLS_DIST")
+    if configured:
+        return Path(configured)
+    checkout = Path(__file__).resolve().parents[3]  # src/sandbox_tools/injector -> checkout
+    return checkout / "dist" if (checkout / "pyproject.toml").exists() else None
+
+
+def _current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
+    from sandbox_tools.build_containers.builder import builder_recipe
+    from sandbox_tools.build_containers.records import compute_build_id
+
+    return compute_build_id(arch, fmt, builder_recipe(arch).digest)
+
+
+def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifact:
+    bundled = _bundled(arch, fmt)
+    if bundled is not None:
+        return bundled
+    dist = checkout_dist()
+    if dist is None:
+        raise SandboxInjectionError(
+            f"no {fmt.value} artifact for {arch.platform} is bundled with this installation",
+            remedy="Install a release wheel of sandbox-tools, or run `tools fetch`.",
+        )
+    wanted = _current_build_id(arch, fmt)
+    record = select_record(read_records(dist), arch, fmt)
+    if record is not None and record.build_id == wanted:
+        found = _verified(record, dist / record.name, "dist")
+        if found is not None:
+            return found
+    # An edited checkout: build what the sources say (no-op if nothing changed).
+    from sandbox_tools.build_containers.build import BuildRequest, build
+    from sandbox_tools.sandboxes.docker import docker_client
+
+    class _Silent:
+        def stage(self, arch: Arch, stage: str) -> None: ...
+        def log(self, arch: Arch, line: str) -> None: ...
+        def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None: ...
+
+    try:
+        (built,) = build(
+            docker_client(), BuildRequest(arches=(arch,), format=fmt, out_dir=dist), _Silent()
+        )
+    except SandboxToolsError as exc:
+        raise SandboxInjectionError(
+            f"no up-to-date {fmt.value} artifact for {arch.platform} in {dist}, and building "
+            f"one failed: {exc.message}",
+            remedy=f"Run `tools build --arch {arch.value}` and look at its output.",
+        ) from None
+    found = _verified(built, dist / built.name, "built")
+    if found is None:
+        raise SandboxInjectionError(f"the artifact just built in {dist} does not match its record")
+    return found
