@@ -101,7 +101,7 @@ def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
     return get
 
 
-def test_arches() -> list[Arch]:
+def arches_under_test() -> list[Arch]:
     """The host's architecture; arm64 too with SANDBOX_TOOLS_TEST_ARM64=1 (QEMU, slow)."""
     arches = [Arch.parse(os.uname().machine)]
     if os.environ.get("SANDBOX_TOOLS_TEST_ARM64") == "1" and Arch.ARM64 not in arches:

@@ -14,13 +14,13 @@ from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, StdioRuntim
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
-from tests.integration.conftest import ensure_target_image, test_arches
+from tests.integration.conftest import ensure_target_image, arches_under_test
 
 # Cold machines build images here (debootstrap): minutes, not the default 300 s.
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 
-@pytest.mark.parametrize("arch", test_arches(), ids=lambda a: a.value)
+@pytest.mark.parametrize("arch", arches_under_test(), ids=lambda a: a.value)
 @pytest.mark.parametrize("user", ["0", "1000"])
 @pytest.mark.parametrize("target", ["debian-11", "debian-12", "debian-13", "busybox"])
 async def test_artifact_serves_real_tool_calls(
@@ -67,7 +67,7 @@ async def test_artifact_serves_real_tool_calls(
 async def test_staticx_format_stays_buildable(
     docker_engine: Any, built_artifacts: Any, target: str
 ) -> None:
-    arch = test_arches()[0]
+    arch = arches_under_test()[0]
     record, artifact = built_artifacts(arch, ArtifactFormat.STATICX)
     assert record.name.endswith(".staticx") and record.format == "staticx"
     image = ensure_target_image(docker_engine, target, arch)

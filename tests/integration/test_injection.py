@@ -1,0 +1,142 @@
+"""tool_support_sandbox into real containers: reuse, locking, trust, hostile mounts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sandbox_tools.errors import SandboxInjectionError
+from sandbox_tools.injector.exec_remote import exec_remote
+from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
+from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from tests.integration.conftest import ensure_target_image, arches_under_test
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+
+
+@pytest.fixture
+def dist_env(built_artifacts: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Point acquisition at the artifact the session built (no rebuild per test)."""
+    record, path = built_artifacts(arches_under_test()[0])
+    monkeypatch.setenv("SANDBOX_TOOLS_DIST", str(path.parent))
+    return record
+
+
+@pytest.fixture
+def debian_image(docker_engine: Any) -> str:
+    return ensure_target_image(docker_engine, "debian-12", arches_under_test()[0])
+
+
+async def test_second_call_reuses_without_writing(
+    docker_engine: Any, debian_image: str, dist_env: Any
+) -> None:
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        first = await tool_support_sandbox(sandbox)
+        assert (first.reused, first.writes) == (False, 2)
+        assert first.info["build_id"] == dist_env.build_id
+        await first.aclose()
+        forget_sandbox(sandbox)  # a new host process: only what is in the sandbox counts
+        second = await tool_support_sandbox(DockerSandbox(container, docker_engine))
+        assert (second.reused, second.writes, second.install_dir) == (True, 0, first.install_dir)
+        result = await exec_remote(second.client, "echo reused", stream=False)
+        assert result.stdout == "reused\n"
+        await second.aclose()
+        forget_sandbox(sandbox)
+
+
+async def test_concurrent_first_calls_inject_once(
+    docker_engine: Any, debian_image: str, dist_env: Any
+) -> None:
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        handles = await asyncio.gather(*(tool_support_sandbox(sandbox) for _ in range(5)))
+        assert all(handle is handles[0] for handle in handles)
+        listing = await sandbox.exec(["sh", "-c", "ls -d /opt/sandbox-tools/*/"])
+        assert len(listing.stdout.split()) == 1
+        await handles[0].aclose()
+        forget_sandbox(sandbox)
+
+
+async def test_foreign_install_directory_is_not_trusted(
+    docker_engine: Any, debian_image: str, dist_env: Any
+) -> None:
+    tag = dist_env.build_id.removeprefix("sha256:")[:16]
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        # uid 1000 owns /opt/sandbox-tools and planted a look-alike install in it.
+        planted = f"/opt/sandbox-tools/sandbox-tools-{tag}"
+        script = (
+            f'mkdir -p {planted} && printf "#!/bin/sh\\necho pwned" > {planted}/sandbox-tools'
+            f" && chmod 755 {planted}/sandbox-tools && chown -R 1000:1000 /opt/sandbox-tools"
+            " && mkdir -p /opt/inspect-sandbox-tools"
+        )  # another tool's install: ignored
+        assert (await sandbox.exec(["sh", "-c", script])).returncode == 0
+        support = await tool_support_sandbox(sandbox)
+        assert not support.install_dir.startswith("/opt/sandbox-tools")
+        assert support.install_dir.startswith("/var/tmp/")
+        candidate = support.recon.candidates[0]
+        assert candidate.path == "/opt/sandbox-tools" and "uid 1000" in candidate.status
+        assert (await support.client.call("runtime_info"))["build_id"] == dist_env.build_id
+        await support.aclose()
+        forget_sandbox(sandbox)
+
+
+async def test_read_only_root_with_exec_tmpfs_succeeds(
+    docker_engine: Any, debian_image: str, dist_env: Any
+) -> None:
+    with running_container(
+        docker_engine, debian_image, read_only=True, tmpfs={"/tmp": "exec,mode=1777"}
+    ) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        support = await tool_support_sandbox(sandbox)
+        assert support.install_dir.startswith("/tmp/")  # streamed through exec: no upload
+        result = await exec_remote(support.client, "touch /etc/x 2>&1; echo done", stream=False)
+        assert "Read-only file system" in result.stdout
+        await support.aclose()
+        forget_sandbox(sandbox)
+
+
+async def test_read_only_root_with_only_noexec_mounts_fails_clearly(
+    docker_engine: Any, debian_image: str, dist_env: Any
+) -> None:
+    with running_container(
+        docker_engine,
+        debian_image,
+        read_only=True,
+        tmpfs={"/tmp": "noexec,mode=1777", "/var/tmp": "noexec,mode=1777"},
+    ) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        with pytest.raises(SandboxInjectionError) as failure:
+            await tool_support_sandbox(sandbox)
+        message = str(failure.value)
+        for directory, why in (
+            ("/opt/sandbox-tools", "missing"),
+            ("/var/tmp", "noexec"),
+            ("/tmp", "noexec"),
+            ("/dev/shm", "noexec"),
+            ("/root", "not writable"),
+        ):
+            assert f"{directory}: {why}" in message, message
+        assert "tmpfs /tmp:exec" in message  # the remedy
+        forget_sandbox(sandbox)
+
+
+async def test_unsupported_platform_names_the_platform_and_the_supported_list(
+    tmp_path: Any,
+) -> None:
+    import os
+
+    from sandbox_tools.sandboxes.local import LocalSandbox
+
+    shim = tmp_path / "uname"
+    shim.write_text("#!/bin/sh\necho riscv64\n")
+    shim.chmod(0o755)
+    sandbox = LocalSandbox({**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
+    sandbox.name = "local-riscv64"
+    with pytest.raises(SandboxInjectionError) as failure:
+        await tool_support_sandbox(sandbox)
+    assert "linux/riscv64" in str(failure.value)
+    assert "supported: linux/amd64, linux/arm64" in str(failure.value)
