@@ -14,6 +14,7 @@ from rich.table import Table
 
 from sandbox_tools import __version__
 from sandbox_tools.cli.build_cmd import build_command
+from sandbox_tools.cli.validate_cmd import validate_command
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.exec_remote import (
     Completed,
@@ -112,6 +113,7 @@ def exec_remote_command(
 
 
 app.command("build")(build_command)
+app.command("validate")(validate_command)
 
 
 def main() -> None:

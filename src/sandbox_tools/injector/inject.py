@@ -227,7 +227,10 @@ _READY: dict[str, ToolSupport] = {}
 
 
 async def tool_support_sandbox(
-    sandbox: Sandbox, user: str | None = None, persistent: bool = True
+    sandbox: Sandbox,
+    user: str | None = None,
+    persistent: bool = True,
+    artifact: Artifact | None = None,
 ) -> ToolSupport:
     """The runtime, installed and verified in `sandbox`, with a connected client.
 
@@ -239,7 +242,7 @@ async def tool_support_sandbox(
         ready = _READY.get(key)
         if ready is not None:
             return ready
-        support = await _prepare(sandbox, user, persistent)
+        support = await _prepare(sandbox, user, persistent, artifact)
         _READY[key] = support
         return support
 
@@ -250,7 +253,9 @@ def forget_sandbox(sandbox: Sandbox) -> None:
         _READY.pop(key, None)
 
 
-async def _prepare(sandbox: Sandbox, user: str | None, persistent: bool) -> ToolSupport:
+async def _prepare(
+    sandbox: Sandbox, user: str | None, persistent: bool, given: Artifact | None
+) -> ToolSupport:
     from sandbox_tools._version import __version__
 
     recon = await reconnoitre(sandbox, "")  # selection needs the platform: probe first
@@ -261,7 +266,15 @@ async def _prepare(sandbox: Sandbox, user: str | None, persistent: bool) -> Tool
             f"does not support (supported: {supported})",
             remedy="Run the sample on an amd64 or arm64 sandbox.",
         )
-    artifact = await asyncio.to_thread(acquire_artifact, recon.arch)
+    if given is not None and given.platform != recon.arch.platform:
+        raise SandboxInjectionError(
+            f"{given.name} is for {given.platform}, but {sandbox.name} runs {recon.platform}",
+            remedy="Pick the artifact of the sandbox's platform.",
+        )
+    if given is None:
+        artifact = await asyncio.to_thread(acquire_artifact, recon.arch)
+    else:
+        artifact = given
     # Re-probe with the build id: finds earlier installs of exactly this build.
     if recon.has_shell:
         recon = await reconnoitre(sandbox, _id_tag(artifact))

@@ -1,0 +1,130 @@
+"""`tools validate`: artifacts in dist/ across the distribution matrix."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from sandbox_tools.build_containers.records import ArtifactRecord, read_records
+from sandbox_tools.distro_matrix.matrix import load_matrix
+from sandbox_tools.distro_matrix.runner import (
+    CellResult,
+    run_matrix,
+    static_checks,
+    write_reports,
+)
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.injector.acquire import Artifact, _verified
+from sandbox_tools.platforms import Arch
+from sandbox_tools.sandboxes.docker import docker_client
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
+
+
+def _table(results: list[CellResult]) -> Table:
+    table = Table(title="tools validate")
+    for column in ("distribution", "platform", "scenario", "status", "seconds", "detail"):
+        table.add_column(column, overflow="fold")
+    for r in sorted(results, key=lambda r: (r.platform, r.distro, r.scenario)):
+        detail = ", ".join(r.checks) if r.status == "passed" and r.checks else r.detail
+        table.add_row(
+            r.distro,
+            r.platform,
+            r.scenario,
+            f"[{STYLE[r.status]}]{r.status}[/]",
+            f"{r.seconds:.1f}",
+            detail[:160],
+        )
+    return table
+
+
+def _artifacts(dist: Path, arches: list[Arch]) -> list[tuple[ArtifactRecord, Artifact]]:
+    chosen = []
+    for record in read_records(dist):
+        if record.format != "portable" or (arches and record.arch not in arches):
+            continue
+        artifact = _verified(record, dist / record.name, "dist")
+        if artifact is None:
+            raise ConfigurationError(
+                f"{dist / record.name} is missing or does not match "
+                "its record in build.json; rebuild it with `tools build`"
+            )
+        chosen.append((record, artifact))
+    if not chosen:
+        raise ConfigurationError(f"no artifacts to validate in {dist}; run `tools build` first")
+    return chosen
+
+
+def validate_command(
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Distributions to run, e.g. debian:12 or debian (repeatable)."),
+    ] = None,
+    arch: Annotated[
+        list[str] | None,
+        typer.Option("--arch", help="Architectures to run (repeatable); default: all built."),
+    ] = None,
+    dist: Annotated[Path, typer.Option("--dist", help="Artifacts and build.json.")] = Path("dist"),
+    static: Annotated[
+        bool, typer.Option("--static", help="Only the static ELF checks, no containers.")
+    ] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Cells in parallel.")] = (
+        os.cpu_count() or 2
+    ),
+    report: Annotated[Path, typer.Option(help="JSON report.")] = Path("validate-report.json"),
+    junit: Annotated[Path, typer.Option(help="JUnit XML report.")] = Path("validate-junit.xml"),
+) -> None:
+    """Run every artifact through the distribution matrix with real tool calls."""
+    try:
+        arches = [Arch.parse(a) for a in arch or []]
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    artifacts = _artifacts(dist, arches)
+    problems = {record.name: static_checks(art.path, record) for record, art in artifacts}
+    for name, found in problems.items():
+        verdict = "[green]ok[/]" if not found else "[bold red]" + "; ".join(found) + "[/]"
+        console.print(f"static checks {name}: {verdict}")
+    if any(problems.values()):
+        raise typer.Exit(1)
+    if static:
+        return
+    matrix = load_matrix().select(only)
+    if not matrix.distros:
+        raise ConfigurationError(f"--only {only} matches no distribution in the matrix")
+    client = docker_client()
+    results: list[CellResult] = []
+    if console.is_terminal:
+        with Live(_table(results), console=console, refresh_per_second=2) as live:
+
+            def show(result: CellResult) -> None:
+                results.append(result)
+                live.update(_table(results))
+
+            outcome = asyncio.run(run_matrix(client, artifacts, matrix, jobs, show))
+    else:
+
+        def log(result: CellResult) -> None:
+            print(
+                f"{result.status:7} {result.cell_id} {result.seconds:.1f}s {result.detail[:200]}",
+                flush=True,
+            )
+
+        outcome = asyncio.run(run_matrix(client, artifacts, matrix, jobs, log))
+        console.print(_table(outcome))
+    write_reports(outcome, report, junit, [record for record, _ in artifacts])
+    counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
+    console.print(
+        f"[bold]{counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped[/]  reports: {report}, {junit}"
+    )
+    if counts["failed"]:
+        raise typer.Exit(1)

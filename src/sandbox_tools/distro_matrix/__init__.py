@@ -1,0 +1,1 @@
+"""tools validate: every artifact across distributions, architectures and scenarios."""
