@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -15,7 +16,7 @@ from rich.table import Table
 from sandbox_tools import __version__
 from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.cli.validate_cmd import validate_command
-from sandbox_tools.errors import SandboxToolsError
+from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.exec_remote import (
     Completed,
     ExecRemoteOptions,
@@ -23,7 +24,11 @@ from sandbox_tools.injector.exec_remote import (
     StdoutChunk,
     exec_remote,
 )
-from sandbox_tools.injector.jsonrpc_client import StdioRuntimeClient, connect_runtime
+from sandbox_tools.injector.jsonrpc_client import (
+    RuntimeClient,
+    StdioRuntimeClient,
+    connect_runtime,
+)
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
 
@@ -34,7 +39,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
 
@@ -59,43 +65,114 @@ def _root(
     """Build, validate, release and inject sandbox-tools' in-container runtime."""
 
 
+async def _stream(
+    client: RuntimeClient, command: str, timeout: float | None
+) -> tuple[int, Completed, float]:
+    started = time.monotonic()
+    process = await exec_remote(client, command, ExecRemoteOptions(timeout=timeout))
+    completed: Completed | None = None
+    async for event in process.events():
+        if isinstance(event, StdoutChunk):
+            sys.stdout.write(event.data)
+            sys.stdout.flush()
+        elif isinstance(event, StderrChunk):
+            sys.stderr.write(event.data)
+            sys.stderr.flush()
+        else:
+            completed = event
+    assert completed is not None
+    return process.pid, completed, time.monotonic() - started
+
+
+def _summary(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for field, value in rows:
+        table.add_row(field, value)
+    return table
+
+
 async def _exec_remote_local(command: str, timeout: float | None, server_dir: str) -> int:
     launch = local_source_runtime(server_dir)
     client = await connect_runtime(LocalSandbox(), launch.command, env=launch.env)
     try:
         info = await client.call("runtime_info")
-        started = time.monotonic()
-        process = await exec_remote(client, command, ExecRemoteOptions(timeout=timeout))
-        completed: Completed | None = None
-        async for event in process.events():
-            if isinstance(event, StdoutChunk):
-                sys.stdout.write(event.data)
-                sys.stdout.flush()
-            elif isinstance(event, StderrChunk):
-                sys.stderr.write(event.data)
-                sys.stderr.flush()
-            else:
-                completed = event
-        elapsed = time.monotonic() - started
+        pid, completed, elapsed = await _stream(client, command, timeout)
         await client.call("sandbox_tools_shutdown")
     finally:
         await client.aclose()
-    assert completed is not None
     transport = "persistent stdio" if isinstance(client, StdioRuntimeClient) else "exec per call"
-    table = Table(title="exec_remote via the local runtime server", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for field, value in (
-        ("command", command),
-        ("pid", str(process.pid)),
-        ("exit code", f"{completed.exit_code}" + (" (killed)" if completed.killed else "")),
-        ("seconds", f"{elapsed:.3f}"),
-        ("runtime", f"{info['version']} build {info['build_id']} on {info['platform']}"),
-        ("server pid", str(info["pid"])),
-        ("transport", transport),
-    ):
-        table.add_row(field, value)
-    console.print(table)
+    console.print(
+        _summary(
+            "exec_remote via the local runtime server",
+            [
+                ("command", command),
+                ("pid", str(pid)),
+                ("exit code", f"{completed.exit_code}" + (" (killed)" if completed.killed else "")),
+                ("seconds", f"{elapsed:.3f}"),
+                ("runtime", f"{info['version']} build {info['build_id']} on {info['platform']}"),
+                ("server pid", str(info["pid"])),
+                ("transport", transport),
+            ],
+        )
+    )
+    return completed.exit_code
+
+
+async def _exec_remote_in_container(command: str, timeout: float | None, target: str) -> int:
+    from sandbox_tools.distro_matrix.matrix import load_matrix
+    from sandbox_tools.distro_matrix.runner import resolve_image
+    from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
+    from sandbox_tools.platforms import Arch
+    from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+
+    distros = {d.name: d for d in load_matrix().distros}
+    if target not in distros:
+        raise ConfigurationError(
+            f"unknown image {target!r}; choose one of: " + ", ".join(sorted(distros))
+        )
+    engine = docker_client()
+    arch = Arch.parse(os.uname().machine)
+    image, source = await asyncio.to_thread(resolve_image, engine, distros[target], arch, {})
+    if image is None:
+        raise ConfigurationError(f"no image for {target} here: {source}")
+    with running_container(engine, image) as container:
+        sandbox = DockerSandbox(container, engine)
+        started = time.monotonic()
+        support = await tool_support_sandbox(sandbox)
+        injected = time.monotonic() - started
+        try:
+            pid, completed, elapsed = await _stream(support.client, command, timeout)
+        finally:
+            await support.aclose()
+            forget_sandbox(sandbox)
+    recon = support.recon
+    console.print(
+        _summary(
+            f"exec_remote injected into a fresh {target} container",
+            [
+                ("command", command),
+                ("container", f"{container.name} ({image}, from {source})"),
+                (
+                    "sandbox",
+                    f"{recon.os_id} {recon.os_version}, {recon.platform}, libc {recon.libc}, "
+                    f"user {recon.user or recon.uid}",
+                ),
+                (
+                    "artifact",
+                    f"{support.artifact.name} ({support.artifact.source}, "
+                    f"sha256 {support.artifact.sha256[:16]}…)",
+                ),
+                (
+                    "installed at",
+                    f"{support.install_dir} (verified, {injected:.2f}s incl. first start)",
+                ),
+                ("pid / exit code", f"{pid} / {completed.exit_code}"),
+                ("seconds", f"{elapsed:.3f}"),
+            ],
+        )
+    )
     return completed.exit_code
 
 
@@ -105,10 +182,20 @@ def exec_remote_command(
     timeout: Annotated[
         float | None, typer.Option(help="Kill the command after this many seconds.")
     ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="Run in a fresh container of this matrix image (e.g. debian-12), injecting the "
+            "built artifact; default: a runtime server on this machine."
+        ),
+    ] = None,
 ) -> None:
-    """Start a runtime server on this machine and stream COMMAND through exec_remote."""
-    with tempfile.TemporaryDirectory(prefix="sandbox-tools-") as server_dir:
-        code = asyncio.run(_exec_remote_local(command, timeout, server_dir))
+    """Stream COMMAND through exec_remote: locally, or injected into a fresh container."""
+    if image is not None:
+        code = asyncio.run(_exec_remote_in_container(command, timeout, image))
+    else:
+        with tempfile.TemporaryDirectory(prefix="sandbox-tools-") as server_dir:
+            code = asyncio.run(_exec_remote_local(command, timeout, server_dir))
     raise typer.Exit(code)
 
 
