@@ -1,0 +1,84 @@
+"""Cold injection and warm calls, side by side with a bare `docker exec true`.
+
+Cold: a fresh container, then tool_support_sandbox (probe + copy + verify + first
+start, which unpacks the artifact and starts the server) and one `version` call.
+Warm: one `version` call per exec afterwards, and through the persistent channel.
+Usage: .venv/bin/python benchmarks/injection.py [--runs N] [--image debian-12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from sandbox_tools.distro_matrix.matrix import load_matrix
+from sandbox_tools.distro_matrix.runner import resolve_image
+from sandbox_tools.injector.inject import forget_sandbox, runtime_env, tool_support_sandbox
+from sandbox_tools.platforms import Arch
+from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+
+VERSION = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "version"})
+
+
+async def main(runs: int, target: str) -> None:
+    client = docker_client()
+    arch = Arch.parse(os.uname().machine)
+    distro = next(d for d in load_matrix().distros if d.name == target)
+    image, _ = resolve_image(client, distro, arch, {})
+    assert image is not None
+    cold, warm_exec, warm_stream, bare = [], [], [], []
+    for _ in range(runs):
+        with running_container(client, image) as container:
+            sandbox = DockerSandbox(container, client)
+            started = time.perf_counter()
+            support = await tool_support_sandbox(sandbox, persistent=False)
+            await support.client.call("version")
+            cold.append(time.perf_counter() - started)
+            exe, env = support.exe, runtime_env(support.install_dir)
+            for _ in range(5):
+                started = time.perf_counter()
+                await sandbox.exec([exe, "exec", VERSION], env=env)
+                warm_exec.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                await sandbox.exec(["true"])
+                bare.append(time.perf_counter() - started)
+            await support.aclose()
+            forget_sandbox(sandbox)
+            stream = await tool_support_sandbox(sandbox)  # reuses the install
+            for _ in range(5):
+                started = time.perf_counter()
+                await stream.client.call("version")
+                warm_stream.append(time.perf_counter() - started)
+            await stream.aclose()
+            forget_sandbox(sandbox)
+    table = Table(title=f"injection into a fresh {target} container ({arch.value}), ms")
+    for column in ("what", "median", "max", "x bare exec"):
+        table.add_column(column)
+    floor = statistics.median(bare)
+    for name, samples in (
+        ("bare `docker exec true`", bare),
+        ("cold: probe + copy + verify + first call", cold),
+        ("warm: `exec version` per call", warm_exec),
+        ("warm: `version` via persistent channel", warm_stream),
+    ):
+        median = statistics.median(samples)
+        table.add_row(
+            name, f"{median * 1000:.1f}", f"{max(samples) * 1000:.1f}", f"{median / floor:.2f}"
+        )
+    Console().print(table)
+    Console().print(f"{runs} fresh containers; 5 warm calls each.")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--image", default="debian-12")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.runs, arguments.image))

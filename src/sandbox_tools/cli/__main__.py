@@ -1,0 +1,3 @@
+from sandbox_tools.cli.app import main
+
+main()

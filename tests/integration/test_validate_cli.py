@@ -1,0 +1,84 @@
+"""`tools validate` as a user runs it: the real CLI, real containers, real reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pytest
+
+from tests.integration.conftest import arches_under_test
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+
+
+def tools(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+
+
+def test_validate_offline_rows_and_reports(built_artifacts: Any, tmp_path: Path) -> None:
+    arch = arches_under_test()[0]
+    record, artifact = built_artifacts(arch)
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    done = tools(
+        "validate",
+        "--dist",
+        str(artifact.parent),
+        "--arch",
+        arch.value,
+        "--only",
+        "debian:12",
+        "--only",
+        "busybox",
+        "--only",
+        "ubuntu-24.04",
+        "--report",
+        str(report),
+        "--junit",
+        str(junit),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads(report.read_text())
+    assert document["passed"] is True
+    assert document["artifacts"] == [
+        {
+            "name": record.name,
+            "platform": record.platform,
+            "sha256": record.sha256,
+            "build_id": record.build_id,
+        }
+    ]
+    statuses = {r["id"]: r["status"] for r in document["results"]}
+    host = arch.value
+    for distro in ("debian-12", "busybox"):
+        for scenario in ("root", "nonroot", "readonly-exec-tmpfs", "readonly-noexec"):
+            assert statuses[f"{distro}/{host}/{scenario}"] == "passed"
+    ubuntu = [r for r in document["results"] if r["distro"] == "ubuntu-24.04"]
+    assert {r["status"] for r in ubuntu} == {"skipped"}  # no registry here, never faked
+    assert "registry unreachable, no offline recipe" in ubuntu[0]["detail"]
+    suite = ElementTree.parse(junit).getroot()
+    assert suite.get("tests") == "12" and suite.get("failures") == "0"
+    assert suite.get("skipped") == "4"
+
+
+def test_static_checks_refuse_a_broken_artifact(built_artifacts: Any, tmp_path: Path) -> None:
+    import shutil
+
+    arch = arches_under_test()[0]
+    _, artifact = built_artifacts(arch)
+    dist = tmp_path / "dist"
+    shutil.copytree(artifact.parent, dist)
+    assert tools("validate", "--static", "--dist", str(dist)).returncode == 0
+    (dist / artifact.name).write_bytes(b"#!/bin/sh\necho not an artifact\n")
+    done = tools("validate", "--static", "--dist", str(dist))
+    assert done.returncode != 0
+    assert "does not match its record" in done.stdout + done.stderr
