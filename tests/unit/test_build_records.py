@@ -87,7 +87,7 @@ def test_records_round_trip_and_merge_per_platform(tmp_path: Path) -> None:
 def test_complete_wheelhouse_is_reused_without_network(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    wheelhouse = tmp_path / "wheelhouse" / "amd64"
+    wheelhouse = tmp_path / "wheelhouse" / "amd64" / lock.FREEZE_LOCK.stem
     wheelhouse.mkdir(parents=True)
     (wheelhouse / f".complete-{lock.sha256_file(lock.FREEZE_LOCK)[:16]}").touch()
 

@@ -10,12 +10,12 @@ Regenerate the lock with `python -m sandbox_tools.build_containers.lock`.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from sandbox_tools.build_containers.records import sha256_of as sha256_file
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
 
@@ -77,14 +77,6 @@ def _pip_download(
             remedy="Check that PyPI is reachable from this host (or provide a filled "
             "wheelhouse in the cache for an offline build).",
         )
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_lock(pins: tuple[str, ...] = FREEZE_PINS, target: Path = FREEZE_LOCK) -> None:

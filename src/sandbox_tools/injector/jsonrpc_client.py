@@ -67,7 +67,9 @@ def _request(request_id: int, method: str, params: Mapping[str, Any] | None) -> 
     }
 
 
-class ExecRuntimeClient(RuntimeClient):
+class _SandboxRuntimeClient(RuntimeClient):
+    """What both transports need: where the runtime is and how to start it."""
+
     def __init__(
         self,
         sandbox: Sandbox,
@@ -81,6 +83,8 @@ class ExecRuntimeClient(RuntimeClient):
         self.user = user
         self._ids = itertools.count(1)
 
+
+class ExecRuntimeClient(_SandboxRuntimeClient):
     async def call(
         self, method: str, params: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> Any:
@@ -108,7 +112,7 @@ class ExecRuntimeClient(RuntimeClient):
         return unwrap_response(response, method)
 
 
-class StdioRuntimeClient(RuntimeClient):
+class StdioRuntimeClient(_SandboxRuntimeClient):
     def __init__(
         self,
         sandbox: Sandbox,
@@ -116,11 +120,7 @@ class StdioRuntimeClient(RuntimeClient):
         env: Mapping[str, str] | None = None,
         user: str | None = None,
     ) -> None:
-        self.sandbox = sandbox
-        self.runtime_command = list(runtime_command)
-        self.env = dict(env or {})
-        self.user = user
-        self._ids = itertools.count(1)
+        super().__init__(sandbox, runtime_command, env, user)
         self._stream: Stream | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
