@@ -140,3 +140,21 @@ async def test_unsupported_platform_names_the_platform_and_the_supported_list(
         await tool_support_sandbox(sandbox)
     assert "linux/riscv64" in str(failure.value)
     assert "supported: linux/amd64, linux/arm64" in str(failure.value)
+
+
+async def test_injection_without_any_shell(docker_engine: Any, dist_env: Any) -> None:
+    from sandbox_tools.sandboxes.images import ensure_busybox_image
+
+    image = ensure_busybox_image(docker_engine, arches_under_test()[0], applets=False)
+    with running_container(
+        docker_engine, image, command=["/.sleeper/busybox", "sleep", "infinity"]
+    ) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        assert (await sandbox.exec(["sh", "-c", "true"])).returncode != 0  # really no shell
+        support = await tool_support_sandbox(sandbox)
+        assert not support.recon.has_shell and "no shell" in support.recon.notes[0]
+        assert support.install_dir.startswith("/tmp/sandbox-tools-")
+        assert support.writes == 1  # one upload: directory, artifact and marker
+        assert (await support.client.call("runtime_info"))["build_id"] == dist_env.build_id
+        await support.aclose()
+        forget_sandbox(sandbox)

@@ -19,6 +19,7 @@ class Distro:
     registry: str | None = None
     offline: str | None = None
     shell: bool = True
+    command: list[str] | None = None  # the container's main process, if not `sleep infinity`
 
 
 @dataclass(frozen=True, kw_only=True)

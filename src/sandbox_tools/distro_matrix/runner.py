@@ -103,6 +103,8 @@ def resolve_image(
         return ensure_image(client, RootfsRecipe(suite=suite, arch=arch)), distro.offline
     if distro.offline == "busybox-static":
         return ensure_busybox_image(client, arch), distro.offline
+    if distro.offline == "noshell":
+        return ensure_busybox_image(client, arch, applets=False), distro.offline
     reasons.append("no offline recipe")
     return None, ", ".join(reasons)
 
@@ -110,8 +112,26 @@ def resolve_image(
 # -- one cell ---------------------------------------------------------------------------
 
 
+def shell_less_skip(distro: Distro, scenario: Scenario) -> str | None:
+    """Why a scenario cannot run on an image without a shell, or None if it can."""
+    if distro.shell:
+        return None
+    if scenario.read_only:
+        return (
+            "no shell: a read-only root refuses uploads and there is no shell to stream "
+            "the artifact through"
+        )
+    if scenario.user:
+        return "no shell: uploads are owned by root, and nothing can hand them to another user"
+    return None
+
+
 async def _exercise(
-    sandbox: DockerSandbox, artifact: Artifact, scenario: Scenario, checks: list[str]
+    sandbox: DockerSandbox,
+    artifact: Artifact,
+    scenario: Scenario,
+    checks: list[str],
+    shell: bool = True,
 ) -> None:
     support = await tool_support_sandbox(sandbox, artifact=artifact)
     try:
@@ -120,6 +140,8 @@ async def _exercise(
         if info.get("build_id") != artifact.build_id:
             raise AssertionError(f"runtime_info build id {info.get('build_id')}")
         checks.append("version+runtime_info")
+        if not shell:
+            return  # the tools below run commands through /bin/sh, which is not there
         result = await exec_remote(client, "echo out; echo err >&2; exit 3", stream=False)
         if (result.returncode, result.stdout, result.stderr) != (3, "out\n", "err\n"):
             raise AssertionError(f"exec_remote returned {result}")
@@ -161,11 +183,13 @@ async def run_cell(
         options["tmpfs"] = dict(scenario.tmpfs)
     if scenario.user:
         options["user"] = scenario.user
+    if distro.command:
+        options["command"] = distro.command
     try:
         with running_container(client, image, **options) as container:
             sandbox = DockerSandbox(container, client)
             try:
-                await _exercise(sandbox, artifact, scenario, result.checks)
+                await _exercise(sandbox, artifact, scenario, result.checks, distro.shell)
                 failure: BaseException | None = None
             except SandboxInjectionError as exc:
                 failure = exc
@@ -204,14 +228,15 @@ async def run_matrix(
                 resolve_image, client, distro, record.arch, registry
             )
             for scenario in matrix.scenarios:
-                if image is None:
+                reason = source if image is None else shell_less_skip(distro, scenario)
+                if image is None or reason is not None:
                     skipped = CellResult(
                         record.name,
                         record.platform,
                         distro.name,
                         scenario.name,
                         "skipped",
-                        detail=source,
+                        detail=reason or source,
                     )
                     results.append(skipped)
                     on_result(skipped)

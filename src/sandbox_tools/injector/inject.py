@@ -179,47 +179,49 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
     tag = _id_tag(artifact)
     taken = {install.path for install in recon.installs}
     install_dir = f"{base}/{EXE_NAME}-{tag}"
-    if install_dir in taken:  # exists but failed the trust check: never reuse it
+    if install_dir in taken or not recon.has_shell:
+        # Exists but failed the trust check (never reuse it), or we cannot look: fresh name.
         install_dir = f"{install_dir}-{secrets.token_hex(4)}"
-    staging = f"{install_dir}/.{EXE_NAME}.partial"
-    exe = f"{install_dir}/{EXE_NAME}"
     data = artifact.path.read_bytes()
-    if recon.has_shell:
-        made = await sandbox.exec(["sh", "-c", 'umask 022 && mkdir "$1"', "mkdir", install_dir])
-        if made.returncode != 0:
-            raise SandboxInjectionError(
-                f"cannot create {install_dir} in {sandbox.name}: "
-                f"{made.stderr.decode(errors='replace').strip()}",
-                remedy="Someone else may have created it; remove it or free the directory.",
-            )
+    exe = f"{install_dir}/{EXE_NAME}"
+    if not recon.has_shell:
+        # One upload creates the directory with the artifact and our marker; the bytes are
+        # then read back and checked before anything runs.
+        await sandbox.write_new_directory(
+            install_dir, {EXE_NAME: (data, 0o755), MARKER: (_marker(artifact).encode(), 0o644)}
+        )
+        await _verify(sandbox, recon, exe, artifact)
+        return install_dir, 1
+    staging = f"{install_dir}/.{EXE_NAME}.partial"
+    made = await sandbox.exec(["sh", "-c", 'umask 022 && mkdir "$1"', "mkdir", install_dir])
+    if made.returncode != 0:
+        raise SandboxInjectionError(
+            f"cannot create {install_dir} in {sandbox.name}: "
+            f"{made.stderr.decode(errors='replace').strip()}",
+            remedy="Someone else may have created it; remove it or free the directory.",
+        )
     await _write_artifact(sandbox, recon, staging, data)
     await _verify(sandbox, recon, staging, artifact)
-    writes = 1
-    if recon.has_shell:
-        moved = await sandbox.exec(
-            [
-                "sh",
-                "-c",
-                'mv "$1" "$2" && printf %s "$3" > "$4" && chmod 755 "$5"',
-                "finish",
-                staging,
-                exe,
-                _marker(artifact),
-                f"{install_dir}/{MARKER}",
-                install_dir,
-            ]
+    moved = await sandbox.exec(
+        [
+            "sh",
+            "-c",
+            'mv "$1" "$2" && printf %s "$3" > "$4" && chmod 755 "$5"',
+            "finish",
+            staging,
+            exe,
+            _marker(artifact),
+            f"{install_dir}/{MARKER}",
+            install_dir,
+        ]
+    )
+    if moved.returncode != 0:
+        raise SandboxInjectionError(
+            f"cannot finish the install in {install_dir}: "
+            f"{moved.stderr.decode(errors='replace').strip()}",
+            remedy="Check permissions of the install directory.",
         )
-        if moved.returncode != 0:
-            raise SandboxInjectionError(
-                f"cannot finish the install in {install_dir}: "
-                f"{moved.stderr.decode(errors='replace').strip()}",
-                remedy="Check permissions of the install directory.",
-            )
-        writes += 1
-    else:
-        await sandbox.write_file(exe, data, mode=0o755)
-        writes += 1
-    return install_dir, writes
+    return install_dir, 2
 
 
 _LOCKS: dict[str, asyncio.Lock] = {}

@@ -66,6 +66,13 @@ class Sandbox(abc.ABC):
         """Start `cmd` with stdin/stdout held open, or None if this provider cannot."""
         return None
 
+    async def write_new_directory(self, path: str, files: Mapping[str, tuple[bytes, int]]) -> None:
+        """Create directory `path` holding `files` (name -> (bytes, mode)) without a shell.
+
+        Needed where the sandbox has no shell to run `mkdir` with (distroless images).
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot create directories by upload")
+
     async def architecture_hint(self) -> str | None:
         """The sandbox's CPU architecture as the provider knows it (no exec needed)."""
         return None

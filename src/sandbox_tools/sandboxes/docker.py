@@ -208,6 +208,29 @@ class DockerSandbox(Sandbox):
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         await asyncio.to_thread(self._put, path, data, mode)
 
+    def _put_directory(self, path: str, files: Mapping[str, tuple[bytes, int]]) -> None:
+        parent, _, name = path.rstrip("/").rpartition("/")
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            directory = tarfile.TarInfo(name)
+            directory.type, directory.mode, directory.mtime = tarfile.DIRTYPE, 0o755, 0
+            tar.addfile(directory)
+            for file_name, (data, mode) in sorted(files.items()):
+                info = tarfile.TarInfo(f"{name}/{file_name}")
+                info.size, info.mode, info.mtime = len(data), mode, 0
+                tar.addfile(info, io.BytesIO(data))
+        try:
+            ok = self.container.put_archive(parent or "/", archive.getvalue())
+        except docker.errors.APIError as exc:
+            raise SandboxExecError(
+                f"cannot create {path} in {self.name}: {exc.explanation or exc}"
+            ) from None
+        if not ok:
+            raise SandboxExecError(f"the engine refused to create {path} in {self.name}")
+
+    async def write_new_directory(self, path: str, files: Mapping[str, tuple[bytes, int]]) -> None:
+        await asyncio.to_thread(self._put_directory, path, files)
+
     def _get(self, path: str) -> bytes:
         try:
             chunks, _ = self.container.get_archive(path)

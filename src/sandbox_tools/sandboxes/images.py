@@ -241,13 +241,14 @@ def busybox_source_recipe(arch: Arch) -> RootfsRecipe:
     return RootfsRecipe(suite="bookworm", arch=arch, include=("busybox-static",))
 
 
-def busybox_image_tag(arch: Arch) -> str:
-    identity = f"busybox-{RECIPE_FORMAT}-{busybox_source_recipe(arch).digest}-{BUSYBOX_APPLETS}"
+def busybox_image_tag(arch: Arch, applets: bool = True) -> str:
+    kind = "busybox" if applets else "noshell"
+    identity = f"{kind}-{RECIPE_FORMAT}-{busybox_source_recipe(arch).digest}-{BUSYBOX_APPLETS}"
     digest = hashlib.sha256(identity.encode()).hexdigest()
-    return f"{IMAGE_REPOSITORY}:busybox-{arch.value}-{digest[:12]}"
+    return f"{IMAGE_REPOSITORY}:{kind}-{arch.value}-{digest[:12]}"
 
 
-def _busybox_rootfs(source: Path, target: Path) -> None:
+def _busybox_rootfs(source: Path, target: Path, applets: bool = True) -> None:
     with tarfile.open(source) as tar:
         names = set(tar.getnames())
         # Merged /usr (bookworm on): /bin is a link to usr/bin.
@@ -278,25 +279,35 @@ def _busybox_rootfs(source: Path, target: Path) -> None:
             ("opt", 0o755),
         ):
             add(tar, directory, tarfile.DIRTYPE, mode)
-        add(tar, "bin/busybox", tarfile.REGTYPE, 0o755, busybox)
-        for applet in BUSYBOX_APPLETS:
-            add(tar, f"bin/{applet}", tarfile.SYMTYPE, 0o777, link="busybox")
+        if applets:
+            add(tar, "bin/busybox", tarfile.REGTYPE, 0o755, busybox)
+            for applet in BUSYBOX_APPLETS:
+                add(tar, f"bin/{applet}", tarfile.SYMTYPE, 0o777, link="busybox")
+        else:
+            # No shell, no tools: the binary only keeps the container alive
+            # (`/.sleeper/busybox sleep infinity`); nothing is on PATH.
+            add(tar, ".sleeper", tarfile.DIRTYPE, 0o755)
+            add(tar, ".sleeper/busybox", tarfile.REGTYPE, 0o755, busybox)
         for name, text in _ETC_FILES.items():
             add(tar, name, tarfile.REGTYPE, 0o644, text.encode())
     partial.replace(target)
 
 
 def ensure_busybox_image(
-    client: Any, arch: Arch, log: Callable[[str], None] = lambda _: None
+    client: Any, arch: Arch, log: Callable[[str], None] = lambda _: None, applets: bool = True
 ) -> str:
-    """A libc-free image: static busybox and a few applet links, nothing else."""
-    tag = busybox_image_tag(arch)
+    """A libc-free image: static busybox and a few applet links, nothing else.
+
+    applets=False: not even a shell (the distroless case): run it with
+    `command=["/.sleeper/busybox", "sleep", "infinity"]`.
+    """
+    tag = busybox_image_tag(arch, applets)
     if image_exists(client, tag):
         return tag
     source = build_rootfs(busybox_source_recipe(arch), log)
     rootfs = cache_dir() / "roots" / f"{tag.rsplit(':', 1)[1]}.tar"
     if not rootfs.exists():
-        _busybox_rootfs(source, rootfs)
+        _busybox_rootfs(source, rootfs, applets)
     log(f"importing {rootfs} as {tag}")
     import_rootfs(client, rootfs, tag, arch)
     return tag
