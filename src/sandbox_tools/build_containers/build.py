@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,8 +20,11 @@ from sandbox_tools._version import __version__
 from sandbox_tools.build_containers.builder import builder_recipe
 from sandbox_tools.build_containers.lock import (
     FREEZE_LOCK,
+    FREEZE_PINS,
+    PYTHON_VERSION,
     RESOURCES,
     STATICX_LOCK,
+    STATICX_PINS,
     ensure_wheelhouse,
 )
 from sandbox_tools.build_containers.package import pack_portable
@@ -153,6 +155,12 @@ def _smoke_test(client: Any, image: str, arch: Arch, artifact: Path, build_id: s
         )
 
 
+def _pinned_versions(fmt: ArtifactFormat) -> dict[str, str]:
+    """Tool versions as the locks pin them (one source of truth)."""
+    pins = FREEZE_PINS + (STATICX_PINS if fmt is ArtifactFormat.STATICX else ())
+    return dict(pin.split("==", 1) for pin in pins)
+
+
 def build_arch(
     client: Any, arch: Arch, request: BuildRequest, reporter: BuildReporter
 ) -> ArtifactRecord:
@@ -208,8 +216,8 @@ def build_arch(
         sha256=sha256_of(output),
         build_id=build_id,
         tool_versions={
-            "pyinstaller": "6.22.3",
-            "python": "3.11 (Debian bookworm)",
+            **_pinned_versions(request.format),
+            "python": f"{PYTHON_VERSION} (Debian {recipe.suite})",
             "builder": recipe.image_tag,
         },
     )
@@ -246,7 +254,3 @@ def build(
             raise first
         raise BuildError(f"building {arch.value} failed: {first!r}") from first
     return records
-
-
-def elapsed_since(started: float) -> str:
-    return f"{time.monotonic() - started:.1f}s"
