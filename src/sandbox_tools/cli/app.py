@@ -15,6 +15,7 @@ from rich.table import Table
 
 from sandbox_tools import __version__
 from sandbox_tools.cli.build_cmd import build_command
+from sandbox_tools.cli.manifest_cmd import manifest_app
 from sandbox_tools.cli.validate_cmd import validate_command
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.exec_remote import (
@@ -201,6 +202,7 @@ def exec_remote_command(
 
 app.command("build")(build_command)
 app.command("validate")(validate_command)
+app.add_typer(manifest_app, name="manifest")
 
 
 def main() -> None:

@@ -1,0 +1,87 @@
+"""`tools manifest show|write|verify`: the version manifest of dist/."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sandbox_tools._version import __version__
+from sandbox_tools.build_containers.records import read_records
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.release.manifest import (
+    MANIFEST_FILE,
+    Manifest,
+    manifest_from_records,
+    verify_local,
+    write_release_files,
+)
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+manifest_app = typer.Typer(
+    help="The version manifest: one verified artifact per platform.", no_args_is_help=True
+)
+DistOption = Annotated[Path, typer.Option("--dist", help="Artifacts and build.json.")]
+
+
+def _load(dist: Path) -> Manifest:
+    path = dist / MANIFEST_FILE
+    if not path.exists():
+        raise ConfigurationError(f"no {MANIFEST_FILE} in {dist}; run `tools manifest write`")
+    return Manifest.loads(path.read_text())
+
+
+@manifest_app.command("write")
+def write(
+    dist: DistOption = Path("dist"),
+    mirror: Annotated[
+        list[str] | None,
+        typer.Option(help="Base URL the artifacts will be published under (repeatable)."),
+    ] = None,
+) -> None:
+    """Write manifest.json and SHA256SUMS in DIST from its build records."""
+    records = read_records(dist)
+    if not records:
+        raise ConfigurationError(f"no build records in {dist}; run `tools build` first")
+    manifest = manifest_from_records(__version__, records, mirror or [])
+    problems = verify_local(dist, manifest)
+    if problems:
+        raise ConfigurationError("; ".join(problems), remedy="Rebuild with `tools build`.")
+    for path in write_release_files(dist, manifest):
+        console.print(f"wrote {path}")
+
+
+@manifest_app.command("show")
+def show(dist: DistOption = Path("dist")) -> None:
+    """Print the manifest as a table."""
+    manifest = _load(dist)
+    table = Table(title=f"sandbox-tools {manifest.version}: one artifact per platform")
+    for column in ("platform", "artifact", "format", "size", "sha256", "build id", "urls"):
+        table.add_column(column, overflow="fold")
+    for a in manifest.artifacts:
+        table.add_row(
+            a.platform,
+            a.name,
+            a.format,
+            f"{a.size:,}",
+            a.sha256,
+            a.build_id.removeprefix("sha256:")[:16] + "…",
+            "\n".join(a.urls),
+        )
+    console.print(table)
+
+
+@manifest_app.command("verify")
+def verify(dist: DistOption = Path("dist")) -> None:
+    """Check the local files in DIST against the manifest (size and SHA-256)."""
+    manifest = _load(dist)
+    problems = verify_local(dist, manifest)
+    for problem in problems:
+        console.print(f"[bold red]mismatch:[/] {problem}")
+    if problems:
+        raise typer.Exit(1)
+    console.print(f"[green]all {len(manifest.artifacts)} artifacts match the manifest[/]")

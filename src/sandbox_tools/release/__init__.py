@@ -1,0 +1,1 @@
+"""Release side: the version manifest, SHA256SUMS (publishing and fetch: issue 6)."""

@@ -1,0 +1,156 @@
+"""The version manifest and SHA256SUMS, both generated from the same artifact records.
+
+The manifest is the one statement of which artifact is valid for (version, platform):
+exactly one per platform, with name, format, size, SHA-256, build id and mirror URLs.
+SHA256SUMS says the same in `sha256sum` format (sorted by name, two spaces), so that
+`sha256sum -c SHA256SUMS` works in dist/.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox_tools.build_containers.records import ArtifactRecord, sha256_of
+from sandbox_tools.errors import ConfigurationError
+
+MANIFEST_SCHEMA = 1
+MANIFEST_FILE = "manifest.json"
+SUMS_FILE = "SHA256SUMS"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestArtifact:
+    platform: str
+    name: str
+    format: str
+    size: int
+    sha256: str
+    build_id: str
+    urls: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "name": self.name,
+            "format": self.format,
+            "size": self.size,
+            "sha256": self.sha256,
+            "build_id": self.build_id,
+            "urls": list(self.urls),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    version: str
+    artifacts: tuple[ManifestArtifact, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        platforms = [a.platform for a in self.artifacts]
+        duplicates = sorted({p for p in platforms if platforms.count(p) > 1})
+        if duplicates:
+            raise ConfigurationError(
+                f"the manifest lists more than one artifact for {', '.join(duplicates)}",
+                remedy="Exactly one artifact is valid per version and platform.",
+            )
+
+    def for_platform(self, platform: str) -> ManifestArtifact:
+        for artifact in self.artifacts:
+            if artifact.platform == platform:
+                return artifact
+        supported = ", ".join(a.platform for a in self.artifacts) or "none"
+        raise ConfigurationError(
+            f"sandbox-tools {self.version} has no artifact for {platform} (supported: {supported})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        ordered = sorted(self.artifacts, key=lambda a: a.platform)
+        return {
+            "schema": MANIFEST_SCHEMA,
+            "version": self.version,
+            "artifacts": [a.to_json() for a in ordered],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def loads(cls, text: str) -> Manifest:
+        data = json.loads(text)
+        if data.get("schema") != MANIFEST_SCHEMA:
+            raise ConfigurationError(f"unsupported manifest schema {data.get('schema')!r}")
+        return cls(
+            version=str(data["version"]),
+            artifacts=tuple(
+                ManifestArtifact(
+                    platform=str(a["platform"]),
+                    name=str(a["name"]),
+                    format=str(a["format"]),
+                    size=int(a["size"]),
+                    sha256=str(a["sha256"]),
+                    build_id=str(a["build_id"]),
+                    urls=tuple(str(u) for u in a.get("urls", [])),
+                )
+                for a in data.get("artifacts", [])
+            ),
+        )
+
+
+def manifest_from_records(
+    version: str, records: Iterable[ArtifactRecord], mirrors: Iterable[str] = ()
+) -> Manifest:
+    """One artifact per platform: the default format's record (portable)."""
+    mirror_list = [m.rstrip("/") for m in mirrors]
+    chosen = [r for r in records if r.format == "portable"]
+    return Manifest(
+        version=version,
+        artifacts=tuple(
+            ManifestArtifact(
+                platform=r.platform,
+                name=r.name,
+                format=r.format,
+                size=r.size,
+                sha256=r.sha256,
+                build_id=r.build_id,
+                urls=tuple(f"{m}/{r.name}" for m in mirror_list),
+            )
+            for r in chosen
+        ),
+    )
+
+
+def sha256sums(manifest: Manifest) -> str:
+    lines = sorted(f"{a.sha256}  {a.name}" for a in manifest.artifacts)
+    return "".join(line + "\n" for line in lines)
+
+
+def write_release_files(directory: Path, manifest: Manifest) -> tuple[Path, Path]:
+    """Write manifest.json and SHA256SUMS atomically (temp file, then rename)."""
+    paths = []
+    for name, text in ((MANIFEST_FILE, manifest.dumps()), (SUMS_FILE, sha256sums(manifest))):
+        target = directory / name
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text(text)
+        partial.replace(target)
+        paths.append(target)
+    return paths[0], paths[1]
+
+
+def verify_local(directory: Path, manifest: Manifest) -> list[str]:
+    """Problems with the local copies of the manifest's artifacts; empty when all match."""
+    problems = []
+    for artifact in manifest.artifacts:
+        path = directory / artifact.name
+        if not path.is_file():
+            problems.append(f"{artifact.name}: missing in {directory}")
+        elif path.stat().st_size != artifact.size:
+            problems.append(
+                f"{artifact.name}: {path.stat().st_size} bytes, manifest says {artifact.size}"
+            )
+        elif (digest := sha256_of(path)) != artifact.sha256:
+            problems.append(f"{artifact.name}: sha256 {digest}, manifest says {artifact.sha256}")
+    return problems

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sandbox_tools.build_containers.records import ArtifactRecord
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.release.manifest import (
+    Manifest,
+    ManifestArtifact,
+    manifest_from_records,
+    sha256sums,
+    verify_local,
+    write_release_files,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def records() -> list[ArtifactRecord]:
+    return [
+        ArtifactRecord(
+            name="sandbox-tools-1.2.3-linux-arm64",
+            platform="linux/arm64",
+            format="portable",
+            size=8395066,
+            sha256="b" * 64,
+            build_id="sha256:" + "2" * 64,
+        ),
+        ArtifactRecord(
+            name="sandbox-tools-1.2.3-linux-amd64",
+            platform="linux/amd64",
+            format="portable",
+            size=8703465,
+            sha256="a" * 64,
+            build_id="sha256:" + "1" * 64,
+        ),
+        ArtifactRecord(
+            name="sandbox-tools-1.2.3-linux-amd64.staticx",
+            platform="linux/amd64",
+            format="staticx",
+            size=7400000,
+            sha256="c" * 64,
+            build_id="sha256:" + "3" * 64,
+        ),
+    ]
+
+
+def test_golden_manifest_and_sums() -> None:
+    manifest = manifest_from_records(
+        "1.2.3", records(), ["https://mirror.example/v1.2.3/", "s3://bucket/v1.2.3"]
+    )
+    assert manifest.dumps() == (GOLDEN / "manifest.json").read_text()
+    assert sha256sums(manifest) == (GOLDEN / "SHA256SUMS").read_text()
+
+
+def test_exactly_one_artifact_per_platform() -> None:
+    twice = ManifestArtifact(
+        platform="linux/amd64", name="x", format="portable", size=1, sha256="a" * 64, build_id="b"
+    )
+    with pytest.raises(ConfigurationError, match="more than one artifact for linux/amd64"):
+        Manifest(version="1", artifacts=(twice, twice))
+    manifest = manifest_from_records("1.2.3", records())
+    with pytest.raises(ConfigurationError, match=r"riscv64 \(supported: linux/arm64, linux/amd64"):
+        manifest.for_platform("linux/riscv64")
+
+
+hex64 = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+artifacts = st.builds(
+    ManifestArtifact,
+    platform=st.sampled_from(["linux/amd64", "linux/arm64"]),
+    name=st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40),
+    format=st.sampled_from(["portable", "staticx"]),
+    size=st.integers(min_value=0, max_value=2**40),
+    sha256=hex64,
+    build_id=hex64.map(lambda h: "sha256:" + h),
+    urls=st.lists(st.text(max_size=30), max_size=3).map(tuple),
+)
+
+
+@given(
+    version=st.text(min_size=1, max_size=20),
+    chosen=st.lists(artifacts, max_size=2, unique_by=lambda a: a.platform),
+)
+def test_any_manifest_round_trips(version: str, chosen: list[ManifestArtifact]) -> None:
+    manifest = Manifest(version=version, artifacts=tuple(chosen))
+    again = Manifest.loads(manifest.dumps())
+    assert again.dumps() == manifest.dumps()
+    assert sorted(again.artifacts, key=lambda a: a.platform) == sorted(
+        chosen, key=lambda a: a.platform
+    )
+
+
+def test_written_sums_pass_sha256sum_and_verify_catches_changes(tmp_path: Path) -> None:
+    import hashlib
+
+    blobs = {"sandbox-tools-9-linux-amd64": b"amd64 bytes", "sandbox-tools-9-linux-arm64": b"a"}
+    chosen = []
+    for name, data in blobs.items():
+        (tmp_path / name).write_bytes(data)
+        chosen.append(
+            ArtifactRecord(
+                name=name,
+                platform="linux/" + name.rsplit("-", 1)[1],
+                format="portable",
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+                build_id="x",
+            )
+        )
+    manifest = manifest_from_records("9", chosen)
+    write_release_files(tmp_path, manifest)
+    check = subprocess.run(
+        ["sha256sum", "-c", "SHA256SUMS"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert verify_local(tmp_path, manifest) == []
+    (tmp_path / "sandbox-tools-9-linux-amd64").write_bytes(b"amd64 bytez")
+    (tmp_path / "sandbox-tools-9-linux-arm64").unlink()
+    problems = verify_local(tmp_path, manifest)
+    assert any("amd64: sha256" in p for p in problems)
+    assert any("arm64: missing" in p for p in problems)
