@@ -22,7 +22,7 @@ from sandbox_tools.distro_matrix.runner import (
     write_reports,
 )
 from sandbox_tools.errors import ConfigurationError
-from sandbox_tools.injector.acquire import Artifact, _verified
+from sandbox_tools.injector.acquire import Artifact, verified_artifact
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import docker_client
 
@@ -52,7 +52,7 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[tuple[ArtifactRecord, Art
     for record in read_records(dist):
         if record.format != "portable" or (arches and record.arch not in arches):
             continue
-        artifact = _verified(record, dist / record.name, "dist")
+        artifact = verified_artifact(record, dist / record.name, "dist")
         if artifact is None:
             raise ConfigurationError(
                 f"{dist / record.name} is missing or does not match "

@@ -49,7 +49,7 @@ def select_record(
     return matches[0] if matches else None
 
 
-def _verified(record: ArtifactRecord, path: Path, source: str) -> Artifact | None:
+def verified_artifact(record: ArtifactRecord, path: Path, source: str) -> Artifact | None:
     if not path.is_file() or path.stat().st_size != record.size or sha256_of(path) != record.sha256:
         return None
     return Artifact(
@@ -63,7 +63,7 @@ def _bundled(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
         return None
     directory = Path(str(bundle))
     record = select_record(read_records(directory), arch, fmt)
-    return _verified(record, directory / record.name, "bundled") if record else None
+    return verified_artifact(record, directory / record.name, "bundled") if record else None
 
 
 def checkout_dist() -> Path | None:
@@ -94,7 +94,7 @@ def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifa
     wanted = _current_build_id(arch, fmt)
     record = select_record(read_records(dist), arch, fmt)
     if record is not None and record.build_id == wanted:
-        found = _verified(record, dist / record.name, "dist")
+        found = verified_artifact(record, dist / record.name, "dist")
         if found is not None:
             return found
     # An edited checkout: build what the sources say (no-op if nothing changed).
@@ -116,7 +116,7 @@ def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifa
             f"one failed: {exc.message}",
             remedy=f"Run `tools build --arch {arch.value}` and look at its output.",
         ) from None
-    found = _verified(built, dist / built.name, "built")
+    found = verified_artifact(built, dist / built.name, "built")
     if found is None:
         raise SandboxInjectionError(f"the artifact just built in {dist} does not match its record")
     return found
