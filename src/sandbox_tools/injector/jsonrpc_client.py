@@ -161,6 +161,8 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         finally:
             if self._stream is stream:
                 self._stream = None
+            with contextlib.suppress(Exception):
+                await stream.close()  # release the connection: nothing else will
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(RuntimeTransportError(reason))

@@ -18,7 +18,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -26,8 +26,35 @@ import docker.errors
 from sandbox_tools.errors import EngineUnavailableError, SandboxExecError
 from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes
 
+T = TypeVar("T")
 _HEADER = struct.Struct(">BxxxL")
 _STDOUT, _STDERR = 1, 2
+
+
+def _in_daemon_thread(function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """Run blocking socket I/O in a daemon thread, not the loop's executor.
+
+    A read that never returns (an exec whose other end stays open) must not hold up
+    the event loop's shutdown, which waits for every executor thread.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            result = function(*args)
+        except BaseException as exc:
+            error = exc
+            loop.call_soon_threadsafe(settle, lambda: future.set_exception(error))
+        else:
+            loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+
+    threading.Thread(target=run, daemon=True, name="docker-socket").start()
+    return future
 
 
 def docker_client() -> Any:
@@ -140,15 +167,16 @@ class DockerSandbox(Sandbox):
         cwd: str | None,
         env: Mapping[str, str] | None,
         user: str | None,
-        cancelled: threading.Event,
+        opened: list[_ExecSocket],
     ) -> ExecOutput:
         exec_id, conn = self._start_exec(cmd, data is not None, cwd, env, user)
+        opened.append(conn)  # lets a timed-out caller close it and wake this thread
         out, err = bytearray(), bytearray()
         try:
             if data is not None:
                 writer = threading.Thread(target=self._feed, args=(conn, data), daemon=True)
                 writer.start()
-            while not cancelled.is_set():
+            while True:
                 frame = conn.next_frame()
                 if frame is None:
                     break
@@ -175,14 +203,13 @@ class DockerSandbox(Sandbox):
         user: str | None = None,
         timeout: float | None = None,
     ) -> ExecOutput:
-        cancelled = threading.Event()
-        task = asyncio.to_thread(
-            self._exec_blocking, cmd, as_bytes(input), cwd, env, user, cancelled
-        )
+        opened: list[_ExecSocket] = []
+        task = _in_daemon_thread(self._exec_blocking, cmd, as_bytes(input), cwd, env, user, opened)
         try:
             return await asyncio.wait_for(task, timeout)
         except BaseException:
-            cancelled.set()
+            for conn in opened:
+                conn.close()
             raise
 
     # -- files ---------------------------------------------------------------------------
@@ -274,7 +301,7 @@ class _DockerStream(Stream):
 
     async def write(self, data: bytes) -> None:
         async with self._write_lock:
-            await asyncio.to_thread(self._conn.send, data)
+            await _in_daemon_thread(self._conn.send, data)
 
     async def readline(self) -> bytes:
         while True:
@@ -287,7 +314,7 @@ class _DockerStream(Stream):
                 rest = bytes(self._lines)
                 self._lines.clear()
                 return rest
-            frame = await asyncio.to_thread(self._conn.next_frame)
+            frame = await _in_daemon_thread(self._conn.next_frame)
             if frame is None:
                 self._eof = True
             elif frame[0] == _STDOUT:
