@@ -214,6 +214,17 @@ class DockerSandbox(Sandbox):
 
     # -- files ---------------------------------------------------------------------------
 
+    def _upload(self, directory: str, archive: io.BytesIO, verb: str, path: str) -> None:
+        """Extract `archive` into `directory`; any refusal becomes a SandboxExecError."""
+        try:
+            ok = self.container.put_archive(directory or "/", archive.getvalue())
+        except docker.errors.APIError as exc:
+            raise SandboxExecError(
+                f"cannot {verb} {path} in {self.name}: {exc.explanation or exc}"
+            ) from None
+        if not ok:
+            raise SandboxExecError(f"the engine refused to {verb} {path} in {self.name}")
+
     def _put(self, path: str, data: bytes, mode: int) -> None:
         directory, _, name = path.rpartition("/")
         archive = io.BytesIO()
@@ -223,14 +234,7 @@ class DockerSandbox(Sandbox):
             info.mode = mode
             info.mtime = int(time.time())
             tar.addfile(info, io.BytesIO(data))
-        try:
-            ok = self.container.put_archive(directory or "/", archive.getvalue())
-        except docker.errors.APIError as exc:
-            raise SandboxExecError(
-                f"cannot write {path} in {self.name}: {exc.explanation or exc}"
-            ) from None
-        if not ok:
-            raise SandboxExecError(f"the engine refused to write {path} in {self.name}")
+        self._upload(directory, archive, "write", path)
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         await asyncio.to_thread(self._put, path, data, mode)
@@ -246,14 +250,7 @@ class DockerSandbox(Sandbox):
                 info = tarfile.TarInfo(f"{name}/{file_name}")
                 info.size, info.mode, info.mtime = len(data), mode, 0
                 tar.addfile(info, io.BytesIO(data))
-        try:
-            ok = self.container.put_archive(parent or "/", archive.getvalue())
-        except docker.errors.APIError as exc:
-            raise SandboxExecError(
-                f"cannot create {path} in {self.name}: {exc.explanation or exc}"
-            ) from None
-        if not ok:
-            raise SandboxExecError(f"the engine refused to create {path} in {self.name}")
+        self._upload(parent, archive, "create", path)
 
     async def write_new_directory(self, path: str, files: Mapping[str, tuple[bytes, int]]) -> None:
         await asyncio.to_thread(self._put_directory, path, files)
