@@ -87,10 +87,10 @@ def server_is_running(paths: ServerPaths) -> bool:
 
 def connect(paths: ServerPaths, start: bool = True) -> socket.socket:
     sock = try_connect(paths)
-    if sock is not None or not start:
-        if sock is None:
-            raise ServerUnavailable("the runtime server is not running")
+    if sock is not None:
         return sock
+    if not start:
+        raise ServerUnavailable("the runtime server is not running")
     lock_fd = os.open(paths.start_lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
