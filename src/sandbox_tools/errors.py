@@ -83,3 +83,30 @@ class ToolError(RuntimeRpcError):
 class BuildError(SandboxToolsError):
     exit_code = 10
     default_remedy = "See the build log above; rerun with --verbose for every command."
+
+
+class ReleaseRefusedError(SandboxToolsError):
+    """A release precondition does not hold, or publishing would change published bytes."""
+
+    exit_code = 11
+    default_remedy = "Fix the reason above and run `tools release` again; nothing was uploaded."
+
+
+class ReleaseVerificationError(SandboxToolsError):
+    """A published object, downloaded again, does not have the bytes we released."""
+
+    exit_code = 12
+    default_remedy = (
+        "Do not overwrite published objects: investigate the mirror, then bump the version "
+        "and release again."
+    )
+
+
+class FetchError(SandboxToolsError):
+    """No mirror or source yielded an artifact with the manifest's size and SHA-256."""
+
+    exit_code = 13
+    default_remedy = (
+        "Check the mirrors' reachability, pass another with --mirror, or carry a bundle in "
+        "and use `tools fetch --from BUNDLE`."
+    )

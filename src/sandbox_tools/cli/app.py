@@ -16,6 +16,12 @@ from rich.table import Table
 from sandbox_tools import __version__
 from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.cli.manifest_cmd import manifest_app
+from sandbox_tools.cli.release_cmd import (
+    bundle_app,
+    fetch_command,
+    release_command,
+    wheel_command,
+)
 from sandbox_tools.cli.validate_cmd import validate_command
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.exec_remote import (
@@ -203,6 +209,10 @@ def exec_remote_command(
 app.command("build")(build_command)
 app.command("validate")(validate_command)
 app.add_typer(manifest_app, name="manifest")
+app.command("release")(release_command)
+app.command("fetch")(fetch_command)
+app.add_typer(bundle_app, name="bundle")
+app.command("wheel")(wheel_command)
 
 
 def main() -> None:

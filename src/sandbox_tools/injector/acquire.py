@@ -1,26 +1,31 @@
 """Selection and acquisition: exactly one verified artifact for a platform.
 
 Where it comes from, in order: bundled in the installed package (wheel installs) ->
-the checkout's dist/ when its build id matches the current sources -> a local build
-(an edited checkout with a reachable Docker engine). Whatever the source, the bytes
-are checked against the record's SHA-256 before they are used.
+the artifact cache, filled by `tools fetch` or fetched now from the released manifest's
+mirrors (git-ref installs; only while the sources are the released ones) -> the
+checkout's dist/ when its build id matches the current sources -> a local build (an
+edited checkout with a reachable Docker engine). Whatever the source, the bytes are
+checked against a pinned SHA-256 before they are used.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+from sandbox_tools._version import __version__
 from sandbox_tools.build_containers.records import (
     ArtifactFormat,
     ArtifactRecord,
     read_records,
     sha256_of,
 )
-from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
+from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
 from sandbox_tools.platforms import Arch
+from sandbox_tools.release.digests import file_matches
+from sandbox_tools.release.manifest import Manifest, ManifestArtifact, packaged_manifest
 
 DEFAULT_FORMAT = ArtifactFormat.PORTABLE
 
@@ -33,7 +38,7 @@ class Artifact:
     format: str
     sha256: str
     build_id: str
-    source: str  # "bundled", "dist", "built"
+    source: str  # "bundled", "cache", "fetched", "dist", "built"
 
 
 def select_record(
@@ -57,13 +62,64 @@ def verified_artifact(record: ArtifactRecord, path: Path, source: str) -> Artifa
     )
 
 
+def _manifest_entry(manifest: Manifest | None, arch: Arch) -> ManifestArtifact | None:
+    if manifest is None or manifest.version != __version__:
+        return None
+    try:
+        return manifest.for_platform(arch.platform)
+    except ConfigurationError:
+        return None
+
+
 def _bundled(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
     bundle = resources.files("sandbox_tools") / "_artifacts"
     if not bundle.is_dir():
         return None
     directory = Path(str(bundle))
     record = select_record(read_records(directory), arch, fmt)
-    return verified_artifact(record, directory / record.name, "bundled") if record else None
+    if record is None:
+        return None
+    pinned = _manifest_entry(packaged_manifest(), arch)
+    if pinned is not None and pinned.format == fmt.value and pinned.sha256 != record.sha256:
+        raise SandboxInjectionError(
+            f"the bundled {record.name} is not the artifact this version's manifest pins",
+            remedy="Reinstall sandbox-tools from a release wheel.",
+        )
+    return verified_artifact(record, directory / record.name, "bundled")
+
+
+def _pinned(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
+    """The released artifact, from the cache or its mirrors, if it is what the sources say."""
+    entry = _manifest_entry(packaged_manifest(), arch)
+    if entry is None or entry.format != fmt.value:
+        return None
+    if entry.build_id != _current_build_id(arch, fmt):
+        return None  # the runtime sources changed since the release: do not mix versions
+    from sandbox_tools.release.fetch import artifact_cache_dir
+
+    cache = artifact_cache_dir(__version__)
+    found = Artifact(
+        cache / entry.name,
+        entry.name,
+        entry.platform,
+        entry.format,
+        entry.sha256,
+        entry.build_id,
+        "cache",
+    )
+    if file_matches(found.path, entry.size, entry.sha256):
+        return found
+    if os.environ.get("SANDBOX_TOOLS_OFFLINE") == "1" or not entry.urls:
+        return None
+    from sandbox_tools.release.fetch import fetch
+
+    manifest = packaged_manifest()
+    assert manifest is not None
+    try:
+        fetch(manifest, cache, [arch.platform])
+    except SandboxToolsError:
+        return None  # the checkout may still build it; the final error says what to do
+    return replace(found, source="fetched")
 
 
 def checkout_dist() -> Path | None:
@@ -82,14 +138,16 @@ def _current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
 
 
 def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifact:
-    bundled = _bundled(arch, fmt)
-    if bundled is not None:
-        return bundled
+    found = _bundled(arch, fmt) or _pinned(arch, fmt)
+    if found is not None:
+        return found
     dist = checkout_dist()
     if dist is None:
         raise SandboxInjectionError(
-            f"no {fmt.value} artifact for {arch.platform} is bundled with this installation",
-            remedy="Install a release wheel of sandbox-tools, or run `tools fetch`.",
+            f"no {fmt.value} artifact for {arch.platform} is bundled with this installation "
+            "or in its artifact cache",
+            remedy="Install a release wheel of sandbox-tools, or run `tools fetch` "
+            "(offline: `tools fetch --from BUNDLE`).",
         )
     wanted = _current_build_id(arch, fmt)
     record = select_record(read_records(dist), arch, fmt)

@@ -1,1 +1,3 @@
-"""Release side: the version manifest, SHA256SUMS (publishing and fetch: issue 6)."""
+"""Release side: the version manifest and SHA256SUMS, publishing (S3, GitHub releases),
+fetching verified artifacts (mirrors, directories, bundles) and the wheel with bundled
+artifacts."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ from sandbox_tools.errors import ConfigurationError
 MANIFEST_SCHEMA = 1
 MANIFEST_FILE = "manifest.json"
 SUMS_FILE = "SHA256SUMS"
+# The released manifest is committed here after `tools release` and ships in the package,
+# so git-ref installs know which bytes to fetch and wheels know which bytes they carry.
+PUBLISHED_DIR = "published"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +102,28 @@ class Manifest:
                 for a in data.get("artifacts", [])
             ),
         )
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        return Manifest.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigurationError(f"no manifest at {path}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"{path} is not a valid manifest: {exc}") from None
+
+
+def packaged_manifest() -> Manifest | None:
+    """The manifest this installation was released with, or None (an unreleased checkout)."""
+    resource = resources.files("sandbox_tools.release") / PUBLISHED_DIR / MANIFEST_FILE
+    if not resource.is_file():
+        return None
+    return Manifest.loads(resource.read_text())
+
+
+def published_dir() -> Path:
+    """Where `tools release` writes the manifest to commit (the checkout's package dir)."""
+    return Path(__file__).resolve().parent / PUBLISHED_DIR
 
 
 def manifest_from_records(

@@ -1,0 +1,305 @@
+"""`tools release`, `tools fetch`, `tools bundle create` and `tools wheel`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from sandbox_tools._version import __version__
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.release.bundle import bundle_name, create_bundle
+from sandbox_tools.release.fetch import artifact_cache_dir, fetch
+from sandbox_tools.release.manifest import (
+    MANIFEST_FILE,
+    Manifest,
+    packaged_manifest,
+    published_dir,
+    read_manifest,
+)
+from sandbox_tools.release.publish import ReleaseRequest, publish
+from sandbox_tools.release.targets import GitHubTarget, S3Target, Target
+from sandbox_tools.release.wheel import build_wheel
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+class TransferReporter:
+    """A byte-accurate bar per transfer on a terminal; one line per transfer elsewhere."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+        self.tasks: dict[str, TaskID] = {}
+        self.started: dict[str, float] = {}
+        self.outcomes: list[tuple[str, str, str]] = []
+
+    def start(self, label: str, total: int, completed: int = 0) -> Callable[[int], None]:
+        self.started.setdefault(label, time.monotonic())
+        progress = self.progress
+        if progress is None:
+            return lambda _n: None
+        if label in self.tasks:
+            progress.reset(self.tasks[label], total=total, completed=completed)
+        else:
+            self.tasks[label] = progress.add_task(label, total=total, completed=completed)
+        task = self.tasks[label]
+        return lambda n: progress.advance(task, n)
+
+    def finish(self, label: str) -> None:
+        began = self.started.pop(label, None)
+        if self.progress is None and began is not None:
+            print(f"{label}: {time.monotonic() - began:.2f}s", flush=True)
+
+    def note(self, message: str) -> None:
+        (self.progress.console if self.progress else console).print(message, highlight=False)
+
+    def outcome(self, target: str, name: str, action: str) -> None:
+        self.outcomes.append((target, name, action))
+        if self.progress is None:
+            print(f"{target}/{name}: {action}", flush=True)
+
+
+@contextlib.contextmanager
+def transfer_reporter() -> Iterator[TransferReporter]:
+    if not console.is_terminal:
+        yield TransferReporter(None)
+        return
+    with Progress(
+        TextColumn("{task.description}", style="bold"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
+        yield TransferReporter(progress)
+
+
+def _checkout() -> Path | None:
+    """The git checkout this package runs from, if it runs from one."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "pyproject.toml").exists() and (root / ".git").exists() else None
+
+
+def _trusted_manifest(path: Path | None) -> Manifest:
+    if path is not None:
+        return read_manifest(path)
+    manifest = packaged_manifest()
+    if manifest is None:
+        raise ConfigurationError(
+            f"sandbox-tools {__version__} carries no released manifest (an unreleased checkout)",
+            remedy="Pass --manifest FILE that you trust, or build locally with `tools build`.",
+        )
+    return manifest
+
+
+def release_command(
+    dist: Annotated[Path, typer.Option(help="Artifacts and build.json.")] = Path("dist"),
+    validate_report: Annotated[
+        Path, typer.Option(help="Report of `tools validate` for these artifacts.")
+    ] = Path("validate-report.json"),
+    version: Annotated[
+        str | None, typer.Option(help="Refuse unless the package version is this.")
+    ] = None,
+    s3_bucket: Annotated[str | None, typer.Option(help="Publish to this S3 bucket.")] = None,
+    s3_prefix: Annotated[
+        str, typer.Option(help="Key prefix; {version} is replaced.")
+    ] = "releases/{version}",
+    s3_region: Annotated[str, typer.Option(help="Bucket region.")] = "us-east-1",
+    s3_endpoint_url: Annotated[
+        str | None, typer.Option(help="S3-compatible endpoint (MinIO, moto, ...).")
+    ] = None,
+    s3_public_read: Annotated[bool, typer.Option(help="Upload with the public-read ACL.")] = True,
+    s3_public_url: Annotated[
+        str | None, typer.Option(help="Public base URL of the prefix (e.g. a CDN).")
+    ] = None,
+    github_repo: Annotated[
+        str | None, typer.Option(help="Publish a GitHub release in OWNER/NAME (GITHUB_TOKEN).")
+    ] = None,
+    github_tag: Annotated[str, typer.Option(help="Release tag; {version} is replaced.")] = (
+        "v{version}"
+    ),
+    github_api_url: Annotated[str, typer.Option(help="GitHub API base URL.")] = (
+        "https://api.github.com"
+    ),
+    github_web_url: Annotated[str, typer.Option(help="Base of the download URLs.")] = (
+        "https://github.com"
+    ),
+    dry_run: Annotated[bool, typer.Option(help="Check and compare everything; upload nothing.")] = (
+        False
+    ),
+    allow_dirty: Annotated[
+        bool, typer.Option(help="Allow uncommitted changes (only with --dry-run).")
+    ] = False,
+    checkout: Annotated[
+        Path | None, typer.Option(help="Git tree that must be clean (default: this checkout).")
+    ] = None,
+) -> None:
+    """Publish the validated artifacts, SHA256SUMS and the manifest; verify the round trip."""
+    targets: list[Target] = []
+    if s3_bucket:
+        targets.append(
+            S3Target(
+                bucket=s3_bucket,
+                prefix=s3_prefix.format(version=__version__),
+                region=s3_region,
+                endpoint_url=s3_endpoint_url,
+                public_read=s3_public_read,
+                public_url=s3_public_url,
+            )
+        )
+    if github_repo:
+        token = os.environ.get("GITHUB_TOKEN", "")
+        if not token:
+            raise ConfigurationError(
+                "--github-repo needs a token", remedy="Export GITHUB_TOKEN (contents:write)."
+            )
+        targets.append(
+            GitHubTarget(
+                repo=github_repo,
+                tag=github_tag.format(version=__version__),
+                token=token,
+                api_url=github_api_url,
+                web_url=github_web_url,
+                release_name=f"sandbox-tools {__version__}",
+            )
+        )
+    tree = checkout if checkout is not None else _checkout()
+    package_dir = (
+        tree / "src" / "sandbox_tools" / "release" / "published"
+        if tree is not None and (tree / "src" / "sandbox_tools" / "release").is_dir()
+        else None
+    )
+    request = ReleaseRequest(
+        dist=dist,
+        validate_report=validate_report,
+        checkout=tree,
+        allow_dirty=allow_dirty,
+        dry_run=dry_run,
+        expected_version=version,
+        publish_manifest_to=package_dir,
+    )
+    with transfer_reporter() as reporter:
+        result = publish(request, targets, reporter)
+    title = f"tools release {result.manifest.version}" + (" (dry run)" if dry_run else "")
+    table = Table(title=title)
+    for column in ("target", "file", "result"):
+        table.add_column(column)
+    summary: dict[tuple[str, str], list[str]] = {}
+    for target, name, action in reporter.outcomes:
+        summary.setdefault((target, name), []).append(action)
+    for (target, name), actions in summary.items():
+        table.add_row(target, name, ", ".join(actions))
+    console.print(table)
+    if dry_run:
+        console.print("dry run: nothing was uploaded")
+    elif package_dir is not None:
+        console.print(
+            f"wrote {package_dir}/{MANIFEST_FILE}: commit it, so that installs of this "
+            "version know which bytes to fetch"
+        )
+
+
+def fetch_command(
+    platform: Annotated[
+        list[str] | None,
+        typer.Option("--platform", help="linux/amd64 or linux/arm64; repeatable (default: all)."),
+    ] = None,
+    mirror: Annotated[
+        list[str] | None, typer.Option(help="Base URL tried before the manifest's (repeatable).")
+    ] = None,
+    origin: Annotated[
+        Path | None,
+        typer.Option("--from", help="Offline: a directory of artifacts or a bundle tarball."),
+    ] = None,
+    manifest_path: Annotated[
+        Path | None,
+        typer.Option("--manifest", help="Manifest to trust (default: the installed package's)."),
+    ] = None,
+    dest: Annotated[
+        Path | None, typer.Option(help="Where to place them (default: the injector's cache).")
+    ] = None,
+) -> None:
+    """Obtain the manifest's artifacts, verified (size and SHA-256), where the injector looks."""
+    manifest = _trusted_manifest(manifest_path)
+    target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
+    platforms = [p if p.startswith("linux/") else f"linux/{p}" for p in platform or []]
+    started = time.monotonic()
+    with transfer_reporter() as reporter:
+        outcomes = fetch(manifest, target_dir, platforms, mirror or [], origin, reporter)
+    table = Table(
+        title=f"tools fetch {manifest.version}: {target_dir} ({time.monotonic() - started:.1f}s)"
+    )
+    for column in ("platform", "artifact", "result", "source", "sha256"):
+        table.add_column(column, overflow="fold")
+    for outcome in outcomes:
+        table.add_row(
+            outcome.artifact.platform,
+            outcome.artifact.name,
+            "present, re-verified" if outcome.action == "present" else outcome.action,
+            outcome.source or "-",
+            outcome.artifact.sha256[:16] + "…",
+        )
+    console.print(table)
+
+
+bundle_app = typer.Typer(help="Carry artifacts into an air-gapped network.", no_args_is_help=True)
+
+
+@bundle_app.command("create")
+def bundle_create(
+    dist: Annotated[Path, typer.Option(help="Artifacts and their manifest.")] = Path("dist"),
+    manifest_path: Annotated[
+        Path | None, typer.Option("--manifest", help="Default: DIST/manifest.json.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Bundle file to write.")] = None,
+) -> None:
+    """Write one tarball with the manifest, SHA256SUMS and the artifacts."""
+    manifest = read_manifest(manifest_path or dist / MANIFEST_FILE)
+    target = out if out is not None else dist / bundle_name(manifest.version)
+    path = create_bundle(dist, manifest, target)
+    console.print(
+        f"wrote {path} ({path.stat().st_size:,} bytes, {len(manifest.artifacts)} artifacts); "
+        f"offline: `tools fetch --from {path.name}`"
+    )
+
+
+def wheel_command(
+    dist: Annotated[Path, typer.Option(help="The released artifacts and build.json.")] = Path(
+        "dist"
+    ),
+    manifest_path: Annotated[
+        Path | None,
+        typer.Option("--manifest", help="Default: the checkout's published manifest."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Directory for the wheel.")] = Path("dist/wheel"),
+) -> None:
+    """Build the package wheel with both platforms' artifacts bundled (verified first)."""
+    tree = _checkout()
+    if tree is None:
+        raise ConfigurationError("`tools wheel` runs from a git checkout of sandbox-tools")
+    manifest = read_manifest(manifest_path or published_dir() / MANIFEST_FILE)
+    if manifest.version != __version__:
+        raise ConfigurationError(
+            f"the manifest is for {manifest.version}, the package is {__version__}"
+        )
+    with console.status("building the wheel"):
+        wheel = build_wheel(tree, dist, manifest, out)
+    console.print(f"wrote {wheel} ({wheel.stat().st_size / 1e6:.1f} MB)")

@@ -1,0 +1,79 @@
+"""`tools bundle create`: one tarball to carry the artifacts into an air-gapped network.
+
+It holds the manifest, SHA256SUMS and the artifacts under `sandbox-tools-<version>/`,
+uncompressed (the artifacts are compressed already), with fixed owners and times so the
+same release always gives the same bytes. On the other side `tools fetch --from BUNDLE`
+checks every artifact against the manifest the installation trusts, not the bundle's.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.release.manifest import (
+    MANIFEST_FILE,
+    SUMS_FILE,
+    Manifest,
+    sha256sums,
+    verify_local,
+)
+
+BUNDLE_MTIME = 0
+
+
+def bundle_name(version: str) -> str:
+    return f"sandbox-tools-{version}-artifacts.tar"
+
+
+def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = mode
+    info.mtime = BUNDLE_MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def create_bundle(dist: Path, manifest: Manifest, out: Path) -> Path:
+    """Verify dist/ against the manifest, then write the bundle atomically."""
+    problems = verify_local(dist, manifest)
+    if problems:
+        raise ConfigurationError(
+            "dist does not match the manifest: " + "; ".join(problems),
+            remedy="Bundle exactly what was released: `tools fetch` or rebuild, then retry.",
+        )
+    top = f"sandbox-tools-{manifest.version}"
+    partial = out.with_name(f".{out.name}.partial")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+            texts = {MANIFEST_FILE: manifest.dumps(), SUMS_FILE: sha256sums(manifest)}
+            for name, text in texts.items():
+                data = text.encode()
+                tar.addfile(_info(f"{top}/{name}", len(data), 0o644), io.BytesIO(data))
+            for artifact in sorted(manifest.artifacts, key=lambda a: a.name):
+                with (dist / artifact.name).open("rb") as handle:
+                    tar.addfile(_info(f"{top}/{artifact.name}", artifact.size, 0o755), handle)
+        partial.replace(out)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def bundle_manifest(bundle: Path) -> Manifest:
+    """The manifest inside a bundle: for display and cross-checks, not a trust anchor."""
+    try:
+        with tarfile.open(bundle) as tar:
+            for member in tar.getmembers():
+                if member.isreg() and member.name.split("/")[-1] == MANIFEST_FILE:
+                    stream = tar.extractfile(member)
+                    assert stream is not None
+                    return Manifest.loads(stream.read().decode())
+    except (OSError, tarfile.TarError) as exc:
+        raise ConfigurationError(f"{bundle} is not a readable bundle: {exc}") from None
+    raise ConfigurationError(f"{bundle} holds no {MANIFEST_FILE}")

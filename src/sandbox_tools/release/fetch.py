@@ -1,0 +1,316 @@
+"""`tools fetch`: obtain the manifest's artifacts, verified, where the injector looks.
+
+Trust comes from the manifest this installation carries (or one the user names), never
+from the source: a mirror, a directory or a bundle only supplies bytes, and bytes are
+kept only when their size and SHA-256 are the manifest's. Downloads go to a hidden
+partial file in the destination directory and are renamed into place after
+verification, so a reader sees either nothing or a verified artifact. An interrupted
+HTTP transfer resumes with a Range request; a failed one leaves nothing behind.
+Concurrent fetches into the same directory serialise on a lock of that directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tarfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol
+from urllib.parse import unquote, urlparse
+
+import requests
+
+from sandbox_tools.build_containers.records import sha256_of
+from sandbox_tools.errors import ConfigurationError, FetchError
+from sandbox_tools.release.digests import file_matches
+from sandbox_tools.release.manifest import Manifest, ManifestArtifact
+from sandbox_tools.release.progress import NoProgress, Transfers
+
+CHUNK = 1 << 16
+HTTP_ATTEMPTS = 5  # per mirror; each one resumes where the previous stopped
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 60.0
+
+
+class _SourceFailed(Exception):
+    """One source could not supply the bytes; the next source is tried."""
+
+
+def artifact_cache_dir(version: str) -> Path:
+    """Per-user artifact cache, one directory per package version."""
+    configured = os.environ.get("SANDBOX_TOOLS_CACHE")
+    if configured:
+        return Path(configured) / version
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "sandbox-tools" / "artifacts" / version
+
+
+class Source(Protocol):
+    @property
+    def label(self) -> str: ...
+
+    def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
+        """Leave the artifact's bytes in `partial` (possibly resuming what is there)."""
+
+
+def _copy_stream(
+    stream: IO[bytes], partial: Path, artifact: ManifestArtifact, label: str, progress: Transfers
+) -> None:
+    advance = progress.start(artifact.name, artifact.size)
+    written = 0
+    with partial.open("wb") as out:
+        while block := stream.read(CHUNK):
+            written += len(block)
+            if written > artifact.size:
+                raise _SourceFailed(f"{label}: larger than the manifest's {artifact.size} bytes")
+            out.write(block)
+            advance(len(block))
+
+
+@dataclass(frozen=True)
+class FileSource:
+    path: Path
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+    def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
+        try:
+            with self.path.open("rb") as stream:
+                _copy_stream(stream, partial, artifact, self.label, progress)
+        except OSError as exc:
+            raise _SourceFailed(f"{self.label}: {exc.strerror or exc}") from None
+
+
+@dataclass(frozen=True)
+class BundleSource:
+    """A member of a bundle made by `tools bundle create`; read, never extracted by path."""
+
+    bundle: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.bundle} (bundle)"
+
+    def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
+        try:
+            with tarfile.open(self.bundle) as tar:
+                member = next(
+                    (
+                        m
+                        for m in tar.getmembers()
+                        if m.name.lstrip("./").split("/")[-1] == artifact.name
+                        and m.name.count("/") <= 1
+                    ),
+                    None,
+                )
+                if member is None or not member.isreg():
+                    raise _SourceFailed(f"{self.label}: has no file named {artifact.name}")
+                stream = tar.extractfile(member)
+                assert stream is not None  # a regular member always has a stream
+                _copy_stream(stream, partial, artifact, self.label, progress)
+        except (OSError, tarfile.TarError) as exc:
+            raise _SourceFailed(f"{self.label}: not a readable bundle ({exc})") from None
+
+
+@dataclass(frozen=True)
+class HttpSource:
+    url: str
+
+    @property
+    def label(self) -> str:
+        return self.url
+
+    def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
+        last_error = "the server closed the connection early"
+        with requests.Session() as session:
+            for attempt in range(1, HTTP_ATTEMPTS + 1):
+                have = partial.stat().st_size if partial.exists() else 0
+                if have > artifact.size:
+                    partial.unlink()
+                    have = 0
+                if have == artifact.size:
+                    return
+                if attempt > 1 or have:
+                    progress.note(f"{self.url}: resuming at {have:,} of {artifact.size:,} bytes")
+                try:
+                    self._transfer(session, partial, artifact, have, progress)
+                except requests.RequestException as exc:
+                    last_error = f"{type(exc).__name__}: {exc}"
+                    continue
+                if partial.stat().st_size == artifact.size:
+                    return
+        have = partial.stat().st_size if partial.exists() else 0
+        raise _SourceFailed(
+            f"{self.url}: transfer stopped at {have:,} of {artifact.size:,} bytes after "
+            f"{HTTP_ATTEMPTS} attempts ({last_error})"
+        )
+
+    def _transfer(
+        self,
+        session: requests.Session,
+        partial: Path,
+        artifact: ManifestArtifact,
+        have: int,
+        progress: Transfers,
+    ) -> None:
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        with session.get(
+            self.url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT)
+        ) as response:
+            resumed = response.status_code == 206 and response.headers.get(
+                "Content-Range", ""
+            ).startswith(f"bytes {have}-")
+            if response.status_code == 416 or (response.status_code == 206 and not resumed):
+                partial.unlink(missing_ok=True)  # the server disagrees about what we hold
+                raise requests.RequestException(f"HTTP {response.status_code} for a resume")
+            if response.status_code not in (200, 206):
+                raise _SourceFailed(f"{self.url}: HTTP {response.status_code} {response.reason}")
+            offset = have if resumed else 0
+            advance = progress.start(artifact.name, artifact.size, offset)
+            with partial.open("ab" if resumed else "wb") as out:
+                for block in response.iter_content(CHUNK):
+                    offset += len(block)
+                    if offset > artifact.size:
+                        raise _SourceFailed(
+                            f"{self.url}: larger than the manifest's {artifact.size} bytes"
+                        )
+                    out.write(block)
+                    advance(len(block))
+
+
+def source_for(location: str) -> Source:
+    parsed = urlparse(location)
+    if parsed.scheme in ("http", "https"):
+        return HttpSource(location)
+    if parsed.scheme == "file":
+        return FileSource(Path(unquote(parsed.path)))
+    raise ConfigurationError(
+        f"cannot fetch from {location!r}: only http(s):// and file:// URLs are supported",
+        remedy="Give an HTTP(S) mirror with --mirror, or a directory/bundle with --from.",
+    )
+
+
+def sources_for(
+    artifact: ManifestArtifact, mirrors: Sequence[str] = (), origin: Path | None = None
+) -> list[Source]:
+    """Where to look, in order: --from, else --mirror bases, then the manifest's URLs."""
+    if origin is not None:
+        if origin.is_dir():
+            return [FileSource(origin / artifact.name)]
+        if origin.is_file():
+            return [BundleSource(origin)]
+        raise ConfigurationError(f"--from {origin}: no such directory or bundle")
+    locations = [f"{m.rstrip('/')}/{artifact.name}" for m in mirrors] + list(artifact.urls)
+    if not locations:
+        raise ConfigurationError(
+            f"the manifest lists no mirror for {artifact.name}",
+            remedy="Pass --mirror URL, or --from DIR/BUNDLE for offline installs.",
+        )
+    return [source_for(location) for location in locations]
+
+
+@dataclass(frozen=True)
+class FetchOutcome:
+    artifact: ManifestArtifact
+    path: Path
+    action: str  # "present" (re-verified), "fetched", "replaced" (a stale file was there)
+    source: str = ""
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _place(partial: Path, target: Path) -> None:
+    with partial.open("rb") as handle:
+        os.fsync(handle.fileno())
+    partial.chmod(0o755)
+    partial.replace(target)
+    directory = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def fetch_artifact(
+    artifact: ManifestArtifact,
+    dest: Path,
+    sources: Sequence[Source],
+    progress: Transfers,
+) -> FetchOutcome:
+    """Caller holds the directory lock."""
+    target = dest / artifact.name
+    if file_matches(target, artifact.size, artifact.sha256):
+        return FetchOutcome(artifact, target, "present")
+    stale = target.exists()
+    partial = dest / f".{artifact.name}.partial"
+    failures: list[str] = []
+    # A partial left by a killed run is resumed; if it then fails verification it may hold
+    # another mirror's bytes, so that source gets one more try from zero.
+    attempts: list[tuple[Source, bool]] = [(source, partial.exists()) for source in sources]
+    try:
+        while attempts:
+            source, resumed = attempts.pop(0)
+            try:
+                source.fetch_into(partial, artifact, progress)
+            except _SourceFailed as exc:
+                failures.append(str(exc))
+                partial.unlink(missing_ok=True)
+                continue
+            finally:
+                progress.finish(artifact.name)
+            size = partial.stat().st_size
+            digest = sha256_of(partial) if size == artifact.size else None
+            if digest == artifact.sha256:
+                _place(partial, target)
+                file_matches(target, artifact.size, artifact.sha256)  # records the digest
+                action = "replaced" if stale else "fetched"
+                return FetchOutcome(artifact, target, action, source.label)
+            partial.unlink()
+            if resumed:
+                attempts.insert(0, (source, False))
+                continue
+            if digest is None:
+                failures.append(
+                    f"{source.label}: {size:,} bytes, the manifest pins {artifact.size:,}"
+                )
+            else:
+                failures.append(
+                    f"{source.label}: sha256 {digest}, the manifest pins {artifact.sha256}"
+                )
+    except BaseException:
+        partial.unlink(missing_ok=True)  # interrupted: nothing half-written stays behind
+        raise
+    raise FetchError(
+        f"no source supplied {artifact.name} ({artifact.platform}) with the pinned size and "
+        "SHA-256:\n  " + "\n  ".join(failures)
+    )
+
+
+def fetch(
+    manifest: Manifest,
+    dest: Path,
+    platforms: Sequence[str] = (),
+    mirrors: Sequence[str] = (),
+    origin: Path | None = None,
+    progress: Transfers | None = None,
+) -> list[FetchOutcome]:
+    """Make `dest` hold a verified copy of each wanted platform's artifact."""
+    progress = progress or NoProgress()
+    wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.artifacts
+    plan = [(artifact, sources_for(artifact, mirrors, origin)) for artifact in wanted]
+    dest.mkdir(parents=True, exist_ok=True)
+    with _directory_lock(dest):
+        return [fetch_artifact(artifact, dest, sources, progress) for artifact, sources in plan]

@@ -1,0 +1,317 @@
+"""`tools release`: publish exactly the validated bytes, never change published ones.
+
+The order is what makes a crash harmless: every precondition is checked before
+anything is written; SHA256SUMS and the manifest are written before any upload;
+every target is compared with the local bytes before the first upload (identical
+objects are skipped, a different one stops the release with nothing uploaded);
+artifacts go up before SHA256SUMS and the manifest, so a published manifest never
+names a missing artifact; finally every object is downloaded again and hashed. A run
+killed anywhere leaves only complete objects with the right bytes, which the next
+plain run recognises and skips.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from sandbox_tools._version import __version__
+from sandbox_tools.build_containers.records import (
+    BUILD_RECORD_FILE,
+    ArtifactFormat,
+    artifact_name,
+    read_records,
+    sha256_of,
+)
+from sandbox_tools.errors import ConfigurationError, ReleaseRefusedError, ReleaseVerificationError
+from sandbox_tools.platforms import Arch
+from sandbox_tools.release.manifest import (
+    MANIFEST_FILE,
+    SUMS_FILE,
+    Manifest,
+    manifest_from_records,
+    verify_local,
+    write_release_files,
+)
+from sandbox_tools.release.progress import NoProgress, Transfers
+from sandbox_tools.release.targets import PublishConflict, Target
+
+RELEASED_FORMAT = ArtifactFormat.PORTABLE
+BUMP = "Bump the version in src/sandbox_tools/_version.py, rebuild, validate and release that."
+
+
+class ReleaseReporter(Transfers, Protocol):
+    def outcome(self, target: str, name: str, action: str) -> None:
+        """`action`: would upload, uploaded, skipped (identical), verified."""
+
+
+class _NullReporter(NoProgress):
+    def outcome(self, target: str, name: str, action: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    dist: Path
+    validate_report: Path
+    checkout: Path | None  # the git tree that must be clean; None: not a checkout
+    allow_dirty: bool = False
+    dry_run: bool = False
+    version: str = __version__
+    expected_version: str | None = None  # --version: what the maintainer means to release
+    publish_manifest_to: Path | None = None  # the package's published/ dir, to commit
+
+
+@dataclass
+class ReleaseResult:
+    manifest: Manifest
+    files: list[str]
+    actions: list[tuple[str, str, str]] = field(default_factory=list)  # target, name, action
+
+
+# -- preconditions ------------------------------------------------------------------------
+
+
+def _check_version(request: ReleaseRequest) -> None:
+    if request.expected_version is not None and request.expected_version != request.version:
+        raise ReleaseRefusedError(
+            f"asked to release {request.expected_version}, but the package is {request.version}",
+            remedy="Set the version in src/sandbox_tools/_version.py (the one version source).",
+        )
+    record_file = request.dist / BUILD_RECORD_FILE
+    if not record_file.exists():
+        raise ReleaseRefusedError(
+            f"no build records in {request.dist}", remedy="Run `tools build --all` first."
+        )
+    built_version = json.loads(record_file.read_text()).get("version")
+    if built_version != request.version:
+        raise ReleaseRefusedError(
+            f"{record_file} was built for version {built_version}, the package is "
+            f"{request.version}",
+            remedy="Rebuild with `tools build --all`, then `tools validate`.",
+        )
+
+
+def _release_manifest(request: ReleaseRequest, mirrors: Sequence[str]) -> Manifest:
+    records = [r for r in read_records(request.dist) if r.format == RELEASED_FORMAT.value]
+    missing = [a.platform for a in Arch if a.platform not in {r.platform for r in records}]
+    if missing:
+        raise ReleaseRefusedError(
+            f"no {RELEASED_FORMAT.value} artifact for {', '.join(missing)} in {request.dist}",
+            remedy="A release carries every platform: run `tools build --all`.",
+        )
+    for record in records:
+        expected = artifact_name(record.arch, RELEASED_FORMAT, request.version)
+        if record.name != expected:
+            raise ReleaseRefusedError(f"record names {record.name}, expected {expected}")
+    manifest = manifest_from_records(request.version, records, mirrors)
+    problems = verify_local(request.dist, manifest)
+    if problems:
+        raise ReleaseRefusedError(
+            "the artifacts in dist do not match their build records: " + "; ".join(problems),
+            remedy="Rebuild with `tools build --all` and validate again.",
+        )
+    return manifest
+
+
+def _check_validated(request: ReleaseRequest, manifest: Manifest) -> None:
+    remedy = "Run `tools validate` on these artifacts and release only if every cell passes."
+    try:
+        report = json.loads(request.validate_report.read_text())
+    except FileNotFoundError:
+        raise ReleaseRefusedError(
+            f"no validation report at {request.validate_report}", remedy=remedy
+        ) from None
+    except ValueError as exc:
+        raise ReleaseRefusedError(f"{request.validate_report}: {exc}", remedy=remedy) from None
+    validated = {(a.get("name"), a.get("sha256")) for a in report.get("artifacts", [])}
+    results = report.get("results", [])
+    for artifact in manifest.artifacts:
+        if (artifact.name, artifact.sha256) not in validated:
+            raise ReleaseRefusedError(
+                f"{request.validate_report} does not name {artifact.name} with sha256 "
+                f"{artifact.sha256}: these bytes were not validated",
+                remedy=remedy,
+            )
+        mine = [r for r in results if r.get("artifact") == artifact.name]
+        failed = [r.get("id", "?") for r in mine if r.get("status") == "failed"]
+        if failed:
+            raise ReleaseRefusedError(
+                f"validation failed for {artifact.name}: {', '.join(failed)}", remedy=remedy
+            )
+        if not any(r.get("status") == "passed" for r in mine):
+            raise ReleaseRefusedError(
+                f"no validation cell passed for {artifact.name}", remedy=remedy
+            )
+
+
+def _check_clean(request: ReleaseRequest) -> None:
+    if request.allow_dirty:
+        if not request.dry_run:
+            raise ReleaseRefusedError(
+                "--allow-dirty is only for --dry-run",
+                remedy="Commit or stash your changes: a release is made from a committed tree.",
+            )
+        return
+    if request.checkout is None:
+        raise ReleaseRefusedError(
+            "not in a git checkout: cannot tell which commit this release is",
+            remedy="Release from a clean clone of the repository.",
+        )
+    try:
+        status = subprocess.run(
+            ["git", "-C", str(request.checkout), "status", "--porcelain"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ReleaseRefusedError(
+            f"cannot read the git status of {request.checkout}: {exc}",
+            remedy="Release from a clean clone of the repository.",
+        ) from None
+    # The manifest written by an earlier (interrupted) run of this release is expected.
+    dirty = [line for line in status.splitlines() if "sandbox_tools/release/published/" not in line]
+    if dirty:
+        listed = "\n  ".join(dirty[:10]) + ("\n  ..." if len(dirty) > 10 else "")
+        raise ReleaseRefusedError(
+            f"the working tree {request.checkout} has uncommitted changes:\n  {listed}",
+            remedy="Commit or stash them (--allow-dirty exists for --dry-run only).",
+        )
+
+
+# -- publishing ---------------------------------------------------------------------------
+
+
+def _remote_digest(target: Target, name: str) -> str:
+    digest = hashlib.sha256()
+    for block in target.download(name):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def _compare(
+    targets: Sequence[Target], files: dict[str, Path], reporter: ReleaseReporter
+) -> dict[str, list[str]]:
+    """What each target lacks; refuses the whole release if any object has other bytes."""
+    missing: dict[str, list[str]] = {}
+    conflicts: list[str] = []
+    for target in targets:
+        missing[target.label] = []
+        for name, path in files.items():
+            size = target.remote_size(name)
+            if size is None:
+                missing[target.label].append(name)
+                continue
+            local = sha256_of(path)
+            remote = _remote_digest(target, name) if size == path.stat().st_size else None
+            if remote == local:
+                reporter.outcome(target.label, name, "skipped (identical)")
+                continue
+            conflicts.append(
+                f"{target.label}/{name}: published "
+                + (f"sha256 {remote}" if remote else f"{size:,} bytes")
+                + f", local sha256 {local} ({path.stat().st_size:,} bytes)"
+            )
+    if conflicts:
+        raise ReleaseRefusedError(
+            "published objects have different bytes; published bytes never change:\n  "
+            + "\n  ".join(conflicts),
+            remedy=BUMP,
+        )
+    return missing
+
+
+def publish(
+    request: ReleaseRequest,
+    targets: Sequence[Target],
+    reporter: ReleaseReporter | None = None,
+) -> ReleaseResult:
+    reporter = reporter or _NullReporter()
+    if not targets:
+        raise ConfigurationError(
+            "no release target", remedy="Give --s3-bucket and/or --github-repo."
+        )
+    _check_version(request)
+    manifest = _release_manifest(request, [t.public_base_url for t in targets])
+    _check_validated(request, manifest)
+    _check_clean(request)
+
+    write_release_files(request.dist, manifest)
+    # Artifacts first, the files that point at them last.
+    names = [a.name for a in sorted(manifest.artifacts, key=lambda a: a.name)]
+    files = {name: request.dist / name for name in [*names, SUMS_FILE, MANIFEST_FILE]}
+    result = ReleaseResult(manifest=manifest, files=list(files))
+
+    for target in targets:
+        target.prepare(create=not request.dry_run)
+    missing = _compare(targets, files, reporter)
+
+    for target in targets:
+        for name in missing[target.label]:
+            if request.dry_run:
+                reporter.outcome(target.label, name, "would upload")
+                result.actions.append((target.label, name, "would upload"))
+                continue
+            path = files[name]
+            label = f"{target.label}/{name}"
+            advance = reporter.start(label, path.stat().st_size)
+            try:
+                target.upload(name, path, advance)
+            except PublishConflict as exc:
+                raise ReleaseRefusedError(
+                    f"{exc}: another release is running or just ran",
+                    remedy="Run `tools release` again: it compares the bytes and skips or refuses.",
+                ) from None
+            finally:
+                reporter.finish(label)
+            reporter.outcome(target.label, name, "uploaded")
+            result.actions.append((target.label, name, "uploaded"))
+    if request.dry_run:
+        return result
+
+    _verify_published(targets, files, reporter, result)
+    if request.publish_manifest_to is not None:
+        request.publish_manifest_to.mkdir(parents=True, exist_ok=True)
+        for name in (MANIFEST_FILE, SUMS_FILE):
+            shutil.copyfile(request.dist / name, request.publish_manifest_to / name)
+    return result
+
+
+def _verify_published(
+    targets: Sequence[Target],
+    files: dict[str, Path],
+    reporter: ReleaseReporter,
+    result: ReleaseResult,
+) -> None:
+    """Download every object again: what a user will get is what we validated."""
+    failures = []
+    for target in targets:
+        for name, path in files.items():
+            label = f"verify {target.label}/{name}"
+            advance: Callable[[int], None] = reporter.start(label, path.stat().st_size)
+            digest = hashlib.sha256()
+            try:
+                for block in target.download(name):
+                    digest.update(block)
+                    advance(len(block))
+            finally:
+                reporter.finish(label)
+            local = sha256_of(path)
+            if digest.hexdigest() != local:
+                failures.append(
+                    f"{target.label}/{name}: downloaded sha256 {digest.hexdigest()}, "
+                    f"released {local}"
+                )
+                continue
+            reporter.outcome(target.label, name, "verified")
+            result.actions.append((target.label, name, "verified"))
+    if failures:
+        raise ReleaseVerificationError(
+            "published objects do not round-trip:\n  " + "\n  ".join(failures)
+        )

@@ -1,0 +1,291 @@
+"""Where releases are published: S3 (boto3) and GitHub releases (REST API via requests).
+
+Both answer the same four questions for the release flow: what is there already
+(`remote_size`), put these bytes there without ever replacing different ones
+(`upload`), give them back (`download`), and the public URL the manifest will list.
+S3 uploads are conditional (`If-None-Match: *`), so even two maintainers racing cannot
+overwrite an object; GitHub refuses a second asset of the same name by itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+from urllib.parse import quote
+
+import requests
+
+from sandbox_tools.errors import ConfigurationError, ReleaseRefusedError
+
+CHUNK = 1 << 16
+
+
+class PublishConflict(Exception):
+    """The object appeared between our look and our upload: re-run to compare bytes."""
+
+
+class Target(Protocol):
+    @property
+    def label(self) -> str:
+        """Where, for humans: s3://bucket/prefix, github:owner/repo@tag."""
+
+    @property
+    def public_base_url(self) -> str:
+        """Artifacts are downloadable at <public_base_url>/<name>."""
+
+    def prepare(self, create: bool) -> None:
+        """Connect, and create the container of objects (GitHub release) if `create`."""
+
+    def remote_size(self, name: str) -> int | None:
+        """Size of a complete object of that name, or None when there is none."""
+
+    def upload(self, name: str, path: Path, advance: Callable[[int], None]) -> None: ...
+
+    def download(self, name: str) -> Iterator[bytes]: ...
+
+
+class _Reading:
+    """A file for an HTTP body that reports progress once per byte, however often the
+    client rewinds it (botocore reads bodies once for checksums, then again to send)."""
+
+    def __init__(self, handle: IO[bytes], advance: Callable[[int], None]) -> None:
+        self._handle = handle
+        self._advance = advance
+        self._reported = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        position = self._handle.tell()
+        if position > self._reported:
+            self._advance(position - self._reported)
+            self._reported = position
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def __len__(self) -> int:
+        current = self._handle.tell()
+        end = self._handle.seek(0, os.SEEK_END)
+        self._handle.seek(current)
+        return end
+
+
+@dataclass
+class S3Target:
+    bucket: str
+    prefix: str = ""
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    public_read: bool = False
+    public_url: str | None = None  # e.g. a CDN in front of the bucket
+    _client: Any = field(default=None, init=False, repr=False)
+
+    def _key(self, name: str) -> str:
+        prefix = self.prefix.strip("/")
+        return f"{prefix}/{name}" if prefix else name
+
+    @property
+    def label(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix.strip('/')}".rstrip("/")
+
+    @property
+    def public_base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        prefix = self.prefix.strip("/")
+        if self.endpoint_url:
+            base = f"{self.endpoint_url.rstrip('/')}/{self.bucket}"
+        else:
+            base = f"https://{self.bucket}.s3.{self.region}.amazonaws.com"
+        return f"{base}/{quote(prefix)}" if prefix else base
+
+    def prepare(self, create: bool) -> None:
+        try:
+            import boto3
+        except ImportError:
+            raise ConfigurationError(
+                "publishing to S3 needs boto3",
+                remedy="pip install 'sandbox-tools[release]'",
+            ) from None
+        self._client = boto3.client("s3", region_name=self.region, endpoint_url=self.endpoint_url)
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except (ClientError, BotoCoreError) as exc:
+            raise ReleaseRefusedError(
+                f"cannot reach S3 bucket {self.bucket!r}: {exc}",
+                remedy="Check --s3-bucket, --s3-endpoint-url, the region and AWS credentials.",
+            ) from None
+
+    def remote_size(self, name: str) -> int | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=self._key(name))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        return int(head["ContentLength"])
+
+    def upload(self, name: str, path: Path, advance: Callable[[int], None]) -> None:
+        from botocore.exceptions import ClientError
+
+        extra: dict[str, Any] = {"ACL": "public-read"} if self.public_read else {}
+        with path.open("rb") as handle:
+            try:
+                self._client.put_object(
+                    Bucket=self.bucket,
+                    Key=self._key(name),
+                    Body=_Reading(handle, advance),
+                    ContentLength=path.stat().st_size,
+                    ContentType="application/octet-stream",
+                    IfNoneMatch="*",
+                    **extra,
+                )
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                    raise PublishConflict(f"{self.label}/{name} appeared during upload") from None
+                raise
+
+    def download(self, name: str) -> Iterator[bytes]:
+        body = self._client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"]
+        try:
+            yield from body.iter_chunks(CHUNK)
+        finally:
+            body.close()
+
+
+@dataclass
+class GitHubTarget:
+    repo: str  # owner/name
+    tag: str
+    token: str
+    api_url: str = "https://api.github.com"
+    web_url: str = "https://github.com"
+    release_name: str = ""
+    _release: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _assets: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _session: requests.Session = field(default_factory=requests.Session, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.repo.count("/") != 1:
+            raise ConfigurationError(f"--github-repo must be OWNER/NAME, not {self.repo!r}")
+        self._session.headers.update(
+            {
+                "Authorization": f"Bearer {self.token}",
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": "2022-11-28",
+            }
+        )
+
+    @property
+    def label(self) -> str:
+        return f"github:{self.repo}@{self.tag}"
+
+    @property
+    def public_base_url(self) -> str:
+        return f"{self.web_url.rstrip('/')}/{self.repo}/releases/download/{quote(self.tag)}"
+
+    def _api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        response = self._session.request(
+            method, f"{self.api_url.rstrip('/')}{path}", timeout=60, **kwargs
+        )
+        if response.status_code in (401, 403):
+            raise ReleaseRefusedError(
+                f"GitHub refused {method} {path}: HTTP {response.status_code} "
+                f"{response.text[:200]}",
+                remedy="Set GITHUB_TOKEN to a token with contents:write on the repository.",
+            )
+        return response
+
+    def prepare(self, create: bool) -> None:
+        response = self._api("GET", f"/repos/{self.repo}/releases/tags/{quote(self.tag)}")
+        if response.status_code == 404:
+            if not create:
+                self._release, self._assets = None, {}
+                return
+            response = self._api(
+                "POST",
+                f"/repos/{self.repo}/releases",
+                json={
+                    "tag_name": self.tag,
+                    "name": self.release_name or self.tag,
+                    "draft": False,
+                    "prerelease": False,
+                },
+            )
+        response.raise_for_status()
+        self._release = response.json()
+        self._load_assets()
+
+    def _load_assets(self) -> None:
+        assert self._release is not None
+        self._assets = {}
+        page = 1
+        while True:
+            response = self._api(
+                "GET",
+                f"/repos/{self.repo}/releases/{self._release['id']}/assets",
+                params={"per_page": 100, "page": page},
+            )
+            response.raise_for_status()
+            batch = response.json()
+            for asset in batch:
+                self._assets[asset["name"]] = asset
+            if len(batch) < 100:
+                return
+            page += 1
+
+    def remote_size(self, name: str) -> int | None:
+        asset = self._assets.get(name)
+        if asset is None:
+            return None
+        if asset.get("state") != "uploaded":
+            # An upload cut off mid-way leaves a "starter" asset that blocks the name and
+            # has no complete bytes: it was never published, so it is removed and redone.
+            self._api("DELETE", f"/repos/{self.repo}/releases/assets/{asset['id']}")
+            del self._assets[name]
+            return None
+        return int(asset["size"])
+
+    def upload(self, name: str, path: Path, advance: Callable[[int], None]) -> None:
+        if self._release is None:
+            self.prepare(create=True)
+        assert self._release is not None
+        upload_url = str(self._release["upload_url"]).split("{", 1)[0]
+        with path.open("rb") as handle:
+            response = self._session.post(
+                upload_url,
+                params={"name": name},
+                data=_Reading(handle, advance),
+                headers={
+                    "Content-Type": "application/octet-stream",
+                    "Content-Length": str(path.stat().st_size),
+                },
+                timeout=600,
+            )
+        if response.status_code == 422 and "already_exists" in response.text:
+            raise PublishConflict(f"{self.label}/{name} appeared during upload")
+        response.raise_for_status()
+        self._assets[name] = response.json()
+
+    def download(self, name: str) -> Iterator[bytes]:
+        asset = self._assets[name]
+        with self._session.get(
+            f"{self.api_url.rstrip('/')}/repos/{self.repo}/releases/assets/{asset['id']}",
+            headers={"Accept": "application/octet-stream"},
+            stream=True,
+            timeout=600,
+        ) as response:
+            response.raise_for_status()
+            yield from response.iter_content(CHUNK)
