@@ -92,6 +92,16 @@ class ReleaseRefusedError(SandboxToolsError):
     default_remedy = "Fix the reason above and run `tools release` again; nothing was uploaded."
 
 
+class ReleaseFailedError(SandboxToolsError):
+    """A target failed mid-release; what is published is complete and correct so far."""
+
+    exit_code = 14
+    default_remedy = (
+        "Fix the cause above and run the same `tools release` again: objects already "
+        "published are compared and skipped, the rest are uploaded."
+    )
+
+
 class ReleaseVerificationError(SandboxToolsError):
     """A published object, downloaded again, does not have the bytes we released."""
 

@@ -219,10 +219,10 @@ def main() -> None:
     try:
         app()
     except SandboxToolsError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
         if exc.remedy:
-            err_console.print(f"[bold]what to do:[/] {exc.remedy}", highlight=False)
+            err_console.print(f"[bold]what to do:[/] {exc.remedy}", highlight=False, soft_wrap=True)
         raise SystemExit(exc.exit_code) from None
     except TimeoutError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(124) from None

@@ -29,7 +29,12 @@ from sandbox_tools.build_containers.records import (
     read_records,
     sha256_of,
 )
-from sandbox_tools.errors import ConfigurationError, ReleaseRefusedError, ReleaseVerificationError
+from sandbox_tools.errors import (
+    ConfigurationError,
+    ReleaseFailedError,
+    ReleaseRefusedError,
+    ReleaseVerificationError,
+)
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
@@ -40,7 +45,7 @@ from sandbox_tools.release.manifest import (
     write_release_files,
 )
 from sandbox_tools.release.progress import NoProgress, Transfers
-from sandbox_tools.release.targets import PublishConflict, Target
+from sandbox_tools.release.targets import PublishConflict, Target, TargetError
 
 RELEASED_FORMAT = ArtifactFormat.PORTABLE
 BUMP = "Bump the version in src/sandbox_tools/_version.py, rebuild, validate and release that."
@@ -248,9 +253,12 @@ def publish(
     files = {name: request.dist / name for name in [*names, SUMS_FILE, MANIFEST_FILE]}
     result = ReleaseResult(manifest=manifest, files=list(files))
 
-    for target in targets:
-        target.prepare(create=not request.dry_run)
-    missing = _compare(targets, files, reporter)
+    try:
+        for target in targets:
+            target.prepare(create=not request.dry_run)
+        missing = _compare(targets, files, reporter)
+    except TargetError as exc:
+        raise ReleaseFailedError(f"cannot compare with what is published: {exc}") from None
 
     for target in targets:
         for name in missing[target.label]:
@@ -263,6 +271,8 @@ def publish(
             advance = reporter.start(label, path.stat().st_size)
             try:
                 target.upload(name, path, advance)
+            except TargetError as exc:
+                raise ReleaseFailedError(f"upload failed: {exc}") from None
             except PublishConflict as exc:
                 raise ReleaseRefusedError(
                     f"{exc}: another release is running or just ran",
@@ -300,6 +310,9 @@ def _verify_published(
                 for block in target.download(name):
                     digest.update(block)
                     advance(len(block))
+            except TargetError as exc:
+                failures.append(f"{exc} (while downloading it again)")
+                continue
             finally:
                 reporter.finish(label)
             local = sha256_of(path)

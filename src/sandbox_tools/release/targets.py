@@ -27,6 +27,10 @@ class PublishConflict(Exception):
     """The object appeared between our look and our upload: re-run to compare bytes."""
 
 
+class TargetError(Exception):
+    """Talking to the target failed (network, permissions, an integrity check on the way)."""
+
+
 class Target(Protocol):
     @property
     def label(self) -> str:
@@ -126,18 +130,20 @@ class S3Target:
             ) from None
 
     def remote_size(self, name: str) -> int | None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             head = self._client.head_object(Bucket=self.bucket, Key=self._key(name))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return None
-            raise
+            raise TargetError(f"{self.label}/{name}: {exc}") from None
+        except BotoCoreError as exc:
+            raise TargetError(f"{self.label}/{name}: {exc}") from None
         return int(head["ContentLength"])
 
     def upload(self, name: str, path: Path, advance: Callable[[int], None]) -> None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         extra: dict[str, Any] = {"ACL": "public-read"} if self.public_read else {}
         with path.open("rb") as handle:
@@ -155,14 +161,22 @@ class S3Target:
                 code = exc.response.get("Error", {}).get("Code")
                 if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                     raise PublishConflict(f"{self.label}/{name} appeared during upload") from None
-                raise
+                raise TargetError(f"{self.label}/{name}: {exc}") from None
+            except BotoCoreError as exc:
+                raise TargetError(f"{self.label}/{name}: {exc}") from None
 
     def download(self, name: str) -> Iterator[bytes]:
-        body = self._client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"]
+        from botocore.exceptions import BotoCoreError, ClientError
+
         try:
-            yield from body.iter_chunks(CHUNK)
-        finally:
-            body.close()
+            body = self._client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"]
+            try:
+                yield from body.iter_chunks(CHUNK)
+            finally:
+                body.close()
+        except (BotoCoreError, ClientError) as exc:
+            # botocore checks the CRC S3 returns: corruption on the wire lands here.
+            raise TargetError(f"{self.label}/{name}: {exc}") from None
 
 
 @dataclass
@@ -197,9 +211,12 @@ class GitHubTarget:
         return f"{self.web_url.rstrip('/')}/{self.repo}/releases/download/{quote(self.tag)}"
 
     def _api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        response = self._session.request(
-            method, f"{self.api_url.rstrip('/')}{path}", timeout=60, **kwargs
-        )
+        try:
+            response = self._session.request(
+                method, f"{self.api_url.rstrip('/')}{path}", timeout=60, **kwargs
+            )
+        except requests.RequestException as exc:
+            raise TargetError(f"{self.label}: {method} {path}: {exc}") from None
         if response.status_code in (401, 403):
             raise ReleaseRefusedError(
                 f"GitHub refused {method} {path}: HTTP {response.status_code} "
@@ -224,7 +241,7 @@ class GitHubTarget:
                     "prerelease": False,
                 },
             )
-        response.raise_for_status()
+        _check(response, self.label)
         self._release = response.json()
         self._load_assets()
 
@@ -238,7 +255,7 @@ class GitHubTarget:
                 f"/repos/{self.repo}/releases/{self._release['id']}/assets",
                 params={"per_page": 100, "page": page},
             )
-            response.raise_for_status()
+            _check(response, self.label)
             batch = response.json()
             for asset in batch:
                 self._assets[asset["name"]] = asset
@@ -264,28 +281,41 @@ class GitHubTarget:
         assert self._release is not None
         upload_url = str(self._release["upload_url"]).split("{", 1)[0]
         with path.open("rb") as handle:
-            response = self._session.post(
-                upload_url,
-                params={"name": name},
-                data=_Reading(handle, advance),
-                headers={
-                    "Content-Type": "application/octet-stream",
-                    "Content-Length": str(path.stat().st_size),
-                },
-                timeout=600,
-            )
+            try:
+                response = self._session.post(
+                    upload_url,
+                    params={"name": name},
+                    data=_Reading(handle, advance),
+                    headers={
+                        "Content-Type": "application/octet-stream",
+                        "Content-Length": str(path.stat().st_size),
+                    },
+                    timeout=600,
+                )
+            except requests.RequestException as exc:
+                raise TargetError(f"{self.label}/{name}: upload: {exc}") from None
         if response.status_code == 422 and "already_exists" in response.text:
             raise PublishConflict(f"{self.label}/{name} appeared during upload")
-        response.raise_for_status()
+        _check(response, f"{self.label}/{name}")
         self._assets[name] = response.json()
 
     def download(self, name: str) -> Iterator[bytes]:
         asset = self._assets[name]
-        with self._session.get(
-            f"{self.api_url.rstrip('/')}/repos/{self.repo}/releases/assets/{asset['id']}",
-            headers={"Accept": "application/octet-stream"},
-            stream=True,
-            timeout=600,
-        ) as response:
-            response.raise_for_status()
-            yield from response.iter_content(CHUNK)
+        try:
+            with self._session.get(
+                f"{self.api_url.rstrip('/')}/repos/{self.repo}/releases/assets/{asset['id']}",
+                headers={"Accept": "application/octet-stream"},
+                stream=True,
+                timeout=600,
+            ) as response:
+                _check(response, f"{self.label}/{name}")
+                yield from response.iter_content(CHUNK)
+        except requests.RequestException as exc:
+            raise TargetError(f"{self.label}/{name}: download: {exc}") from None
+
+
+def _check(response: requests.Response, what: str) -> None:
+    if response.status_code >= 400:
+        raise TargetError(
+            f"{what}: HTTP {response.status_code} from {response.url}: {response.text[:300]}"
+        )

@@ -1,0 +1,216 @@
+"""Release fixtures: a fake release in dist/ (any bytes work), moto's S3 server, the local
+GitHub releases server, and a helper to run the real `tools` CLI in a subprocess."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sandbox_tools.build_containers.records import (
+    ArtifactFormat,
+    ArtifactRecord,
+    artifact_name,
+    write_records,
+)
+from sandbox_tools.platforms import Arch
+from tests.release.servers import FaultProxy, GitHubReleasesServer
+
+GITHUB_REPO = "acme/sandbox-tools"
+TOKEN = "test-token"
+
+
+@dataclass
+class FakeRelease:
+    root: Path
+    dist: Path
+    report: Path
+    checkout: Path
+    records: list[ArtifactRecord]
+
+    def artifact(self, arch: Arch) -> Path:
+        return self.dist / artifact_name(arch, ArtifactFormat.PORTABLE)
+
+    def rebuild(self, arch: Arch, data: bytes) -> None:
+        """Different bytes under the same version, recorded and validated like real ones."""
+        path = self.artifact(arch)
+        path.write_bytes(data)
+        self.records = [
+            _record(arch, data) if r.platform == arch.platform else r for r in self.records
+        ]
+        write_records(self.dist, self.records)
+        write_validate_report(self.report, self.records)
+
+
+def _record(arch: Arch, data: bytes) -> ArtifactRecord:
+    return ArtifactRecord(
+        name=artifact_name(arch, ArtifactFormat.PORTABLE),
+        platform=arch.platform,
+        format=ArtifactFormat.PORTABLE.value,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        build_id="sha256:" + hashlib.sha256(data[:64]).hexdigest(),
+    )
+
+
+def write_validate_report(path: Path, records: list[ArtifactRecord]) -> None:
+    """The shape `tools validate` writes: the exact artifacts, and one passed cell each."""
+    document = {
+        "schema": 1,
+        "artifacts": [
+            {"name": r.name, "platform": r.platform, "sha256": r.sha256, "build_id": r.build_id}
+            for r in records
+        ],
+        "passed": True,
+        "results": [
+            {"artifact": r.name, "status": "passed", "id": f"debian-12/{r.arch.value}/root"}
+            for r in records
+        ],
+    }
+    path.write_text(json.dumps(document))
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+@pytest.fixture
+def fake_release(tmp_path: Path) -> FakeRelease:
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    records = []
+    for arch in Arch:
+        data = os.urandom(300_000) + arch.value.encode()
+        (dist / artifact_name(arch, ArtifactFormat.PORTABLE)).write_bytes(data)
+        records.append(_record(arch, data))
+    write_records(dist, records)
+    report = tmp_path / "validate-report.json"
+    write_validate_report(report, records)
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    git(checkout, "init", "-q")
+    (checkout / "README").write_text("released from here\n")
+    git(checkout, "add", "README")
+    git(checkout, "commit", "-qm", "release")
+    return FakeRelease(tmp_path, dist, report, checkout, records)
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    bucket: str
+
+    def client(self) -> object:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+
+
+@pytest.fixture(scope="session")
+def _moto() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(_moto: str, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """A fresh bucket on the real moto server (boto3 in this process and in children)."""
+    for key, value in aws_env().items():
+        monkeypatch.setenv(key, value)
+    import boto3
+
+    bucket = f"releases-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=_moto, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return S3Server(_moto, bucket)
+
+
+def aws_env() -> dict[str, str]:
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }
+
+
+@pytest.fixture
+def github() -> Iterator[GitHubReleasesServer]:
+    server = GitHubReleasesServer(token=TOKEN)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_proxy(s3: S3Server) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(s3.endpoint)
+    yield proxy
+    proxy.stop()
+
+
+def tools_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, **aws_env(), "GITHUB_TOKEN": TOKEN, **extra}
+    env.pop("SANDBOX_TOOLS_CACHE", None)
+    return env
+
+
+def run_tools(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a child process: exit codes, output and crashes are the user's."""
+    return subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env or tools_env(),
+        cwd=cwd,
+        timeout=240,
+    )
+
+
+def release_args(
+    release: FakeRelease,
+    s3: S3Server | None = None,
+    github: GitHubReleasesServer | None = None,
+    s3_endpoint: str | None = None,
+) -> list[str]:
+    args = [
+        "release",
+        "--dist",
+        str(release.dist),
+        "--validate-report",
+        str(release.report),
+        "--checkout",
+        str(release.checkout),
+    ]
+    if s3 is not None:
+        args += ["--s3-bucket", s3.bucket, "--s3-endpoint-url", s3_endpoint or s3.endpoint]
+    if github is not None:
+        args += [
+            "--github-repo",
+            GITHUB_REPO,
+            "--github-api-url",
+            github.url,
+            "--github-web-url",
+            github.url,
+        ]
+    return args

@@ -1,0 +1,445 @@
+"""Real HTTP servers on 127.0.0.1 for the release and fetch tests.
+
+- moto's S3 in server mode, spoken to by real boto3.
+- `GitHubReleasesServer`: the GitHub REST endpoints `tools release` and `tools fetch` call,
+  with GitHub's behaviour where it matters (an upload cut off mid-way leaves a "starter"
+  asset, a second asset of the same name is a 422, API downloads redirect to a public
+  URL that honours Range).
+- `FaultProxy`: a forwarding proxy that can stall a request (so a test can kill the
+  client at an exact point), cut a response short, or flip a byte of one.
+
+Faults are switched on by tests; untouched, every server behaves like the real thing.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "proxy-connection",
+}
+
+
+def read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        body = bytearray()
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return bytes(body)
+            body += handler.rfile.read(size)
+            handler.rfile.readline()
+    length = int(handler.headers.get("Content-Length") or 0)
+    return handler.rfile.read(length) if length else b""
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    match = re.fullmatch(r"bytes=(\d+)-(\d*)", header or "")
+    if not match:
+        return None
+    start = int(match.group(1))
+    end = int(match.group(2)) if match.group(2) else size - 1
+    return start, min(end, size - 1)
+
+
+@dataclass
+class Faults:
+    """Switches shared by the servers; all off by default."""
+
+    hold_after: int | None = None  # let this many matching uploads through, then stall
+    held: threading.Event = field(default_factory=threading.Event)
+    release_hold: threading.Event = field(default_factory=threading.Event)
+    uploads: int = 0
+    truncate: dict[str, list[int]] = field(default_factory=dict)  # name -> byte counts, once each
+    corrupt: set[str] = field(default_factory=set)  # names whose downloads get a flipped byte
+    log: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stall_upload(self) -> bool:
+        with self.lock:
+            if self.hold_after is not None and self.uploads >= self.hold_after:
+                self.held.set()
+                return True
+            self.uploads += 1
+            return False
+
+    def shape_download(self, name: str, data: bytes) -> tuple[bytes, bool]:
+        """(bytes to send, cut the connection after them)."""
+        if name in self.corrupt and data:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        with self.lock:
+            cuts = self.truncate.get(name)
+            if cuts:
+                return data[: cuts.pop(0)], True
+        return data, False
+
+
+def send_payload(
+    handler: BaseHTTPRequestHandler, data: bytes, faults: Faults, name: str, content_type: str
+) -> None:
+    """200 or 206 with Range, shaped by the faults (the headers always promise it all)."""
+    size = len(data)
+    wanted = byte_range(handler.headers.get("Range"), size)
+    if wanted is not None and wanted[0] >= size:
+        handler.send_response(416)
+        handler.send_header("Content-Range", f"bytes */{size}")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return
+    start, end = wanted if wanted else (0, size - 1)
+    body, cut = faults.shape_download(name, data[start : end + 1])
+    handler.send_response(206 if wanted else 200)
+    if wanted:
+        handler.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+    handler.send_header("Accept-Ranges", "bytes")
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(end - start + 1))
+    if cut:
+        handler.send_header("Connection", "close")
+    handler.end_headers()
+    handler.wfile.write(body)
+    if cut:
+        handler.wfile.flush()
+        handler.close_connection = True
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _Running:
+    def __init__(self, handler: type[BaseHTTPRequestHandler], faults: Faults) -> None:
+        self.faults = faults
+        self.httpd = _Server(("127.0.0.1", 0), handler)
+        self.httpd.owner = self  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self.faults.release_hold.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# -- GitHub releases ----------------------------------------------------------------------
+
+
+@dataclass
+class Asset:
+    id: int
+    release_id: int
+    name: str
+    state: str = "starter"
+    data: bytes = b""
+
+
+class GitHubReleasesServer(_Running):
+    def __init__(self, token: str = "test-token") -> None:
+        self.token = token
+        self.releases: dict[int, dict[str, Any]] = {}
+        self.assets: dict[int, Asset] = {}
+        self._ids = iter(range(1000, 10**9))
+        self.state_lock = threading.Lock()
+        super().__init__(_GitHubHandler, Faults())
+
+    def next_id(self) -> int:
+        with self.state_lock:
+            return next(self._ids)
+
+    def release_json(self, release: dict[str, Any]) -> dict[str, Any]:
+        owner_repo = release["repo"]
+        return {
+            "id": release["id"],
+            "tag_name": release["tag"],
+            "name": release["name"],
+            "draft": False,
+            "prerelease": False,
+            "html_url": f"{self.url}/{owner_repo}/releases/tag/{release['tag']}",
+            "upload_url": f"{self.url}/uploads/repos/{owner_repo}/releases/{release['id']}"
+            "/assets{?name,label}",
+        }
+
+    def asset_json(self, asset: Asset) -> dict[str, Any]:
+        release = self.releases[asset.release_id]
+        return {
+            "id": asset.id,
+            "name": asset.name,
+            "state": asset.state,
+            "size": len(asset.data),
+            "url": f"{self.url}/repos/{release['repo']}/releases/assets/{asset.id}",
+            "browser_download_url": f"{self.url}/{release['repo']}/releases/download/"
+            f"{release['tag']}/{asset.name}",
+        }
+
+    def uploaded(self, tag: str) -> dict[str, bytes]:
+        """Complete assets of the release for `tag`, by name."""
+        return {
+            a.name: a.data
+            for a in self.assets.values()
+            if a.state == "uploaded" and self.releases[a.release_id]["tag"] == tag
+        }
+
+
+class _GitHubHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    @property
+    def gh(self) -> GitHubReleasesServer:
+        owner = self.server.owner  # type: ignore[attr-defined]
+        assert isinstance(owner, GitHubReleasesServer)
+        return owner
+
+    def log_message(self, format: str, *args: Any) -> None:
+        self.gh.faults.log.append(f"{self.command} {self.path} {self.headers.get('Range', '')}")
+
+    def _json(self, status: int, document: Any) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _authorised(self) -> bool:
+        if self.headers.get("Authorization") == f"Bearer {self.gh.token}":
+            return True
+        read_body(self)
+        self._json(401, {"message": "Bad credentials"})
+        return False
+
+    def _route(self, method: str) -> Callable[..., None] | None:
+        routes: list[tuple[str, str, Callable[..., None]]] = [
+            ("GET", r"/repos/([^/]+/[^/]+)/releases/tags/([^/]+)", self.get_release_by_tag),
+            ("POST", r"/repos/([^/]+/[^/]+)/releases", self.create_release),
+            ("GET", r"/repos/([^/]+/[^/]+)/releases/(\d+)/assets", self.list_assets),
+            ("GET", r"/repos/([^/]+/[^/]+)/releases/assets/(\d+)", self.get_asset),
+            ("DELETE", r"/repos/([^/]+/[^/]+)/releases/assets/(\d+)", self.delete_asset),
+            ("POST", r"/uploads/repos/([^/]+/[^/]+)/releases/(\d+)/assets", self.upload_asset),
+            ("GET", r"/([^/]+/[^/]+)/releases/download/([^/]+)/([^/]+)", self.download),
+        ]
+        path = urlparse(self.path).path
+        for verb, pattern, handler in routes:
+            match = re.fullmatch(pattern, path)
+            if verb == method and match:
+                return lambda: handler(*match.groups())
+        return None
+
+    def _dispatch(self, method: str) -> None:
+        handler = self._route(method)
+        if handler is None:
+            read_body(self)
+            self._json(404, {"message": "Not Found"})
+            return
+        handler()
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # -- endpoints
+
+    def get_release_by_tag(self, repo: str, tag: str) -> None:
+        if not self._authorised():
+            return
+        for release in self.gh.releases.values():
+            if release["repo"] == repo and release["tag"] == tag:
+                self._json(200, self.gh.release_json(release))
+                return
+        self._json(404, {"message": "Not Found"})
+
+    def create_release(self, repo: str) -> None:
+        if not self._authorised():
+            return
+        request = json.loads(read_body(self))
+        if any(
+            r["repo"] == repo and r["tag"] == request["tag_name"] for r in self.gh.releases.values()
+        ):
+            self._json(
+                422, {"message": "Validation Failed", "errors": [{"code": "already_exists"}]}
+            )
+            return
+        release = {
+            "id": self.gh.next_id(),
+            "repo": repo,
+            "tag": request["tag_name"],
+            "name": request.get("name") or request["tag_name"],
+        }
+        self.gh.releases[release["id"]] = release
+        self._json(201, self.gh.release_json(release))
+
+    def list_assets(self, repo: str, release_id: str) -> None:
+        if not self._authorised():
+            return
+        query = parse_qs(urlparse(self.path).query)
+        per_page = int(query.get("per_page", ["30"])[0])
+        page = int(query.get("page", ["1"])[0])
+        mine = [a for a in self.gh.assets.values() if a.release_id == int(release_id)]
+        window = mine[(page - 1) * per_page : page * per_page]
+        self._json(200, [self.gh.asset_json(a) for a in window])
+
+    def get_asset(self, repo: str, asset_id: str) -> None:
+        if not self._authorised():
+            return
+        asset = self.gh.assets.get(int(asset_id))
+        if asset is None:
+            self._json(404, {"message": "Not Found"})
+        elif self.headers.get("Accept") == "application/octet-stream":
+            self.send_response(302)
+            self.send_header("Location", self.gh.asset_json(asset)["browser_download_url"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            self._json(200, self.gh.asset_json(asset))
+
+    def delete_asset(self, repo: str, asset_id: str) -> None:
+        if not self._authorised():
+            return
+        if self.gh.assets.pop(int(asset_id), None) is None:
+            self._json(404, {"message": "Not Found"})
+            return
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def upload_asset(self, repo: str, release_id: str) -> None:
+        if not self._authorised():
+            return
+        name = parse_qs(urlparse(self.path).query)["name"][0]
+        if any(a.release_id == int(release_id) and a.name == name for a in self.gh.assets.values()):
+            read_body(self)
+            self._json(
+                422,
+                {
+                    "message": "Validation Failed",
+                    "errors": [{"resource": "ReleaseAsset", "code": "already_exists"}],
+                },
+            )
+            return
+        asset = Asset(id=self.gh.next_id(), release_id=int(release_id), name=name)
+        self.gh.assets[asset.id] = asset  # visible as "starter" while the bytes arrive
+        if self.gh.faults.stall_upload():
+            self.gh.faults.release_hold.wait()
+            self.close_connection = True
+            return
+        expected = int(self.headers["Content-Length"])
+        data = self.rfile.read(expected)
+        if len(data) != expected:
+            self.close_connection = True  # the client went away: the asset stays "starter"
+            return
+        asset.data, asset.state = data, "uploaded"
+        self._json(201, self.gh.asset_json(asset))
+
+    def download(self, repo: str, tag: str, name: str) -> None:
+        for asset in self.gh.assets.values():
+            release = self.gh.releases[asset.release_id]
+            wanted = (release["repo"], release["tag"], asset.name) == (repo, tag, name)
+            if wanted and asset.state == "uploaded":
+                send_payload(self, asset.data, self.gh.faults, name, "application/octet-stream")
+                return
+        self._json(404, {"message": "Not Found"})
+
+
+# -- a forwarding proxy with faults (in front of moto's S3) --------------------------------
+
+
+class FaultProxy(_Running):
+    """Forwards to `upstream`; object PUTs count as uploads, GETs as downloads."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlparse(upstream)
+        super().__init__(_ProxyHandler, Faults())
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    @property
+    def proxy(self) -> FaultProxy:
+        owner = self.server.owner  # type: ignore[attr-defined]
+        assert isinstance(owner, FaultProxy)
+        return owner
+
+    def log_message(self, format: str, *args: Any) -> None:
+        self.proxy.faults.log.append(f"{self.command} {self.path} {self.headers.get('Range', '')}")
+
+    def _forward(self) -> None:
+        body = read_body(self)
+        path = urlparse(self.path).path
+        is_object = path.strip("/").count("/") >= 1
+        faults = self.proxy.faults
+        if self.command == "PUT" and is_object and faults.stall_upload():
+            faults.release_hold.wait()
+            self.close_connection = True
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+        headers["Content-Length"] = str(len(body))
+        upstream = http.client.HTTPConnection(
+            self.proxy.upstream.hostname, self.proxy.upstream.port, timeout=60
+        )
+        try:
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            response = upstream.getresponse()
+            data = response.read()
+            reply_headers = [
+                (k, v) for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP
+            ]
+            status = response.status
+        finally:
+            upstream.close()
+        name = path.rsplit("/", 1)[-1]
+        cut = False
+        if self.command == "GET" and status in (200, 206):
+            data, cut = faults.shape_download(name, data)
+        upstream_length = next(
+            (v for k, v in reply_headers if k.lower() == "content-length"), str(len(data))
+        )
+        self.send_response(status)
+        for key, value in reply_headers:
+            if key.lower() not in ("content-length", "date", "server"):
+                self.send_header(key, value)
+        # HEAD and a cut-off GET promise what upstream promised; the rest send what they say.
+        promised = upstream_length if self.command == "HEAD" or cut else str(len(data))
+        self.send_header("Content-Length", promised)
+        if cut:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+
+def hold_until(event: threading.Event, timeout: float) -> None:
+    if not event.wait(timeout):
+        raise AssertionError(f"the expected request did not arrive within {timeout}s")
