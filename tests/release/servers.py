@@ -135,8 +135,8 @@ class _Running:
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self.httpd.server_address[1]
+        return f"http://127.0.0.1:{port}"
 
     def stop(self) -> None:
         self.faults.release_hold.set()
@@ -404,7 +404,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Content-Length"] = str(len(body))
         upstream = http.client.HTTPConnection(
-            self.proxy.upstream.hostname, self.proxy.upstream.port, timeout=60
+            self.proxy.upstream.hostname or "127.0.0.1", self.proxy.upstream.port, timeout=60
         )
         try:
             upstream.request(self.command, self.path, body=body, headers=headers)

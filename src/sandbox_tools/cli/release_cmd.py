@@ -244,6 +244,11 @@ def fetch_command(
     started = time.monotonic()
     with transfer_reporter() as reporter:
         outcomes = fetch(manifest, target_dir, platforms, mirror or [], origin, reporter)
+        for outcome in outcomes:
+            source = f" from {outcome.source}" if outcome.source else ""
+            reporter.outcome(
+                outcome.artifact.platform, outcome.artifact.name, outcome.action + source
+            )
     table = Table(
         title=f"tools fetch {manifest.version}: {target_dir} ({time.monotonic() - started:.1f}s)"
     )
