@@ -21,6 +21,7 @@ from sandbox_tools.build_containers.records import (
     artifact_name,
     write_records,
 )
+from sandbox_tools.injector.acquire import current_build_id
 from sandbox_tools.platforms import Arch
 from tests.release.servers import FaultProxy, GitHubReleasesServer
 
@@ -57,7 +58,9 @@ def _record(arch: Arch, data: bytes) -> ArtifactRecord:
         format=ArtifactFormat.PORTABLE.value,
         size=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
-        build_id="sha256:" + hashlib.sha256(data[:64]).hexdigest(),
+        # What the current sources would build: the injector accepts a released artifact
+        # from the cache only while the sources are the released ones.
+        build_id=current_build_id(arch, ArtifactFormat.PORTABLE),
     )
 
 

@@ -93,7 +93,7 @@ def _pinned(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
     entry = _manifest_entry(packaged_manifest(), arch)
     if entry is None or entry.format != fmt.value:
         return None
-    if entry.build_id != _current_build_id(arch, fmt):
+    if entry.build_id != current_build_id(arch, fmt):
         return None  # the runtime sources changed since the release: do not mix versions
     from sandbox_tools.release.fetch import artifact_cache_dir
 
@@ -130,7 +130,7 @@ def checkout_dist() -> Path | None:
     return checkout / "dist" if (checkout / "pyproject.toml").exists() else None
 
 
-def _current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
+def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
     from sandbox_tools.build_containers.builder import builder_recipe
     from sandbox_tools.build_containers.records import compute_build_id
 
@@ -149,7 +149,7 @@ def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifa
             remedy="Install a release wheel of sandbox-tools, or run `tools fetch` "
             "(offline: `tools fetch --from BUNDLE`).",
         )
-    wanted = _current_build_id(arch, fmt)
+    wanted = current_build_id(arch, fmt)
     record = select_record(read_records(dist), arch, fmt)
     if record is not None and record.build_id == wanted:
         found = verified_artifact(record, dist / record.name, "dist")
