@@ -17,6 +17,8 @@ from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
     Manifest,
     manifest_from_records,
+    packaged_manifest,
+    read_manifest,
     verify_local,
     write_release_files,
 )
@@ -28,11 +30,24 @@ manifest_app = typer.Typer(
 DistOption = Annotated[Path, typer.Option("--dist", help="Artifacts and build.json.")]
 
 
-def _load(dist: Path) -> Manifest:
-    path = dist / MANIFEST_FILE
-    if not path.exists():
-        raise ConfigurationError(f"no {MANIFEST_FILE} in {dist}; run `tools manifest write`")
-    return Manifest.loads(path.read_text())
+ManifestOption = Annotated[
+    Path | None,
+    typer.Option("--manifest", help="Default: DIST/manifest.json, else the installed package's."),
+]
+
+
+def _load(dist: Path, path: Path | None) -> Manifest:
+    if path is not None:
+        return read_manifest(path)
+    if (dist / MANIFEST_FILE).exists():
+        return read_manifest(dist / MANIFEST_FILE)
+    packaged = packaged_manifest()
+    if packaged is None:
+        raise ConfigurationError(
+            f"no {MANIFEST_FILE} in {dist} and none released with this package",
+            remedy="Run `tools manifest write` after `tools build --all`, or pass --manifest.",
+        )
+    return packaged
 
 
 @manifest_app.command("write")
@@ -56,9 +71,9 @@ def write(
 
 
 @manifest_app.command("show")
-def show(dist: DistOption = Path("dist")) -> None:
+def show(dist: DistOption = Path("dist"), manifest_path: ManifestOption = None) -> None:
     """Print the manifest as a table."""
-    manifest = _load(dist)
+    manifest = _load(dist, manifest_path)
     table = Table(title=f"sandbox-tools {manifest.version}: one artifact per platform")
     for column in ("platform", "artifact", "format", "size", "sha256", "build id", "urls"):
         table.add_column(column, overflow="fold")
@@ -76,9 +91,9 @@ def show(dist: DistOption = Path("dist")) -> None:
 
 
 @manifest_app.command("verify")
-def verify(dist: DistOption = Path("dist")) -> None:
+def verify(dist: DistOption = Path("dist"), manifest_path: ManifestOption = None) -> None:
     """Check the local files in DIST against the manifest (size and SHA-256)."""
-    manifest = _load(dist)
+    manifest = _load(dist, manifest_path)
     problems = verify_local(dist, manifest)
     for problem in problems:
         console.print(f"[bold red]mismatch:[/] {problem}")
