@@ -151,6 +151,12 @@ def release_command(
     checkout: Annotated[
         Path | None, typer.Option(help="Git tree that must be clean (default: this checkout).")
     ] = None,
+    package_manifest: Annotated[
+        bool,
+        typer.Option(
+            help="Copy the manifest into the checkout's package (to commit); off for rehearsals."
+        ),
+    ] = True,
 ) -> None:
     """Publish the validated artifacts, SHA256SUMS and the manifest; verify the round trip."""
     targets: list[Target] = []
@@ -184,7 +190,9 @@ def release_command(
     tree = checkout if checkout is not None else _checkout()
     package_dir = (
         tree / "src" / "sandbox_tools" / "release" / "published"
-        if tree is not None and (tree / "src" / "sandbox_tools" / "release").is_dir()
+        if package_manifest
+        and tree is not None
+        and (tree / "src" / "sandbox_tools" / "release").is_dir()
         else None
     )
     request = ReleaseRequest(
