@@ -14,9 +14,10 @@ import pytest
 
 from sandbox_tools import __version__
 from sandbox_tools.build_containers.records import sha256_of
+from sandbox_tools.cache import artifact_cache_dir
 from sandbox_tools.injector import acquire
 from sandbox_tools.platforms import Arch
-from sandbox_tools.release.fetch import artifact_cache_dir, fetch
+from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
 from sandbox_tools.release.publish import ReleaseRequest, publish
 from sandbox_tools.release.targets import GitHubTarget

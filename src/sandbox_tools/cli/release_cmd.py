@@ -24,9 +24,10 @@ from rich.progress import (
 from rich.table import Table
 
 from sandbox_tools._version import __version__
+from sandbox_tools.cache import artifact_cache_dir
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.release.bundle import bundle_name, create_bundle
-from sandbox_tools.release.fetch import artifact_cache_dir, fetch
+from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
     Manifest,

@@ -22,6 +22,7 @@ from sandbox_tools.build_containers.records import (
     read_records,
     sha256_of,
 )
+from sandbox_tools.cache import artifact_cache_dir
 from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.digests import file_matches
@@ -95,8 +96,6 @@ def _pinned(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
         return None
     if entry.build_id != current_build_id(arch, fmt):
         return None  # the runtime sources changed since the release: do not mix versions
-    from sandbox_tools.release.fetch import artifact_cache_dir
-
     cache = artifact_cache_dir(__version__)
     found = Artifact(
         cache / entry.name,

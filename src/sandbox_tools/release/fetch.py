@@ -39,15 +39,6 @@ class _SourceFailed(Exception):
     """One source could not supply the bytes; the next source is tried."""
 
 
-def artifact_cache_dir(version: str) -> Path:
-    """Per-user artifact cache, one directory per package version."""
-    configured = os.environ.get("SANDBOX_TOOLS_CACHE")
-    if configured:
-        return Path(configured) / version
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "sandbox-tools" / "artifacts" / version
-
-
 class Source(Protocol):
     @property
     def label(self) -> str: ...

@@ -27,6 +27,7 @@ from typing import Any
 
 import docker.errors
 
+from sandbox_tools.cache import cache_root
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
 
@@ -37,8 +38,7 @@ IMAGE_REPOSITORY = "sandbox-tools/base"
 
 
 def cache_dir() -> Path:
-    configured = os.environ.get("SANDBOX_TOOLS_CACHE")
-    base = Path(configured) if configured else Path.home() / ".cache" / "sandbox-tools"
+    base = cache_root()
     base.mkdir(parents=True, exist_ok=True)
     return base
 
