@@ -60,6 +60,16 @@ class BuildReporter(Protocol):
     def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None: ...
 
 
+class NullReporter:
+    """For builds nobody watches (the injector building on demand)."""
+
+    def stage(self, arch: Arch, stage: str) -> None: ...
+
+    def log(self, arch: Arch, line: str) -> None: ...
+
+    def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class BuildRequest:
     arches: tuple[Arch, ...]

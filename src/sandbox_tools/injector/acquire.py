@@ -155,17 +155,12 @@ def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifa
         if found is not None:
             return found
     # An edited checkout: build what the sources say (no-op if nothing changed).
-    from sandbox_tools.build_containers.build import BuildRequest, build
+    from sandbox_tools.build_containers.build import BuildRequest, NullReporter, build
     from sandbox_tools.sandboxes.docker import docker_client
-
-    class _Silent:
-        def stage(self, arch: Arch, stage: str) -> None: ...
-        def log(self, arch: Arch, line: str) -> None: ...
-        def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None: ...
 
     try:
         (built,) = build(
-            docker_client(), BuildRequest(arches=(arch,), format=fmt, out_dir=dist), _Silent()
+            docker_client(), BuildRequest(arches=(arch,), format=fmt, out_dir=dist), NullReporter()
         )
     except SandboxToolsError as exc:
         raise SandboxInjectionError(
