@@ -1,0 +1,441 @@
+"""Modal sandboxes as a provider: one long-lived sandbox per sample, files through exec.
+
+Modal has no archive upload, so files travel as base64 through `exec`: contents go on
+stdin in bounded chunks (never in argv, never through a shell's quoting), the path is a
+positional parameter of a fixed script, and the file appears by rename only once every
+chunk has arrived. Everything that talks to Modal is retried on transient errors with
+backoff; everything else here (chunking, paths, error mapping, compose parameters) is
+plain code, unit-tested without the SDK. The SDK is an optional extra:
+`pip install 'sandbox-tools[modal]'`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import errno
+import math
+import os
+import posixpath
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sandbox_tools.errors import ConfigurationError, SandboxExecError
+from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes
+
+T = TypeVar("T")
+
+CHUNK_BYTES = 1 << 20  # raw bytes per exec; about 1.4 MB of base64 on the wire
+LEFTOVER_TAG = "sandbox-tools"  # every sandbox we create carries it (see cleanup_leftovers)
+CREDENTIALS_REMEDY = (
+    "Set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or run `modal token new`, which writes "
+    "~/.modal.toml)."
+)
+
+# Fixed scripts; the path is "$1", the data is on stdin. Exit codes name the failure.
+_READ_SIZE = (
+    'if [ ! -e "$1" ]; then exit 3; fi; if [ -d "$1" ]; then exit 4; fi; '
+    'if [ ! -r "$1" ]; then exit 5; fi; wc -c < "$1"'
+)
+_READ_CHUNK = 'dd if="$1" bs="$2" skip="$3" count=1 2>/dev/null | base64'
+_WRITE_BEGIN = (
+    'if [ -d "$1" ]; then exit 4; fi; mkdir -p "$(dirname "$1")" && : > "$1.sandbox-tools-partial"'
+)
+_WRITE_CHUNK = 'base64 -d >> "$1.sandbox-tools-partial"'
+_WRITE_COMMIT = 'chmod "$2" "$1.sandbox-tools-partial" && mv -f "$1.sandbox-tools-partial" "$1"'
+_WRITE_ABORT = 'rm -f "$1.sandbox-tools-partial"'
+_EXIT_ERRORS: dict[int, tuple[type[OSError], int]] = {
+    3: (FileNotFoundError, errno.ENOENT),
+    4: (IsADirectoryError, errno.EISDIR),
+    5: (PermissionError, errno.EACCES),
+}
+
+
+# -- pure parts ---------------------------------------------------------------------------
+
+
+def resolve_path(path: str, workdir: str) -> str:
+    """Relative paths are relative to the sandbox's working directory, like a shell's."""
+    if not path:
+        raise ValueError("an empty path names no file")
+    if "\0" in path:
+        raise ValueError("a path cannot contain NUL")
+    joined = path if path.startswith("/") else posixpath.join(workdir or "/", path)
+    return posixpath.normpath(joined).replace("//", "/")
+
+
+def base64_chunks(data: bytes, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Each chunk is valid base64 on its own (decoded separately, appended in order)."""
+    if chunk_bytes <= 0:
+        raise ValueError("chunk_bytes must be positive")
+    for offset in range(0, len(data), chunk_bytes):
+        yield base64.b64encode(data[offset : offset + chunk_bytes]) + b"\n"
+
+
+def chunk_count(size: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    return max(1, math.ceil(size / chunk_bytes))
+
+
+def os_error_for(path: str, returncode: int, stderr: bytes) -> OSError | None:
+    """The provider-interface exception for a failed file script, if it is a known one."""
+    if returncode in _EXIT_ERRORS:
+        error, code = _EXIT_ERRORS[returncode]
+        return error(code, os.strerror(code), path)
+    text = stderr.decode(errors="replace")
+    for needle, found, code in (
+        ("Permission denied", PermissionError, errno.EACCES),
+        ("Read-only file system", PermissionError, errno.EROFS),
+        ("No such file or directory", FileNotFoundError, errno.ENOENT),
+        ("Not a directory", NotADirectoryError, errno.ENOTDIR),
+        ("Is a directory", IsADirectoryError, errno.EISDIR),
+    ):
+        if needle in text:
+            return found(code, os.strerror(code), path)
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth another try: connection trouble and Modal's retryable server errors."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(
+        names
+        & {
+            "ConnectionError",  # modal.exception.ConnectionError and the builtin
+            "InternalError",
+            "ServiceError",
+            "ResourceExhaustedError",
+            "InternalFailure",
+            "StreamTerminatedError",
+        }
+    ) and not isinstance(exc, (PermissionError, FileNotFoundError))
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """Modal's exceptions as the provider interface's (credentials get a remedy)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    module = type(exc).__module__
+    if "AuthError" in names or (
+        module.startswith("modal") and "token" in str(exc).lower() and "Error" in names
+    ):
+        return ConfigurationError(
+            f"Modal refused the credentials: {exc}", remedy=CREDENTIALS_REMEDY
+        )
+    if module.startswith("modal") and "TimeoutError" in names:
+        return TimeoutError(str(exc))
+    if "NotFoundError" in names and module.startswith("modal"):
+        return SandboxExecError(f"Modal: {exc}", remedy="Is the sandbox still running?")
+    return exc
+
+
+async def with_retries(
+    call: Callable[[], Awaitable[T]],
+    attempts: int = 4,
+    backoff: float = 0.5,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """`call()` again after a transient failure, waiting backoff * 2^n (+ jitter)."""
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except Exception as exc:
+            if attempt == attempts - 1 or not is_transient(exc):
+                raise translate_error(exc) from exc
+            await sleep(backoff * (2**attempt) * (1 + random.random() / 4))
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModalConfig:
+    """One sample's sandbox. Defaults suit an evaluation sample; all are overridable."""
+
+    image: str = "debian:bookworm-slim"
+    app_name: str = "sandbox-tools"
+    timeout: int = 3600  # the sandbox's lifetime, seconds
+    workdir: str = "/"
+    cpu: float | None = None
+    memory: int | None = None  # MiB
+    gpu: str | None = None
+    ports: tuple[int, ...] = ()
+    volumes: Mapping[str, str] = field(default_factory=dict)  # mount path -> Modal volume
+    env: Mapping[str, str] = field(default_factory=dict)
+    retries: int = 4
+
+
+def _parse_memory(value: Any) -> int | None:
+    """Compose memory ("2g", "512m", bytes) as MiB."""
+    if value is None:
+        return None
+    text = str(value).strip().lower().removesuffix("b")
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    if text and text[-1] in units:
+        return max(1, int(float(text[:-1]) * units[text[-1]]))
+    return max(1, int(int(text) / (1024 * 1024)))
+
+
+def config_from_compose(document: Mapping[str, Any], service: str | None = None) -> ModalConfig:
+    """A compose service's image, cpus, memory, gpu, ports and volumes as a ModalConfig."""
+    services = document.get("services") or {}
+    if not services:
+        raise ConfigurationError("the compose file defines no services")
+    name = service or ("default" if "default" in services else next(iter(services)))
+    if name not in services:
+        raise ConfigurationError(f"no service {name!r} in the compose file")
+    spec = services[name] or {}
+    if "image" not in spec:
+        raise ConfigurationError(
+            f"service {name!r} has no image",
+            remedy="Modal builds from a registry image: set `image:` (build: is not supported).",
+        )
+    resources = (spec.get("deploy") or {}).get("resources") or {}
+    limits = resources.get("limits") or {}
+    gpu = spec.get("x-gpu") or spec.get("x-modal-gpu")
+    for device in (resources.get("reservations") or {}).get("devices") or []:
+        if "gpu" in (device.get("capabilities") or []):
+            gpu = gpu or f"any:{device.get('count', 1)}"
+    ports = []
+    for port in spec.get("ports") or []:
+        text = str(port.get("target") if isinstance(port, Mapping) else port)
+        ports.append(int(text.split("/")[0].rsplit(":", 1)[-1]))
+    volumes = {}
+    for volume in spec.get("volumes") or []:
+        source, _, target = str(volume).partition(":")
+        if not target or source.startswith((".", "/")):
+            raise ConfigurationError(
+                f"volume {volume!r}: Modal mounts named volumes only (NAME:/path)"
+            )
+        volumes[target.split(":")[0]] = source
+    cpus = spec.get("cpus") or limits.get("cpus")
+    environment = spec.get("environment") or {}
+    if isinstance(environment, list):
+        environment = dict(item.split("=", 1) for item in environment if "=" in item)
+    return ModalConfig(
+        image=str(spec["image"]),
+        workdir=str(spec.get("working_dir") or "/"),
+        cpu=float(cpus) if cpus is not None else None,
+        memory=_parse_memory(spec.get("mem_limit") or limits.get("memory")),
+        gpu=str(gpu) if gpu else None,
+        ports=tuple(ports),
+        volumes=volumes,
+        env={str(k): str(v) for k, v in environment.items()},
+    )
+
+
+def load_compose(path: Path, service: str | None = None) -> ModalConfig:
+    import yaml  # in the [modal] extra
+
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"cannot read compose file {path}: {exc}") from None
+    return config_from_compose(document or {}, service)
+
+
+def credentials_present() -> bool:
+    return bool(
+        (os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"))
+        or Path(os.environ.get("MODAL_CONFIG_PATH", Path.home() / ".modal.toml")).exists()
+    )
+
+
+def _sdk() -> Any:
+    try:
+        import modal
+    except ImportError:
+        raise ConfigurationError(
+            "the Modal provider needs the modal SDK",
+            remedy="pip install 'sandbox-tools[modal]'",
+        ) from None
+    if not credentials_present():
+        raise ConfigurationError("no Modal credentials found", remedy=CREDENTIALS_REMEDY)
+    return modal
+
+
+# -- the provider -------------------------------------------------------------------------
+
+
+class ModalSandbox(Sandbox):
+    """A running Modal sandbox; `create()` starts one, `cleanup()` always terminates it."""
+
+    def __init__(self, sandbox: Any, config: ModalConfig) -> None:
+        self._sandbox = sandbox
+        self.config = config
+        self.name = f"modal:{sandbox.object_id}"
+
+    @classmethod
+    async def create(cls, config: ModalConfig | None = None) -> ModalSandbox:
+        config = config or ModalConfig()
+        modal = _sdk()
+
+        async def start() -> Any:
+            app = await modal.App.lookup.aio(config.app_name, create_if_missing=True)
+            volumes = {
+                path: modal.Volume.from_name(name, create_if_missing=True)
+                for path, name in config.volumes.items()
+            }
+            return await modal.Sandbox.create.aio(
+                "sleep",
+                "infinity",
+                app=app,
+                image=modal.Image.from_registry(config.image),
+                timeout=config.timeout,
+                workdir=config.workdir,
+                cpu=config.cpu,
+                memory=config.memory,
+                gpu=config.gpu,
+                encrypted_ports=list(config.ports),
+                volumes=volumes,
+                env=dict(config.env) or None,
+                tags={LEFTOVER_TAG: uuid.uuid4().hex},
+            )
+
+        return cls(await with_retries(start, config.retries), config)
+
+    def _command(self, cmd: list[str], user: str | None) -> list[str]:
+        return ["runuser", "-u", user, "--", *cmd] if user else list(cmd)
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: bytes | str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecOutput:
+        data = as_bytes(input)
+
+        async def run() -> ExecOutput:
+            process = await self._sandbox.exec.aio(
+                *self._command(cmd, user),
+                workdir=resolve_path(cwd, self.config.workdir) if cwd else None,
+                env=dict(env) if env else None,
+                timeout=math.ceil(timeout) if timeout else None,
+                text=False,
+            )
+            if data is not None:
+                process.stdin.write(data)
+            process.stdin.write_eof()
+            await process.stdin.drain.aio()
+            stdout, stderr = await asyncio.gather(
+                process.stdout.read.aio(), process.stderr.read.aio()
+            )
+            return ExecOutput(await process.wait.aio(), bytes(stdout), bytes(stderr))
+
+        try:
+            # Modal enforces `timeout` in the sandbox; this bounds the client side too.
+            return await asyncio.wait_for(
+                with_retries(run, self.config.retries), (timeout + 30) if timeout else None
+            )
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s") from None
+
+    async def _script(self, script: str, *args: str, input: bytes | None = None) -> ExecOutput:
+        return await self.exec(["sh", "-c", script, "sh", *args], input=input)
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        target = resolve_path(path, self.config.workdir)
+        begun = await self._script(_WRITE_BEGIN, target)
+        if begun.returncode != 0:
+            raise os_error_for(target, begun.returncode, begun.stderr) or SandboxExecError(
+                f"cannot write {target} in {self.name}: {begun.stderr.decode(errors='replace')}"
+            )
+        try:
+            for chunk in base64_chunks(data):
+                step = await self._script(_WRITE_CHUNK, target, input=chunk)
+                if step.returncode != 0:
+                    raise os_error_for(target, step.returncode, step.stderr) or SandboxExecError(
+                        f"writing {target}: {step.stderr.decode(errors='replace')}"
+                    )
+            done = await self._script(_WRITE_COMMIT, target, f"{mode:o}")
+            if done.returncode != 0:
+                raise os_error_for(target, done.returncode, done.stderr) or SandboxExecError(
+                    f"writing {target}: {done.stderr.decode(errors='replace')}"
+                )
+        except BaseException:
+            await asyncio.shield(self._script(_WRITE_ABORT, target))
+            raise
+
+    async def read_file(self, path: str) -> bytes:
+        target = resolve_path(path, self.config.workdir)
+        sized = await self._script(_READ_SIZE, target)
+        if sized.returncode != 0:
+            raise os_error_for(target, sized.returncode, sized.stderr) or SandboxExecError(
+                f"cannot read {target} in {self.name}: {sized.stderr.decode(errors='replace')}"
+            )
+        size = int(sized.stdout.strip() or b"0")
+        parts = []
+        for index in range(chunk_count(size)):
+            chunk = await self._script(_READ_CHUNK, target, str(CHUNK_BYTES), str(index))
+            if chunk.returncode != 0:
+                raise os_error_for(target, chunk.returncode, chunk.stderr) or SandboxExecError(
+                    f"reading {target}: {chunk.stderr.decode(errors='replace')}"
+                )
+            parts.append(base64.b64decode(chunk.stdout))
+        data = b"".join(parts)
+        if len(data) != size:
+            raise SandboxExecError(f"{target} changed while it was read ({len(data)} of {size})")
+        return data
+
+    async def open_stream(
+        self, cmd: list[str], env: Mapping[str, str] | None = None, user: str | None = None
+    ) -> Stream:
+        process = await with_retries(
+            lambda: self._sandbox.exec.aio(
+                *self._command(cmd, user), env=dict(env) if env else None, text=False
+            ),
+            self.config.retries,
+        )
+        return _ModalStream(process)
+
+    async def cleanup(self) -> None:
+        try:
+            await self._sandbox.terminate.aio()
+        except Exception:  # already gone: terminated is what we wanted
+            pass
+
+
+class _ModalStream(Stream):
+    def __init__(self, process: Any) -> None:
+        self._process = process
+        self._buffer = bytearray()
+        self._chunks = process.stdout.__aiter__()
+        self._eof = False
+
+    async def write(self, data: bytes) -> None:
+        self._process.stdin.write(data)
+        await self._process.stdin.drain.aio()
+
+    async def readline(self) -> bytes:
+        while b"\n" not in self._buffer and not self._eof:
+            try:
+                self._buffer += await self._chunks.__anext__()
+            except StopAsyncIteration:
+                self._eof = True
+        end = self._buffer.find(b"\n") + 1 or len(self._buffer)
+        line = bytes(self._buffer[:end])
+        del self._buffer[:end]
+        return line
+
+    async def close(self) -> None:
+        self._process.stdin.write_eof()
+        try:
+            await self._process.stdin.drain.aio()
+        except Exception:
+            pass
+
+
+async def cleanup_leftovers(app_name: str = "sandbox-tools") -> list[str]:
+    """Terminate every sandbox we created in `app_name` (an interrupted run's leftovers)."""
+    modal = _sdk()
+    app = await with_retries(lambda: modal.App.lookup.aio(app_name, create_if_missing=False))
+    terminated = []
+    async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id):
+        tags = await sandbox.get_tags.aio()
+        if LEFTOVER_TAG in tags:
+            await sandbox.terminate.aio()
+            terminated.append(sandbox.object_id)
+    return terminated

@@ -1,0 +1,190 @@
+"""The Modal provider's pure parts: chunking, paths, error mapping, retries, compose.
+
+The parts that talk to Modal run in the provider conformance suite when credentials are
+present (tests/integration/test_provider_conformance.py), and are skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.sandboxes.modal import (
+    _READ_CHUNK,
+    _READ_SIZE,
+    _WRITE_BEGIN,
+    _WRITE_CHUNK,
+    _WRITE_COMMIT,
+    base64_chunks,
+    chunk_count,
+    config_from_compose,
+    os_error_for,
+    resolve_path,
+    translate_error,
+    with_retries,
+)
+
+
+@given(st.binary(max_size=5000), st.integers(min_value=1, max_value=700))
+def test_chunks_decode_separately_to_the_original(data: bytes, chunk_bytes: int) -> None:
+    chunks = list(base64_chunks(data, chunk_bytes))
+    assert b"".join(base64.b64decode(c) for c in chunks) == data
+    assert len(chunks) == (0 if not data else chunk_count(len(data), chunk_bytes))
+    assert all(len(base64.b64decode(c)) <= chunk_bytes for c in chunks)
+
+
+def test_chunk_count_covers_empty_and_exact_sizes() -> None:
+    assert chunk_count(0, 10) == 1  # an empty file is still one (empty) read
+    assert chunk_count(10, 10) == 1 and chunk_count(11, 10) == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "workdir", "expected"),
+    [
+        ("/etc/hosts", "/work", "/etc/hosts"),
+        ("notes.txt", "/work", "/work/notes.txt"),
+        ("a/../b/./c", "/work", "/work/b/c"),
+        ("../up", "/work/dir", "/work/up"),
+        ("x", "", "/x"),
+        ("//double//slash", "/", "/double/slash"),
+    ],
+)
+def test_relative_paths_resolve_against_the_workdir(path: str, workdir: str, expected: str) -> None:
+    assert resolve_path(path, workdir) == expected
+
+
+def test_unusable_paths_are_refused() -> None:
+    with pytest.raises(ValueError):
+        resolve_path("", "/")
+    with pytest.raises(ValueError):
+        resolve_path("a\0b", "/")
+
+
+def test_script_failures_map_to_the_interface_exceptions() -> None:
+    assert isinstance(os_error_for("/x", 3, b""), FileNotFoundError)
+    assert isinstance(os_error_for("/x", 4, b""), IsADirectoryError)
+    assert isinstance(os_error_for("/x", 5, b""), PermissionError)
+    assert isinstance(
+        os_error_for("/x", 1, b"sh: 1: cannot create /x: Permission denied"), PermissionError
+    )
+    assert isinstance(os_error_for("/x", 1, b"mkdir: Read-only file system"), PermissionError)
+    assert isinstance(os_error_for("/x", 1, b"No such file or directory"), FileNotFoundError)
+    assert os_error_for("/x", 1, b"something else") is None
+    error = os_error_for("/data/f", 3, b"")
+    assert error is not None and error.filename == "/data/f"
+
+
+# Stand-ins with modal.exception's names, module and hierarchy (mapping goes by those, so
+# that the provider imports without the SDK).
+ModalError = type("Error", (Exception,), {"__module__": "modal.exception"})
+AuthError = type("AuthError", (ModalError,), {"__module__": "modal.exception"})
+ModalTimeout = type("TimeoutError", (ModalError,), {"__module__": "modal.exception"})
+ExecTimeoutError = type("ExecTimeoutError", (ModalTimeout,), {"__module__": "modal.exception"})
+InternalError = type("InternalError", (ModalError,), {"__module__": "modal.exception"})
+
+
+def test_modal_errors_become_interface_errors() -> None:
+    auth = translate_error(AuthError("Token missing"))
+    assert isinstance(auth, ConfigurationError)
+    assert "MODAL_TOKEN_ID" in auth.remedy and "MODAL_TOKEN_SECRET" in auth.remedy
+    assert isinstance(translate_error(ExecTimeoutError("deadline")), TimeoutError)
+    other = ValueError("x")
+    assert translate_error(other) is other
+
+
+async def test_transient_errors_are_retried_with_backoff() -> None:
+    calls: list[int] = []
+    waits: list[float] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise InternalError("try again")
+        return "ok"
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    assert await with_retries(flaky, attempts=4, backoff=0.5, sleep=record) == "ok"
+    assert len(calls) == 3
+    assert 0.5 <= waits[0] < 0.65 and 1.0 <= waits[1] < 1.3  # doubling, with jitter
+
+
+async def test_permanent_errors_are_not_retried() -> None:
+    calls: list[int] = []
+
+    async def denied() -> None:
+        calls.append(1)
+        raise AuthError("bad token")
+
+    async def no_wait(_: float) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="Modal refused the credentials"):
+        await with_retries(denied, sleep=no_wait)
+    assert len(calls) == 1
+
+
+def test_compose_parameters() -> None:
+    config = config_from_compose(
+        {
+            "services": {
+                "default": {
+                    "image": "python:3.12-slim",
+                    "working_dir": "/work",
+                    "cpus": 2,
+                    "mem_limit": "2g",
+                    "ports": ["8080:80", {"target": 9000}],
+                    "volumes": ["cache:/cache"],
+                    "environment": ["A=1", "B=two"],
+                    "deploy": {
+                        "resources": {"reservations": {"devices": [{"capabilities": ["gpu"]}]}}
+                    },
+                }
+            }
+        }
+    )
+    assert config.image == "python:3.12-slim" and config.workdir == "/work"
+    assert config.cpu == 2.0 and config.memory == 2048
+    assert config.ports == (80, 9000)
+    assert config.volumes == {"/cache": "cache"}
+    assert config.env == {"A": "1", "B": "two"}
+    assert config.gpu == "any:1"
+
+
+def test_compose_without_an_image_or_with_a_bind_mount_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="has no image"):
+        config_from_compose({"services": {"default": {"build": "."}}})
+    with pytest.raises(ConfigurationError, match="named volumes only"):
+        config_from_compose({"services": {"s": {"image": "x", "volumes": ["./src:/src"]}}})
+
+
+def sh(script: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["sh", "-c", script, "sh", *args], input=stdin, capture_output=True)
+
+
+def test_the_file_scripts_round_trip_in_a_real_shell(tmp_path: Path) -> None:
+    """The exact scripts the provider sends, run by /bin/sh here: binary-safe, quoting-free."""
+    target = str(tmp_path / "new dir" / "$(touch pwned);x")
+    data = bytes(range(256)) * 50
+    assert sh(_WRITE_BEGIN, target).returncode == 0
+    for chunk in base64_chunks(data, 1000):
+        assert sh(_WRITE_CHUNK, target, stdin=chunk).returncode == 0
+    assert sh(_WRITE_COMMIT, target, "755").returncode == 0
+    assert Path(target).read_bytes() == data
+    assert oct(Path(target).stat().st_mode & 0o777) == "0o755"
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+    size = int(sh(_READ_SIZE, target).stdout)
+    back = b"".join(
+        base64.b64decode(sh(_READ_CHUNK, target, "1000", str(i)).stdout)
+        for i in range(chunk_count(size, 1000))
+    )
+    assert back == data
+    assert sh(_READ_SIZE, str(tmp_path / "missing")).returncode == 3
+    assert sh(_READ_SIZE, str(tmp_path)).returncode == 4
