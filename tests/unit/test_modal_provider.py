@@ -188,3 +188,23 @@ def test_the_file_scripts_round_trip_in_a_real_shell(tmp_path: Path) -> None:
     assert back == data
     assert sh(_READ_SIZE, str(tmp_path / "missing")).returncode == 3
     assert sh(_READ_SIZE, str(tmp_path)).returncode == 4
+
+
+def test_cleanup_without_sdk_or_credentials_says_what_to_do() -> None:
+    """The real CLI: a clear remedy, printed literally (rich must not eat `[modal]`)."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
+    env["MODAL_CONFIG_PATH"] = "/nonexistent/.modal.toml"
+    result = subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.cli", "cleanup", "--modal"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 2
+    assert (
+        "pip install 'sandbox-tools[modal]'" in result.stderr
+        or "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET" in result.stderr
+    )

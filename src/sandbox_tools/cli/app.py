@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sandbox_tools import __version__
@@ -206,6 +207,26 @@ def exec_remote_command(
     raise typer.Exit(code)
 
 
+@app.command("cleanup")
+def cleanup_command(
+    modal: Annotated[
+        bool, typer.Option("--modal", help="Terminate leftover Modal sandboxes of ours.")
+    ] = False,
+    app_name: Annotated[str, typer.Option("--app", help="Modal app the sandboxes run in.")] = (
+        "sandbox-tools"
+    ),
+) -> None:
+    """Terminate sandboxes an interrupted run left behind."""
+    if not modal:
+        raise ConfigurationError("say what to clean up", remedy="tools cleanup --modal")
+    from sandbox_tools.sandboxes.modal import cleanup_leftovers
+
+    terminated = asyncio.run(cleanup_leftovers(app_name))
+    for sandbox_id in terminated:
+        console.print(f"terminated {sandbox_id}")
+    console.print(f"{len(terminated)} leftover Modal sandbox(es) terminated in app {app_name}")
+
+
 app.command("build")(build_command)
 app.command("validate")(validate_command)
 app.add_typer(manifest_app, name="manifest")
@@ -215,14 +236,20 @@ app.add_typer(bundle_app, name="bundle")
 app.command("wheel")(wheel_command)
 
 
+def _say(label: str, text: str) -> None:
+    # Messages carry paths and extras like [modal]: printed literally, never as markup,
+    # and never wrapped (digests and URLs must stay copyable).
+    err_console.print(f"[bold]{label}[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     try:
         app()
     except SandboxToolsError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        _say("[red]error:[/]", exc.message)
         if exc.remedy:
-            err_console.print(f"[bold]what to do:[/] {exc.remedy}", highlight=False, soft_wrap=True)
+            _say("what to do:", exc.remedy)
         raise SystemExit(exc.exit_code) from None
     except TimeoutError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        _say("[red]error:[/]", str(exc))
         raise SystemExit(124) from None

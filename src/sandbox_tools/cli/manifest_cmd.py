@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sandbox_tools._version import __version__
@@ -96,7 +97,7 @@ def verify(dist: DistOption = Path("dist"), manifest_path: ManifestOption = None
     manifest = _load(dist, manifest_path)
     problems = verify_local(dist, manifest)
     for problem in problems:
-        console.print(f"[bold red]mismatch:[/] {problem}")
+        console.print(f"[bold red]mismatch:[/] {escape(problem)}", soft_wrap=True)
     if problems:
         raise typer.Exit(1)
     console.print(f"[green]all {len(manifest.artifacts)} artifacts match the manifest[/]")

@@ -115,6 +115,10 @@ class _ExecSocket:
                 close()
 
 
+class _MissingDirectory(Exception):
+    """The directory an archive was to be extracted into does not exist."""
+
+
 class DockerSandbox(Sandbox):
     def __init__(self, container: Any, client: Any | None = None) -> None:
         self.client = client or docker_client()
@@ -207,9 +211,11 @@ class DockerSandbox(Sandbox):
         task = _in_daemon_thread(self._exec_blocking, cmd, as_bytes(input), cwd, env, user, opened)
         try:
             return await asyncio.wait_for(task, timeout)
-        except BaseException:
+        except BaseException as exc:
             for conn in opened:
                 conn.close()
+            if isinstance(exc, asyncio.TimeoutError):  # not the builtin one before 3.11
+                raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s") from None
             raise
 
     # -- files ---------------------------------------------------------------------------
@@ -218,6 +224,8 @@ class DockerSandbox(Sandbox):
         """Extract `archive` into `directory`; any refusal becomes a SandboxExecError."""
         try:
             ok = self.container.put_archive(directory or "/", archive.getvalue())
+        except docker.errors.NotFound:
+            raise _MissingDirectory(directory) from None
         except docker.errors.APIError as exc:
             raise SandboxExecError(
                 f"cannot {verb} {path} in {self.name}: {exc.explanation or exc}"
@@ -227,14 +235,24 @@ class DockerSandbox(Sandbox):
 
     def _put(self, path: str, data: bytes, mode: int) -> None:
         directory, _, name = path.rpartition("/")
-        archive = io.BytesIO()
-        with tarfile.open(fileobj=archive, mode="w") as tar:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = mode
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-        self._upload(directory, archive, "write", path)
+        while True:
+            archive = io.BytesIO()
+            with tarfile.open(fileobj=archive, mode="w") as tar:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mode = mode
+                info.mtime = int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+            try:
+                self._upload(directory, archive, "write", path)
+                return
+            except _MissingDirectory:
+                # Extract from the nearest existing ancestor: the engine creates the
+                # missing directories on the way and leaves existing ones as they are.
+                if directory in ("", "/"):
+                    raise FileNotFoundError(path) from None
+                directory, _, missing = directory.rpartition("/")
+                name = f"{missing}/{name}"
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         await asyncio.to_thread(self._put, path, data, mode)
@@ -250,7 +268,12 @@ class DockerSandbox(Sandbox):
                 info = tarfile.TarInfo(f"{name}/{file_name}")
                 info.size, info.mode, info.mtime = len(data), mode, 0
                 tar.addfile(info, io.BytesIO(data))
-        self._upload(parent, archive, "create", path)
+        try:
+            self._upload(parent, archive, "create", path)
+        except _MissingDirectory:
+            raise SandboxExecError(
+                f"cannot create {path} in {self.name}: {parent} is missing"
+            ) from None
 
     async def write_new_directory(self, path: str, files: Mapping[str, tuple[bytes, int]]) -> None:
         await asyncio.to_thread(self._put_directory, path, files)

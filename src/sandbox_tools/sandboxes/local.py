@@ -41,16 +41,19 @@ class LocalSandbox(Sandbox):
         )
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(data), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
+            if isinstance(exc, asyncio.TimeoutError):  # not the builtin one before 3.11
+                raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s") from None
             raise
         assert process.returncode is not None
         return ExecOutput(process.returncode, stdout, stderr)
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         directory = os.path.dirname(path) or "."
+        os.makedirs(directory, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as handle:
