@@ -1,0 +1,103 @@
+"""`--sandbox modal` for inspect_ai: one Modal sandbox per sample, our provider underneath.
+
+Config: none (defaults), a compose file (image, cpus, memory, gpu, ports, volumes,
+environment, working_dir of the `default` service, or the first), or a `ModalConfig`.
+If another installed package also registers `modal`, inspect_ai uses whichever it
+loaded first; `--sandbox sandbox_tools/modal` always names this one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, overload
+
+from inspect_ai.util import ExecResult, SandboxEnvironment, sandboxenv
+
+from sandbox_tools.sandboxes.modal import (
+    ModalConfig,
+    ModalSandbox,
+    cleanup_leftovers,
+    load_compose,
+)
+
+COMPOSE_FILES = ["compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml"]
+
+
+def modal_config(config: Any) -> ModalConfig:
+    if config is None:
+        for name in COMPOSE_FILES:
+            if Path(name).exists():
+                return load_compose(Path(name))
+        return ModalConfig()
+    if isinstance(config, ModalConfig):
+        return config
+    if isinstance(config, str):
+        return load_compose(Path(config))
+    raise TypeError(f"modal sandbox config must be a compose file or ModalConfig, not {config!r}")
+
+
+@sandboxenv(name="modal")
+class ModalSandboxEnvironment(SandboxEnvironment):
+    def __init__(self, sandbox: ModalSandbox) -> None:
+        super().__init__()
+        self.sandbox = sandbox
+
+    @classmethod
+    def config_files(cls) -> list[str]:
+        return COMPOSE_FILES
+
+    @classmethod
+    async def sample_init(
+        cls, task_name: str, config: Any, metadata: dict[str, str]
+    ) -> dict[str, SandboxEnvironment]:
+        sandbox = await ModalSandbox.create(modal_config(config))
+        return {"default": cls(sandbox)}
+
+    @classmethod
+    async def sample_cleanup(
+        cls,
+        task_name: str,
+        config: Any,
+        environments: dict[str, SandboxEnvironment],
+        interrupted: bool,
+    ) -> None:
+        for environment in environments.values():
+            if isinstance(environment, ModalSandboxEnvironment):
+                await environment.sandbox.cleanup()
+
+    @classmethod
+    async def cli_cleanup(cls, id: str | None) -> None:
+        await cleanup_leftovers(id or ModalConfig().app_name)
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
+        result = await self.sandbox.exec(cmd, input, cwd, env, user, timeout)
+        return ExecResult(
+            success=result.returncode == 0,
+            returncode=result.returncode,
+            stdout=result.stdout.decode(errors="replace"),
+            stderr=result.stderr.decode(errors="replace"),
+        )
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        data = contents.encode() if isinstance(contents, str) else contents
+        await self.sandbox.write_file(file, data)
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> str | bytes:
+        data = await self.sandbox.read_file(file)
+        return data.decode() if text else data
