@@ -126,7 +126,7 @@ def test_inspect_eval_injects_our_runtime_and_uses_every_tool(
             "-m",
             "inspect_ai",
             "eval",
-            str(task_file),
+            task_file.name,  # inspect globs task paths relative to the working directory
             "--model",
             "mockllm/model",
             "--log-format",

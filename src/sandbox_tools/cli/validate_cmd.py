@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from sandbox_tools.build_containers.records import ArtifactRecord, read_records
@@ -24,26 +25,32 @@ from sandbox_tools.distro_matrix.runner import (
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.injector.acquire import Artifact, verified_artifact
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import docker_client
+from sandbox_tools.sandboxes.engines import connect_engines
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
 
-def _table(results: list[CellResult]) -> Table:
+def _table(results: list[CellResult], engines: int = 1) -> Table:
     table = Table(title="tools validate")
-    for column in ("distribution", "platform", "scenario", "status", "seconds", "detail"):
+    columns = ["distribution", "platform", "scenario", "status", "seconds", "detail"]
+    if engines > 1:
+        columns.insert(3, "engine")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for r in sorted(results, key=lambda r: (r.platform, r.distro, r.scenario)):
         detail = ", ".join(r.checks) if r.status == "passed" and r.checks else r.detail
-        table.add_row(
+        cells = [
             r.distro,
             r.platform,
             r.scenario,
             f"[{STYLE[r.status]}]{r.status}[/]",
             f"{r.seconds:.1f}",
-            detail[:160],
-        )
+            escape(detail[:160]),
+        ]
+        if engines > 1:
+            cells.insert(3, r.engine)
+        table.add_row(*cells)
     return table
 
 
@@ -82,6 +89,14 @@ def validate_command(
     ),
     report: Annotated[Path, typer.Option(help="JSON report.")] = Path("validate-report.json"),
     junit: Annotated[Path, typer.Option(help="JUnit XML report.")] = Path("validate-junit.xml"),
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine",
+            help="Docker engine to run rows on: default, a URL (unix://, tcp://, ssh://) or a "
+            "docker context; repeatable, rows are spread across them.",
+        ),
+    ] = None,
 ) -> None:
     """Run every artifact through the distribution matrix with real tool calls."""
     try:
@@ -100,27 +115,32 @@ def validate_command(
     matrix = load_matrix().select(only)
     if not matrix.distros:
         raise ConfigurationError(f"--only {only} matches no distribution in the matrix")
-    client = docker_client()
+    engines = connect_engines(engine or ["default"])
+    for each in engines:
+        state = "ready" if each.client is not None else f"[bold red]unreachable[/]: {each.error}"
+        console.print(f"engine {escape(each.label)}: {state}")
     results: list[CellResult] = []
     if console.is_terminal:
         with Live(_table(results), console=console, refresh_per_second=2) as live:
 
             def show(result: CellResult) -> None:
                 results.append(result)
-                live.update(_table(results))
+                live.update(_table(results, len(engines)))
 
-            outcome = asyncio.run(run_matrix(client, artifacts, matrix, jobs, show))
+            outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, show))
     else:
 
         def log(result: CellResult) -> None:
+            where = f" [{result.engine}]" if len(engines) > 1 else ""
             print(
-                f"{result.status:7} {result.cell_id} {result.seconds:.1f}s {result.detail[:200]}",
+                f"{result.status:7} {result.cell_id}{where} {result.seconds:.1f}s "
+                f"{result.detail[:200]}",
                 flush=True,
             )
 
-        outcome = asyncio.run(run_matrix(client, artifacts, matrix, jobs, log))
-        console.print(_table(outcome))
-    write_reports(outcome, report, junit, [record for record, _ in artifacts])
+        outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
+        console.print(_table(outcome, len(engines)))
+    write_reports(outcome, report, junit, [record for record, _ in artifacts], engines)
     counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
     console.print(
         f"[bold]{counts['passed']} passed, {counts['failed']} failed, "

@@ -6,7 +6,7 @@ import asyncio
 import json
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from sandbox_tools.sandboxes.engines import Engine
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
 
 MAX_ARTIFACT_BYTES = 15 * 1000 * 1000
@@ -41,6 +42,7 @@ class CellResult:
     source: str = ""
     detail: str = ""
     checks: list[str] = field(default_factory=list)
+    engine: str = ""  # which Docker engine ran the cell (several with --engine)
 
     @property
     def cell_id(self) -> str:
@@ -212,58 +214,84 @@ async def run_cell(
 
 
 async def run_matrix(
-    client: Any,
+    engines: Sequence[Engine],
     artifacts: list[tuple[ArtifactRecord, Artifact]],
     matrix: Matrix,
     jobs: int,
     on_result: Callable[[CellResult], None],
 ) -> list[CellResult]:
-    registry: dict[str, bool] = {}
-    semaphore = asyncio.Semaphore(jobs)
+    """Every cell, with the rows (artifact x distribution) dealt round-robin to `engines`.
+
+    Each engine runs up to `jobs` cells at once and prepares its own images. A row whose
+    engine is unreachable or cannot prepare the image fails cell by cell with the reason.
+    """
+    registries: dict[str, dict[str, bool]] = {e.label: {} for e in engines}
+    semaphores = {e.label: asyncio.Semaphore(jobs) for e in engines}
     results: list[CellResult] = []
-    pending = []
-    for record, artifact in artifacts:
-        for distro in matrix.distros:
-            image, source = await asyncio.to_thread(
-                resolve_image, client, distro, record.arch, registry
+
+    def report(result: CellResult) -> None:
+        results.append(result)
+        on_result(result)
+
+    async def row(
+        engine: Engine, record: ArtifactRecord, artifact: Artifact, distro: Distro
+    ) -> None:
+        def cell_result(scenario: Scenario, status: str, detail: str) -> CellResult:
+            return CellResult(
+                record.name,
+                record.platform,
+                distro.name,
+                scenario.name,
+                status,
+                detail=detail,
+                engine=engine.label,
             )
+
+        if engine.client is None:
             for scenario in matrix.scenarios:
-                reason = source if image is None else shell_less_skip(distro, scenario)
-                if image is None or reason is not None:
-                    skipped = CellResult(
-                        record.name,
-                        record.platform,
-                        distro.name,
-                        scenario.name,
-                        "skipped",
-                        detail=reason or source,
+                report(
+                    cell_result(
+                        scenario, "failed", f"engine {engine.label} unreachable: {engine.error}"
                     )
-                    results.append(skipped)
-                    on_result(skipped)
-                    continue
+                )
+            return
+        try:
+            async with semaphores[engine.label]:
+                image, source = await asyncio.to_thread(
+                    resolve_image, engine.client, distro, record.arch, registries[engine.label]
+                )
+        except (SandboxToolsError, docker.errors.DockerException, OSError) as exc:
+            for scenario in matrix.scenarios:
+                report(cell_result(scenario, "failed", f"engine {engine.label}: no image: {exc}"))
+            return
 
-                async def cell(
-                    image: str = image,
-                    source: str = source,
-                    distro: Distro = distro,
-                    scenario: Scenario = scenario,
-                    record: ArtifactRecord = record,
-                    artifact: Artifact = artifact,
-                ) -> None:
-                    async with semaphore:
-                        outcome = await run_cell(
-                            client, artifact, record, distro, image, source, scenario
-                        )
-                    results.append(outcome)
-                    on_result(outcome)
+        async def cell(scenario: Scenario) -> None:
+            reason = source if image is None else shell_less_skip(distro, scenario)
+            if image is None or reason is not None:
+                report(cell_result(scenario, "skipped", reason or source))
+                return
+            async with semaphores[engine.label]:
+                outcome = await run_cell(
+                    engine.client, artifact, record, distro, image, source, scenario
+                )
+            outcome.engine = engine.label
+            report(outcome)
 
-                pending.append(asyncio.create_task(cell()))
-    await asyncio.gather(*pending)
+        await asyncio.gather(*(cell(scenario) for scenario in matrix.scenarios))
+
+    rows = [
+        (record, artifact, distro) for record, artifact in artifacts for distro in matrix.distros
+    ]
+    await asyncio.gather(*(row(engines[i % len(engines)], *spec) for i, spec in enumerate(rows)))
     return sorted(results, key=lambda r: (r.platform, r.distro, r.scenario))
 
 
 def write_reports(
-    results: list[CellResult], json_path: Path, junit_path: Path, artifacts: list[ArtifactRecord]
+    results: list[CellResult],
+    json_path: Path,
+    junit_path: Path,
+    artifacts: list[ArtifactRecord],
+    engines: Sequence[Engine] = (),
 ) -> None:
     summary = {
         status: sum(r.status == status for r in results)
@@ -275,6 +303,9 @@ def write_reports(
         "artifacts": [
             {"name": a.name, "platform": a.platform, "sha256": a.sha256, "build_id": a.build_id}
             for a in artifacts
+        ],
+        "engines": [
+            {"label": e.label, "reachable": e.client is not None, "error": e.error} for e in engines
         ],
         "summary": summary,
         "passed": summary["failed"] == 0,

@@ -1,0 +1,65 @@
+"""Docker engines to spread work across: this machine's and any others the user names.
+
+No scheduler of our own: each engine is an ordinary Docker endpoint (a `DOCKER_HOST`-style
+URL or a docker context), and the caller gives each one its share. An engine that cannot
+be reached is kept, with the reason, so its share is reported instead of silently lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+
+from sandbox_tools.errors import ConfigurationError, EngineUnavailableError
+from sandbox_tools.sandboxes.docker import docker_client
+
+URL_SCHEMES = ("unix://", "tcp://", "ssh://", "http://", "https://", "npipe://")
+
+
+@dataclass(frozen=True)
+class Engine:
+    label: str  # as the user named it: "default", a URL, or a context name
+    client: Any | None  # None: unreachable, see `error`
+    error: str = ""
+
+
+def _base_url(spec: str) -> str:
+    if spec.startswith(URL_SCHEMES):
+        return spec
+    from docker.context import ContextAPI
+
+    context = ContextAPI.get_context(spec)
+    if context is None:
+        raise ConfigurationError(
+            f"--engine {spec!r} is neither a Docker URL (unix://, tcp://, ssh://) nor a "
+            "docker context",
+            remedy="List contexts with `docker context ls`, or give the engine's URL.",
+        )
+    return str(context.Host)
+
+
+def connect_engine(spec: str) -> Engine:
+    if spec == "modal":
+        raise ConfigurationError(
+            "modal is not an engine for this command yet",
+            remedy="Spread across Docker engines (URLs or contexts); see README, issue 7 notes.",
+        )
+    try:
+        if spec == "default":
+            return Engine(spec, docker_client())
+        client = docker.DockerClient(base_url=_base_url(spec), timeout=300)
+        client.ping()
+        return Engine(spec, client)
+    except (docker.errors.DockerException, EngineUnavailableError) as exc:
+        return Engine(spec, None, str(exc)[:300])
+
+
+def connect_engines(specs: Sequence[str]) -> list[Engine]:
+    engines = [connect_engine(spec) for spec in dict.fromkeys(specs or ["default"])]
+    if not any(engine.client is not None for engine in engines):
+        reasons = "; ".join(f"{e.label}: {e.error}" for e in engines)
+        raise EngineUnavailableError(f"no Docker engine answers ({reasons})")
+    return engines
