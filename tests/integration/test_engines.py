@@ -140,3 +140,41 @@ def test_an_unreachable_engine_fails_its_rows_and_loses_nothing(
     failed = [r for r in document["results"] if r["status"] == "failed"]
     assert {r["distro"] for r in failed} == {"busybox"}
     assert all(f"engine {gone} unreachable" in r["detail"] for r in failed)
+
+
+def test_build_runs_on_the_named_engine(second_engine: str, tmp_path: Path) -> None:
+    """Inputs are copied into the builder container, not bind-mounted, so any engine works."""
+    from sandbox_tools.build_containers.builder import builder_recipe
+    from sandbox_tools.build_containers.records import read_records, sha256_of
+
+    arch = Arch.parse(os.uname().machine)
+    out = tmp_path / "dist"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sandbox_tools.cli",
+            "build",
+            "--arch",
+            arch.value,
+            "--out",
+            str(out),
+            "--engine",
+            second_engine,
+            "--verbose",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert f"building on engine {second_engine}" in result.stdout
+    (record,) = read_records(out)
+    assert sha256_of(out / record.name) == record.sha256
+    images = subprocess.run(
+        ["docker", "-H", second_engine, "images", "--format", "{{.Repository}}:{{.Tag}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert builder_recipe(arch).image_tag in images  # built there, smoke-tested there

@@ -119,12 +119,14 @@ def _freeze(
         on_line=on_line,
         platform=arch.platform,
         environment={"FORMAT": fmt.value},
-        volumes={
-            str(source_root): {"bind": "/src", "mode": "ro"},
-            **{str(path): {"bind": mount, "mode": "ro"} for mount, path in wheelhouses.items()},
-            str(RESOURCES): {"bind": "/recipe", "mode": "ro"},
-            str(work): {"bind": "/out", "mode": "rw"},
+        # Copied in and out rather than bind-mounted: the engine may be another machine's.
+        copy_in={
+            "/src/sandbox_tools": source_root / "sandbox_tools",
+            **wheelhouses,
+            "/recipe": RESOURCES,
+            "/out": work,
         },
+        copy_out=("/out", work),
     )
     if code != 0:
         raise BuildError(f"freezing for {arch.value} failed (exit {code}):\n" + "\n".join(tail))
@@ -235,19 +237,40 @@ def build_arch(
     return record
 
 
+def _on_engine(
+    engine: Any, arch: Arch, request: BuildRequest, reporter: BuildReporter
+) -> ArtifactRecord:
+    from sandbox_tools.sandboxes.engines import Engine
+
+    if isinstance(engine, Engine):
+        if engine.client is None:
+            raise BuildError(
+                f"engine {engine.label} is unreachable: {engine.error}",
+                remedy="Start that engine, or build without it.",
+            )
+        reporter.log(arch, f"building on engine {engine.label}")
+        engine = engine.client
+    return build_arch(engine, arch, request, reporter)
+
+
 def build(
     client: Any,
     request: BuildRequest,
     reporter: BuildReporter,
     on_error: Callable[[Arch, BaseException], None] | None = None,
 ) -> list[ArtifactRecord]:
-    """Build every requested architecture in parallel; records go to dist/build.json."""
+    """Build every requested architecture in parallel; records go to dist/build.json.
+
+    `client` is one Docker client, or a list of `Engine`s: the architectures are then
+    dealt round-robin across them (each engine builds its share, in parallel).
+    """
+    engines = client if isinstance(client, list) else [client]
     records: list[ArtifactRecord] = []
     errors: list[tuple[Arch, BaseException]] = []
     with ThreadPoolExecutor(max_workers=len(request.arches)) as pool:
         futures = {
-            arch: pool.submit(build_arch, client, arch, request, reporter)
-            for arch in request.arches
+            arch: pool.submit(_on_engine, engines[i % len(engines)], arch, request, reporter)
+            for i, arch in enumerate(request.arches)
         }
         for arch, future in futures.items():
             try:

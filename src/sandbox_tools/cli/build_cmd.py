@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,6 +19,7 @@ from sandbox_tools.build_containers.records import ArtifactFormat, ArtifactRecor
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import docker_client
+from sandbox_tools.sandboxes.engines import connect_engines
 
 # Off a terminal (CI logs) rich would wrap tables at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -109,6 +110,14 @@ def build_command(
     ] = ArtifactFormat.PORTABLE,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("dist"),
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show build output.")] = False,
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine",
+            help="Docker engine(s) to build on: default, a URL or a docker context; "
+            "repeatable, architectures are spread across them.",
+        ),
+    ] = None,
 ) -> None:
     """Build the runtime into one self-contained executable per architecture."""
     if all_arches and arch:
@@ -121,7 +130,7 @@ def build_command(
         )
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
-    client = docker_client()
+    client: Any = connect_engines(engine) if engine else docker_client()
     request = BuildRequest(arches=arches, format=fmt, out_dir=out)
     started = time.monotonic()
     if console.is_terminal:

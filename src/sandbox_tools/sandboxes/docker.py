@@ -18,6 +18,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
@@ -370,17 +371,56 @@ def running_container(
                 container.remove(force=True)
 
 
+def _archive_of(copy_in: Mapping[str, Path]) -> bytes:
+    """One tar, rooted at /, with each host file or tree at its container path."""
+    skip = {"__pycache__", ".mypy_cache", ".ruff_cache"}
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        for target, source in copy_in.items():
+            tar.add(
+                source,
+                arcname=target.strip("/"),
+                filter=lambda info: None if skip & set(info.name.split("/")) else info,
+            )
+    return archive.getvalue()
+
+
+def _extract_into(chunks: Iterator[bytes], destination: Path) -> None:
+    """Unpack a `get_archive` stream of a directory into `destination` (its contents)."""
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+        members = []
+        for member in tar.getmembers():
+            _, _, inner = member.name.partition("/")
+            if not inner:
+                continue  # the directory itself
+            member.name = inner
+            members.append(member)
+        if hasattr(tarfile, "tar_filter"):
+            tar.extractall(destination, members=members, filter="tar")
+        else:  # Python before the extraction filters: names were rebased above
+            tar.extractall(destination, members=members)
+
+
 def run_to_completion(
     client: Any,
     image: str,
     command: list[str],
     on_line: Callable[[str], None] = lambda _: None,
+    copy_in: Mapping[str, Path] | None = None,
+    copy_out: tuple[str, Path] | None = None,
     **kwargs: Any,
 ) -> tuple[int, str]:
-    """Run `command` in a fresh container; stream its output lines; always remove it."""
-    container = client.containers.run(image, command=command, detach=True, **kwargs)
+    """Run `command` in a fresh container; stream its output lines; always remove it.
+
+    Files travel by copy (`copy_in` before the start, `copy_out` after the exit), not by
+    bind mounts, so the engine may be on another machine.
+    """
+    container = client.containers.create(image, command=command, **kwargs)
     lines: list[str] = []
     try:
+        if copy_in:
+            container.put_archive("/", _archive_of(copy_in))
+        container.start()
         pending = ""
         for chunk in container.logs(stream=True, follow=True):
             pending += chunk.decode(errors="replace")
@@ -392,6 +432,9 @@ def run_to_completion(
             lines.append(pending)
             on_line(pending)
         status = container.wait()
+        if copy_out is not None:
+            chunks, _ = container.get_archive(copy_out[0])
+            _extract_into(chunks, copy_out[1])
     finally:
         if os.environ.get(KEEP_CONTAINERS_ENV) != "1":
             with contextlib.suppress(docker.errors.NotFound):

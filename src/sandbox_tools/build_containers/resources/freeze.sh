@@ -1,9 +1,10 @@
 #!/bin/sh
-# Runs inside the builder container (no network). Mounts:
-#   /src        the package's parent directory, read-only
-#   /wheelhouse the build dependencies, read-only (downloaded on the host)
+# Runs inside the builder container (no network). Inputs, copied in before the start
+# (not bind-mounted, so the engine may be remote); /out is copied back after the exit:
+#   /src        the package's parent directory
+#   /wheelhouse the build dependencies (downloaded on the host)
 #   /wheelhouse-staticx  staticx and its dependencies (FORMAT=staticx only)
-#   /recipe     this directory, read-only
+#   /recipe     this directory
 #   /out        results: runtime/ (onedir tree + lib/), launcher; _build_info.json is an input
 # FORMAT=portable|staticx selects what is frozen.
 set -eu
