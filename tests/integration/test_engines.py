@@ -134,12 +134,31 @@ def test_an_unreachable_engine_fails_its_rows_and_loses_nothing(
     assert document["summary"] == {"passed": 4, "failed": 4, "skipped": 0}
     assert document["engines"][1] == {
         "label": gone,
+        "kind": "docker",
         "reachable": False,
         "error": document["engines"][1]["error"],
     }
     failed = [r for r in document["results"] if r["status"] == "failed"]
     assert {r["distro"] for r in failed} == {"busybox"}
     assert all(f"engine {gone} unreachable" in r["detail"] for r in failed)
+
+
+def test_modal_as_an_engine_without_credentials_fails_its_rows_with_the_remedy(
+    built_artifacts: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in [k for k in os.environ if k.startswith("MODAL_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("MODAL_CONFIG_PATH", str(tmp_path / "no-modal.toml"))
+    _record, artifact = built_artifacts(Arch.parse(os.uname().machine))
+    report = tmp_path / "report.json"
+
+    result = validate(artifact.parent, report, "default", "modal")
+
+    assert result.returncode == 1
+    failed = [r for r in json.loads(report.read_text())["results"] if r["status"] == "failed"]
+    assert {r["distro"] for r in failed} == {"busybox"}
+    assert all(r["detail"].startswith("engine modal unreachable: ") for r in failed)
+    assert all("MODAL_TOKEN_ID" in r["detail"] or "[modal]" in r["detail"] for r in failed)
 
 
 def test_build_runs_on_the_named_engine(second_engine: str, tmp_path: Path) -> None:

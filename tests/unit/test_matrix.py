@@ -57,3 +57,18 @@ def test_static_checks_catch_dynamic_and_foreign_binaries(tmp_path: Path) -> Non
     text.write_text("#!/bin/sh\n")
     assert static_checks(text, record)[-1] == "not a 64-bit ELF executable"
     assert subprocess.run(["true"]).returncode == 0
+
+
+def test_which_cells_modal_can_run() -> None:
+    from sandbox_tools.distro_matrix.runner import modal_skip
+    from sandbox_tools.platforms import Arch
+
+    matrix = load_matrix()
+    distros = {d.name: d for d in matrix.distros}
+    scenarios = {s.name: s for s in matrix.scenarios}
+    assert modal_skip(distros["ubuntu-24.04"], scenarios["root"], Arch.AMD64) is None
+    assert "amd64" in (modal_skip(distros["ubuntu-24.04"], scenarios["root"], Arch.ARM64) or "")
+    assert "Docker options" in (
+        modal_skip(distros["ubuntu-24.04"], scenarios["readonly-noexec"], Arch.AMD64) or ""
+    )
+    assert "registry" in (modal_skip(distros["no-shell"], scenarios["root"], Arch.AMD64) or "")

@@ -243,6 +243,12 @@ def _on_engine(
     from sandbox_tools.sandboxes.engines import Engine
 
     if isinstance(engine, Engine):
+        if engine.kind == "modal":
+            raise BuildError(
+                "builds do not run on Modal: the builder image is made locally from Debian's "
+                "mirror and needs a Docker engine",
+                remedy="Build on Docker engines (--engine default, URLs or contexts).",
+            )
         if engine.client is None:
             raise BuildError(
                 f"engine {engine.label} is unreachable: {engine.error}",

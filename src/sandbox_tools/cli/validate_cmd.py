@@ -117,7 +117,7 @@ def validate_command(
         raise ConfigurationError(f"--only {only} matches no distribution in the matrix")
     engines = connect_engines(engine or ["default"])
     for each in engines:
-        state = "ready" if each.client is not None else f"[bold red]unreachable[/]: {each.error}"
+        state = "ready" if each.available else f"[bold red]unavailable[/]: {escape(each.error)}"
         console.print(f"engine {escape(each.label)}: {state}")
     results: list[CellResult] = []
     if console.is_terminal:

@@ -23,6 +23,7 @@ from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
+from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
 from sandbox_tools.sandboxes.engines import Engine
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
@@ -129,7 +130,7 @@ def shell_less_skip(distro: Distro, scenario: Scenario) -> str | None:
 
 
 async def _exercise(
-    sandbox: DockerSandbox,
+    sandbox: Sandbox,
     artifact: Artifact,
     scenario: Scenario,
     checks: list[str],
@@ -210,6 +211,48 @@ async def run_cell(
     return result
 
 
+def modal_skip(distro: Distro, scenario: Scenario, arch: Arch) -> str | None:
+    """Why a cell cannot run in a Modal sandbox, or None if it can."""
+    if arch is not Arch.AMD64:
+        return "Modal sandboxes run amd64"
+    if not distro.registry:
+        return "Modal starts registry images; this row has only an offline recipe"
+    if not distro.shell:
+        return "Modal keeps the sandbox alive with a command from the image; this one has none"
+    if scenario.read_only or scenario.tmpfs or scenario.user or scenario.expect_failure:
+        return "read-only roots, tmpfs mounts and container users are Docker options"
+    return None
+
+
+async def run_modal_cell(
+    artifact: Artifact, record: ArtifactRecord, distro: Distro, scenario: Scenario
+) -> CellResult:
+    """The same checks as a Docker cell, in a fresh Modal sandbox of the row's image."""
+    from sandbox_tools.sandboxes.modal import ModalConfig, ModalSandbox
+
+    assert distro.registry is not None
+    result = CellResult(
+        record.name,
+        record.platform,
+        distro.name,
+        scenario.name,
+        "failed",
+        source=f"registry {distro.registry} (Modal)",
+    )
+    started = time.monotonic()
+    try:
+        sandbox = await ModalSandbox.create(ModalConfig(image=distro.registry, timeout=900))
+        try:
+            await _exercise(sandbox, artifact, scenario, result.checks, distro.shell)
+            result.status = "passed"
+        finally:
+            await sandbox.cleanup()
+    except (SandboxToolsError, AssertionError, OSError, TimeoutError) as exc:
+        result.detail = str(exc)[:2000]
+    result.seconds = time.monotonic() - started
+    return result
+
+
 # -- the whole run ----------------------------------------------------------------------
 
 
@@ -247,13 +290,24 @@ async def run_matrix(
                 engine=engine.label,
             )
 
-        if engine.client is None:
+        if not engine.available:
             for scenario in matrix.scenarios:
                 report(
                     cell_result(
                         scenario, "failed", f"engine {engine.label} unreachable: {engine.error}"
                     )
                 )
+            return
+        if engine.kind == "modal":
+            for scenario in matrix.scenarios:
+                why = modal_skip(distro, scenario, record.arch)
+                if why is not None:
+                    report(cell_result(scenario, "skipped", why))
+                    continue
+                async with semaphores[engine.label]:
+                    outcome = await run_modal_cell(artifact, record, distro, scenario)
+                outcome.engine = engine.label
+                report(outcome)
             return
         try:
             async with semaphores[engine.label]:
@@ -305,7 +359,8 @@ def write_reports(
             for a in artifacts
         ],
         "engines": [
-            {"label": e.label, "reachable": e.client is not None, "error": e.error} for e in engines
+            {"label": e.label, "kind": e.kind, "reachable": e.available, "error": e.error}
+            for e in engines
         ],
         "summary": summary,
         "passed": summary["failed"] == 0,

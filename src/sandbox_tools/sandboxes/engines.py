@@ -21,9 +21,14 @@ URL_SCHEMES = ("unix://", "tcp://", "ssh://", "http://", "https://", "npipe://")
 
 @dataclass(frozen=True)
 class Engine:
-    label: str  # as the user named it: "default", a URL, or a context name
-    client: Any | None  # None: unreachable, see `error`
-    error: str = ""
+    label: str  # as the user named it: "default", a URL, a context name, or "modal"
+    client: Any | None  # a Docker client; None for modal, or when unreachable
+    error: str = ""  # why it cannot be used; empty when it can
+    kind: str = "docker"  # or "modal": each cell in its own Modal sandbox
+
+    @property
+    def available(self) -> bool:
+        return not self.error and (self.client is not None or self.kind == "modal")
 
 
 def _base_url(spec: str) -> str:
@@ -43,10 +48,9 @@ def _base_url(spec: str) -> str:
 
 def connect_engine(spec: str) -> Engine:
     if spec == "modal":
-        raise ConfigurationError(
-            "modal is not an engine for this command yet",
-            remedy="Spread across Docker engines (URLs or contexts); see README, issue 7 notes.",
-        )
+        from sandbox_tools.sandboxes.modal import modal_unavailable
+
+        return Engine(spec, None, modal_unavailable() or "", kind="modal")
     try:
         if spec == "default":
             return Engine(spec, docker_client())
@@ -59,7 +63,7 @@ def connect_engine(spec: str) -> Engine:
 
 def connect_engines(specs: Sequence[str]) -> list[Engine]:
     engines = [connect_engine(spec) for spec in dict.fromkeys(specs or ["default"])]
-    if not any(engine.client is not None for engine in engines):
+    if not any(engine.available for engine in engines):
         reasons = "; ".join(f"{e.label}: {e.error}" for e in engines)
         raise EngineUnavailableError(f"no Docker engine answers ({reasons})")
     return engines

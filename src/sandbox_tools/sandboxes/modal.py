@@ -241,6 +241,17 @@ def credentials_present() -> bool:
     )
 
 
+def modal_unavailable() -> str | None:
+    """Why Modal cannot be used from here (no SDK, no credentials), or None."""
+    try:
+        import modal  # noqa: F401
+    except ImportError:
+        return "the modal SDK is not installed (pip install 'sandbox-tools[modal]')"
+    if not credentials_present():
+        return f"no Modal credentials found: {CREDENTIALS_REMEDY}"
+    return None
+
+
 def _sdk() -> Any:
     try:
         import modal
