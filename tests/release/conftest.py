@@ -12,9 +12,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sandbox_tools import __version__
 from sandbox_tools.build_containers.records import (
     ArtifactFormat,
     ArtifactRecord,
@@ -23,6 +25,9 @@ from sandbox_tools.build_containers.records import (
 )
 from sandbox_tools.injector.acquire import current_build_id
 from sandbox_tools.platforms import Arch
+from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
+from sandbox_tools.release.publish import ReleaseRequest, publish
+from sandbox_tools.release.targets import GitHubTarget
 from tests.release.servers import FaultProxy, GitHubReleasesServer
 
 GITHUB_REPO = "acme/sandbox-tools"
@@ -217,3 +222,31 @@ def release_args(
             github.url,
         ]
     return args
+
+
+def publish_fake(release: FakeRelease, *targets: Any) -> Manifest:
+    """Publish the fake release for real (in process) and return its manifest."""
+    publish(
+        ReleaseRequest(
+            dist=release.dist, validate_report=release.report, checkout=release.checkout
+        ),
+        list(targets),
+    )
+    return read_manifest(release.dist / MANIFEST_FILE)
+
+
+def github_target(github: GitHubReleasesServer) -> GitHubTarget:
+    return GitHubTarget(
+        repo=GITHUB_REPO,
+        tag=f"v{__version__}",
+        token=TOKEN,
+        api_url=github.url,
+        web_url=github.url,
+    )
+
+
+def wheel_cli(release: FakeRelease, out: Path) -> subprocess.CompletedProcess[str]:
+    manifest = str(release.dist / MANIFEST_FILE)
+    return run_tools(
+        "wheel", "--dist", str(release.dist), "--manifest", manifest, "--out", str(out)
+    )

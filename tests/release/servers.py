@@ -203,18 +203,28 @@ class GitHubReleasesServer(_Running):
         }
 
 
-class _GitHubHandler(BaseHTTPRequestHandler):
+class _Handler(BaseHTTPRequestHandler):
+    """HTTP/1.1 (keep-alive, Range, 100-continue) and a request log instead of stderr."""
+
     protocol_version = "HTTP/1.1"
     server: _Server
 
     @property
-    def gh(self) -> GitHubReleasesServer:
+    def running(self) -> _Running:
         owner = self.server.owner  # type: ignore[attr-defined]
-        assert isinstance(owner, GitHubReleasesServer)
+        assert isinstance(owner, _Running)
         return owner
 
     def log_message(self, format: str, *args: Any) -> None:
-        self.gh.faults.log.append(f"{self.command} {self.path} {self.headers.get('Range', '')}")
+        line = f"{self.command} {self.path} {self.headers.get('Range', '')}"
+        self.running.faults.log.append(line)
+
+
+class _GitHubHandler(_Handler):
+    @property
+    def gh(self) -> GitHubReleasesServer:
+        assert isinstance(self.running, GitHubReleasesServer)
+        return self.running
 
     def _json(self, status: int, document: Any) -> None:
         body = json.dumps(document).encode()
@@ -379,18 +389,11 @@ class FaultProxy(_Running):
         super().__init__(_ProxyHandler, Faults())
 
 
-class _ProxyHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
+class _ProxyHandler(_Handler):
     @property
     def proxy(self) -> FaultProxy:
-        owner = self.server.owner  # type: ignore[attr-defined]
-        assert isinstance(owner, FaultProxy)
-        return owner
-
-    def log_message(self, format: str, *args: Any) -> None:
-        self.proxy.faults.log.append(f"{self.command} {self.path} {self.headers.get('Range', '')}")
+        assert isinstance(self.running, FaultProxy)
+        return self.running
 
     def _forward(self) -> None:
         body = read_body(self)

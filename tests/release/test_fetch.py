@@ -14,14 +14,14 @@ from sandbox_tools import __version__
 from sandbox_tools.build_containers.records import sha256_of
 from sandbox_tools.errors import FetchError
 from sandbox_tools.release.fetch import fetch
-from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, packaged_manifest, read_manifest
-from sandbox_tools.release.publish import ReleaseRequest, publish
-from sandbox_tools.release.targets import GitHubTarget, S3Target
+from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, packaged_manifest
+from sandbox_tools.release.targets import S3Target
 from tests.release.conftest import (
     GITHUB_REPO,
-    TOKEN,
     FakeRelease,
     S3Server,
+    github_target,
+    publish_fake,
     run_tools,
     tools_env,
 )
@@ -33,26 +33,18 @@ TAG = f"v{__version__}"
 @pytest.fixture
 def published(fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer) -> Manifest:
     """The fake release, published for real to S3 (first mirror) and GitHub (second)."""
-    publish(
-        ReleaseRequest(
-            dist=fake_release.dist,
-            validate_report=fake_release.report,
-            checkout=fake_release.checkout,
+    manifest = publish_fake(
+        fake_release,
+        S3Target(
+            bucket=s3.bucket,
+            prefix=f"releases/{__version__}",
+            endpoint_url=s3.endpoint,
+            public_read=True,  # fetch downloads anonymously, as users do
         ),
-        [
-            S3Target(
-                bucket=s3.bucket,
-                prefix=f"releases/{__version__}",
-                endpoint_url=s3.endpoint,
-                public_read=True,  # fetch downloads anonymously, as users do
-            ),
-            GitHubTarget(
-                repo=GITHUB_REPO, tag=TAG, token=TOKEN, api_url=github.url, web_url=github.url
-            ),
-        ],
+        github_target(github),
     )
     github.faults.log.clear()  # from here on the log shows only what fetch asked for
-    return read_manifest(fake_release.dist / MANIFEST_FILE)
+    return manifest
 
 
 def fetch_cli(release: FakeRelease, dest: Path, *args: str) -> subprocess.CompletedProcess[str]:

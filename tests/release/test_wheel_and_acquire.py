@@ -19,9 +19,7 @@ from sandbox_tools.injector import acquire
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
-from sandbox_tools.release.publish import ReleaseRequest, publish
-from sandbox_tools.release.targets import GitHubTarget
-from tests.release.conftest import GITHUB_REPO, TOKEN, FakeRelease, run_tools
+from tests.release.conftest import FakeRelease, github_target, publish_fake, run_tools, wheel_cli
 from tests.release.servers import GitHubReleasesServer
 
 RESOLVE = """
@@ -48,15 +46,7 @@ def test_wheel_bundles_both_platforms_and_resolves_offline(
     wrote = run_tools("manifest", "write", "--dist", str(fake_release.dist))
     assert wrote.returncode == 0, wrote.stderr
     manifest = read_manifest(fake_release.dist / MANIFEST_FILE)
-    built = run_tools(
-        "wheel",
-        "--dist",
-        str(fake_release.dist),
-        "--manifest",
-        str(fake_release.dist / MANIFEST_FILE),
-        "--out",
-        str(tmp_path / "wheel"),
-    )
+    built = wheel_cli(fake_release, tmp_path / "wheel")
     assert built.returncode == 0, built.stderr + built.stdout
     (wheel,) = (tmp_path / "wheel").glob("sandbox_tools-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -117,15 +107,7 @@ def test_wheel_refuses_artifacts_that_do_not_match_the_manifest(
 ) -> None:
     assert run_tools("manifest", "write", "--dist", str(fake_release.dist)).returncode == 0
     fake_release.artifact(Arch.ARM64).write_bytes(b"not what was released")
-    built = run_tools(
-        "wheel",
-        "--dist",
-        str(fake_release.dist),
-        "--manifest",
-        str(fake_release.dist / MANIFEST_FILE),
-        "--out",
-        str(tmp_path / "wheel"),
-    )
+    built = wheel_cli(fake_release, tmp_path / "wheel")
     assert built.returncode == 2
     assert "do not match the manifest" in built.stderr
     assert not (tmp_path / "wheel").exists() or not list((tmp_path / "wheel").iterdir())
@@ -136,23 +118,7 @@ def released_on_github(
     fake_release: FakeRelease, github: GitHubReleasesServer, monkeypatch: pytest.MonkeyPatch
 ) -> Manifest:
     """A git-ref install: the package carries the released manifest, nothing else."""
-    publish(
-        ReleaseRequest(
-            dist=fake_release.dist,
-            validate_report=fake_release.report,
-            checkout=fake_release.checkout,
-        ),
-        [
-            GitHubTarget(
-                repo=GITHUB_REPO,
-                tag=f"v{__version__}",
-                token=TOKEN,
-                api_url=github.url,
-                web_url=github.url,
-            )
-        ],
-    )
-    manifest = read_manifest(fake_release.dist / MANIFEST_FILE)
+    manifest = publish_fake(fake_release, github_target(github))
     monkeypatch.setattr(acquire, "packaged_manifest", lambda: manifest)
     monkeypatch.setenv("SANDBOX_TOOLS_CACHE", str(fake_release.root / "cache"))
     return manifest
