@@ -47,13 +47,13 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "dockerd did not come up; see /var/log/sandbox-tools-dockerd.log" >&2; exit 3; }
 fi
 
-# The virtual environment, reinstalled only when pyproject.toml changes.
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+# The virtual environment, reinstalled only when pyproject.toml or the constraints change.
+stamp=".venv/.installed-$(cat pyproject.toml constraints-dev.txt | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
   log "creating .venv and installing sandbox-tools[dev]"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev]'
+  .venv/bin/pip install -q -c constraints-dev.txt -e '.[dev]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
