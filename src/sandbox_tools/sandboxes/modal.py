@@ -18,6 +18,7 @@ import math
 import os
 import posixpath
 import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -318,15 +319,20 @@ class ModalSandbox(Sandbox):
         timeout: float | None = None,
     ) -> ExecOutput:
         data = as_bytes(input)
-
-        async def run() -> ExecOutput:
-            process = await self._sandbox.exec.aio(
+        started = time.monotonic()
+        # Only starting the process is retried: once it runs, a retry could run it twice.
+        process = await with_retries(
+            lambda: self._sandbox.exec.aio(
                 *self._command(cmd, user),
                 workdir=resolve_path(cwd, self.config.workdir) if cwd else None,
                 env=dict(env) if env else None,
                 timeout=math.ceil(timeout) if timeout else None,
                 text=False,
-            )
+            ),
+            self.config.retries,
+        )
+
+        async def communicate() -> ExecOutput:
             if data is not None:
                 process.stdin.write(data)
             process.stdin.write_eof()
@@ -338,11 +344,15 @@ class ModalSandbox(Sandbox):
 
         try:
             # Modal enforces `timeout` in the sandbox; this bounds the client side too.
-            return await asyncio.wait_for(
-                with_retries(run, self.config.retries), (timeout + 30) if timeout else None
-            )
+            result = await asyncio.wait_for(communicate(), (timeout + 30) if timeout else None)
         except asyncio.TimeoutError:
             raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s") from None
+        except Exception as exc:
+            raise translate_error(exc) from exc
+        overran = timeout is not None and time.monotonic() - started >= timeout
+        if overran and result.returncode != 0:  # killed by Modal's deadline
+            raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s")
+        return result
 
     async def _script(self, script: str, *args: str, input: bytes | None = None) -> ExecOutput:
         return await self.exec(["sh", "-c", script, "sh", *args], input=input)
