@@ -26,6 +26,7 @@ from rich.table import Table
 from sandbox_tools._version import __version__
 from sandbox_tools.cache import artifact_cache_dir
 from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.injector.acquire import checkout_root
 from sandbox_tools.release.bundle import bundle_name, create_bundle
 from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import (
@@ -95,8 +96,8 @@ def transfer_reporter() -> Iterator[TransferReporter]:
 
 def _checkout() -> Path | None:
     """The git checkout this package runs from, if it runs from one."""
-    root = Path(__file__).resolve().parents[3]
-    return root if (root / "pyproject.toml").exists() and (root / ".git").exists() else None
+    root = checkout_root()
+    return root if root is not None and (root / ".git").exists() else None
 
 
 def _trusted_manifest(path: Path | None) -> Manifest:

@@ -72,7 +72,7 @@ def _manifest_entry(manifest: Manifest | None, arch: Arch) -> ManifestArtifact |
         return None
 
 
-def _bundled(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
+def _bundled(arch: Arch, fmt: ArtifactFormat, manifest: Manifest | None) -> Artifact | None:
     bundle = resources.files("sandbox_tools") / "_artifacts"
     if not bundle.is_dir():
         return None
@@ -80,7 +80,7 @@ def _bundled(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
     record = select_record(read_records(directory), arch, fmt)
     if record is None:
         return None
-    pinned = _manifest_entry(packaged_manifest(), arch)
+    pinned = _manifest_entry(manifest, arch)
     if pinned is not None and pinned.format == fmt.value and pinned.sha256 != record.sha256:
         raise SandboxInjectionError(
             f"the bundled {record.name} is not the artifact this version's manifest pins",
@@ -89,12 +89,14 @@ def _bundled(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
     return verified_artifact(record, directory / record.name, "bundled")
 
 
-def _pinned(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
+def _pinned(
+    arch: Arch, fmt: ArtifactFormat, manifest: Manifest | None, wanted: str
+) -> Artifact | None:
     """The released artifact, from the cache or its mirrors, if it is what the sources say."""
-    entry = _manifest_entry(packaged_manifest(), arch)
-    if entry is None or entry.format != fmt.value:
+    entry = _manifest_entry(manifest, arch)
+    if manifest is None or entry is None or entry.format != fmt.value:
         return None
-    if entry.build_id != current_build_id(arch, fmt):
+    if entry.build_id != wanted:
         return None  # the runtime sources changed since the release: do not mix versions
     cache = artifact_cache_dir(__version__)
     found = Artifact(
@@ -112,8 +114,6 @@ def _pinned(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
         return None
     from sandbox_tools.release.fetch import fetch
 
-    manifest = packaged_manifest()
-    assert manifest is not None
     try:
         fetch(manifest, cache, [arch.platform])
     except SandboxToolsError:
@@ -121,12 +121,18 @@ def _pinned(arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
     return replace(found, source="fetched")
 
 
+def checkout_root() -> Path | None:
+    """The source checkout this package runs from (editable installs), or None."""
+    checkout = Path(__file__).resolve().parents[3]  # src/sandbox_tools/injector -> checkout
+    return checkout if (checkout / "pyproject.toml").exists() else None
+
+
 def checkout_dist() -> Path | None:
     configured = os.environ.get("SANDBOX_TOOLS_DIST")
     if configured:
         return Path(configured)
-    checkout = Path(__file__).resolve().parents[3]  # src/sandbox_tools/injector -> checkout
-    return checkout / "dist" if (checkout / "pyproject.toml").exists() else None
+    checkout = checkout_root()
+    return checkout / "dist" if checkout is not None else None
 
 
 def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
@@ -137,10 +143,17 @@ def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
 
 
 def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifact:
-    found = _bundled(arch, fmt) or _pinned(arch, fmt)
+    manifest = packaged_manifest()
+    found = _bundled(arch, fmt, manifest)
     if found is not None:
         return found
     dist = checkout_dist()
+    # Hashes the sources, so once per acquisition, and only if something can use it.
+    needed = dist is not None or _manifest_entry(manifest, arch) is not None
+    wanted = current_build_id(arch, fmt) if needed else ""
+    found = _pinned(arch, fmt, manifest, wanted) if needed else None
+    if found is not None:
+        return found
     if dist is None:
         raise SandboxInjectionError(
             f"no {fmt.value} artifact for {arch.platform} is bundled with this installation "
@@ -148,7 +161,6 @@ def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifa
             remedy="Install a release wheel of sandbox-tools, or run `tools fetch` "
             "(offline: `tools fetch --from BUNDLE`).",
         )
-    wanted = current_build_id(arch, fmt)
     record = select_record(read_records(dist), arch, fmt)
     if record is not None and record.build_id == wanted:
         found = verified_artifact(record, dist / record.name, "dist")
