@@ -38,6 +38,7 @@ from sandbox_tools.errors import (
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
+    PUBLISHED_DIR,
     SUMS_FILE,
     Manifest,
     manifest_from_records,
@@ -181,7 +182,8 @@ def _check_clean(request: ReleaseRequest) -> None:
             remedy="Release from a clean clone of the repository.",
         ) from None
     # The manifest written by an earlier (interrupted) run of this release is expected.
-    dirty = [line for line in status.splitlines() if "sandbox_tools/release/published/" not in line]
+    published = f"sandbox_tools/release/{PUBLISHED_DIR}/"
+    dirty = [line for line in status.splitlines() if published not in line]
     if dirty:
         listed = "\n  ".join(dirty[:10]) + ("\n  ..." if len(dirty) > 10 else "")
         raise ReleaseRefusedError(
@@ -193,35 +195,46 @@ def _check_clean(request: ReleaseRequest) -> None:
 # -- publishing ---------------------------------------------------------------------------
 
 
-def _remote_digest(target: Target, name: str) -> str:
+@dataclass(frozen=True)
+class _Local:
+    """A file to publish, hashed once for every comparison and verification."""
+
+    path: Path
+    size: int
+    sha256: str
+
+
+def _remote_digest(
+    target: Target, name: str, advance: Callable[[int], None] = lambda _n: None
+) -> str:
     digest = hashlib.sha256()
     for block in target.download(name):
         digest.update(block)
+        advance(len(block))
     return digest.hexdigest()
 
 
 def _compare(
-    targets: Sequence[Target], files: dict[str, Path], reporter: ReleaseReporter
+    targets: Sequence[Target], files: dict[str, _Local], reporter: ReleaseReporter
 ) -> dict[str, list[str]]:
     """What each target lacks; refuses the whole release if any object has other bytes."""
     missing: dict[str, list[str]] = {}
     conflicts: list[str] = []
     for target in targets:
         missing[target.label] = []
-        for name, path in files.items():
+        for name, local in files.items():
             size = target.remote_size(name)
             if size is None:
                 missing[target.label].append(name)
                 continue
-            local = sha256_of(path)
-            remote = _remote_digest(target, name) if size == path.stat().st_size else None
-            if remote == local:
+            remote = _remote_digest(target, name) if size == local.size else None
+            if remote == local.sha256:
                 reporter.outcome(target.label, name, "skipped (identical)")
                 continue
             conflicts.append(
                 f"{target.label}/{name}: published "
                 + (f"sha256 {remote}" if remote else f"{size:,} bytes")
-                + f", local sha256 {local} ({path.stat().st_size:,} bytes)"
+                + f", local sha256 {local.sha256} ({local.size:,} bytes)"
             )
     if conflicts:
         raise ReleaseRefusedError(
@@ -249,8 +262,15 @@ def publish(
 
     write_release_files(request.dist, manifest)
     # Artifacts first, the files that point at them last.
-    names = [a.name for a in sorted(manifest.artifacts, key=lambda a: a.name)]
-    files = {name: request.dist / name for name in [*names, SUMS_FILE, MANIFEST_FILE]}
+    # The artifacts were verified against the manifest above; the two small files are
+    # hashed here. Artifacts first, the files that point at them last.
+    files = {
+        a.name: _Local(request.dist / a.name, a.size, a.sha256)
+        for a in sorted(manifest.artifacts, key=lambda a: a.name)
+    }
+    for name in (SUMS_FILE, MANIFEST_FILE):
+        path = request.dist / name
+        files[name] = _Local(path, path.stat().st_size, sha256_of(path))
     result = ReleaseResult(manifest=manifest, files=list(files))
 
     try:
@@ -266,11 +286,10 @@ def publish(
                 reporter.outcome(target.label, name, "would upload")
                 result.actions.append((target.label, name, "would upload"))
                 continue
-            path = files[name]
             label = f"{target.label}/{name}"
-            advance = reporter.start(label, path.stat().st_size)
+            advance = reporter.start(label, files[name].size)
             try:
-                target.upload(name, path, advance)
+                target.upload(name, files[name].path, advance)
             except TargetError as exc:
                 raise ReleaseFailedError(f"upload failed: {exc}") from None
             except PublishConflict as exc:
@@ -295,31 +314,26 @@ def publish(
 
 def _verify_published(
     targets: Sequence[Target],
-    files: dict[str, Path],
+    files: dict[str, _Local],
     reporter: ReleaseReporter,
     result: ReleaseResult,
 ) -> None:
     """Download every object again: what a user will get is what we validated."""
     failures = []
     for target in targets:
-        for name, path in files.items():
+        for name, local in files.items():
             label = f"verify {target.label}/{name}"
-            advance: Callable[[int], None] = reporter.start(label, path.stat().st_size)
-            digest = hashlib.sha256()
             try:
-                for block in target.download(name):
-                    digest.update(block)
-                    advance(len(block))
+                downloaded = _remote_digest(target, name, reporter.start(label, local.size))
             except TargetError as exc:
                 failures.append(f"{exc} (while downloading it again)")
                 continue
             finally:
                 reporter.finish(label)
-            local = sha256_of(path)
-            if digest.hexdigest() != local:
+            if downloaded != local.sha256:
                 failures.append(
-                    f"{target.label}/{name}: downloaded sha256 {digest.hexdigest()}, "
-                    f"released {local}"
+                    f"{target.label}/{name}: downloaded sha256 {downloaded}, "
+                    f"released {local.sha256}"
                 )
                 continue
             reporter.outcome(target.label, name, "verified")
