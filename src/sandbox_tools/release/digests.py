@@ -60,6 +60,13 @@ def file_digest(path: Path) -> str | None:
     return digest
 
 
+def remember_digest(path: Path, digest: str) -> None:
+    """Record a digest just computed elsewhere (the bytes before their rename into place)."""
+    cache = _load(path.parent)
+    cache[path.name] = {"stat": _stat_key(path.stat()), "sha256": digest}
+    _store(path.parent, cache)
+
+
 def file_matches(path: Path, size: int, sha256: str) -> bool:
     try:
         if path.stat().st_size != size:

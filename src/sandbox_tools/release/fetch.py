@@ -25,7 +25,7 @@ import requests
 
 from sandbox_tools.build_containers.records import sha256_of
 from sandbox_tools.errors import ConfigurationError, FetchError
-from sandbox_tools.release.digests import file_matches
+from sandbox_tools.release.digests import file_matches, remember_digest
 from sandbox_tools.release.manifest import Manifest, ManifestArtifact
 from sandbox_tools.release.progress import NoProgress, Transfers
 
@@ -266,7 +266,7 @@ def fetch_artifact(
             digest = sha256_of(partial) if size == artifact.size else None
             if digest == artifact.sha256:
                 _place(partial, target)
-                file_matches(target, artifact.size, artifact.sha256)  # records the digest
+                remember_digest(target, digest)
                 action = "replaced" if stale else "fetched"
                 return FetchOutcome(artifact, target, action, source.label)
             partial.unlink()
