@@ -81,5 +81,10 @@ class Sandbox(abc.ABC):
         """Release what the provider holds for this sandbox (not the sandbox itself)."""
 
 
+def as_user(cmd: list[str], user: str | None) -> list[str]:
+    """`cmd` run as `user`, for providers whose exec has no user of its own."""
+    return ["runuser", "-u", user, "--", *cmd] if user is not None else list(cmd)
+
+
 def as_bytes(data: bytes | str | None) -> bytes | None:
     return data.encode() if isinstance(data, str) else data

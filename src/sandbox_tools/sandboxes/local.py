@@ -8,7 +8,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 
-from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes
+from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes, as_user
 
 
 class LocalSandbox(Sandbox):
@@ -28,8 +28,7 @@ class LocalSandbox(Sandbox):
         user: str | None = None,
         timeout: float | None = None,
     ) -> ExecOutput:
-        if user is not None:
-            cmd = ["runuser", "-u", user, "--", *cmd]
+        cmd = as_user(cmd, user)
         data = as_bytes(input)
         process = await asyncio.create_subprocess_exec(
             *cmd,
@@ -72,8 +71,7 @@ class LocalSandbox(Sandbox):
     async def open_stream(
         self, cmd: list[str], env: Mapping[str, str] | None = None, user: str | None = None
     ) -> Stream:
-        if user is not None:
-            cmd = ["runuser", "-u", user, "--", *cmd]
+        cmd = as_user(cmd, user)
         process = await asyncio.create_subprocess_exec(
             *cmd,
             stdin=asyncio.subprocess.PIPE,

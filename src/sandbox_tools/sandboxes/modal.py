@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sandbox_tools.errors import ConfigurationError, SandboxExecError
-from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes
+from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes, as_user
 
 T = TypeVar("T")
 
@@ -306,9 +306,6 @@ class ModalSandbox(Sandbox):
 
         return cls(await with_retries(start, config.retries), config)
 
-    def _command(self, cmd: list[str], user: str | None) -> list[str]:
-        return ["runuser", "-u", user, "--", *cmd] if user else list(cmd)
-
     async def exec(
         self,
         cmd: list[str],
@@ -323,7 +320,7 @@ class ModalSandbox(Sandbox):
         # Only starting the process is retried: once it runs, a retry could run it twice.
         process = await with_retries(
             lambda: self._sandbox.exec.aio(
-                *self._command(cmd, user),
+                *as_user(cmd, user),
                 workdir=resolve_path(cwd, self.config.workdir) if cwd else None,
                 env=dict(env) if env else None,
                 timeout=math.ceil(timeout) if timeout else None,
@@ -406,7 +403,7 @@ class ModalSandbox(Sandbox):
     ) -> Stream:
         process = await with_retries(
             lambda: self._sandbox.exec.aio(
-                *self._command(cmd, user), env=dict(env) if env else None, text=False
+                *as_user(cmd, user), env=dict(env) if env else None, text=False
             ),
             self.config.retries,
         )
