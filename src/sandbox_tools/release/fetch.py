@@ -15,7 +15,7 @@ import contextlib
 import fcntl
 import os
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -47,18 +47,28 @@ class Source(Protocol):
         """Leave the artifact's bytes in `partial` (possibly resuming what is there)."""
 
 
-def _copy_stream(
-    stream: IO[bytes], partial: Path, artifact: ManifestArtifact, label: str, progress: Transfers
+def _write_blocks(
+    blocks: Iterable[bytes],
+    partial: Path,
+    artifact: ManifestArtifact,
+    label: str,
+    progress: Transfers,
+    offset: int = 0,
 ) -> None:
-    advance = progress.start(artifact.name, artifact.size)
-    written = 0
-    with partial.open("wb") as out:
-        while block := stream.read(CHUNK):
-            written += len(block)
-            if written > artifact.size:
+    """Write `blocks` into `partial` from `offset` (appending when resuming), refusing to
+    grow past the manifest's size."""
+    advance = progress.start(artifact.name, artifact.size, offset)
+    with partial.open("ab" if offset else "wb") as out:
+        for block in blocks:
+            offset += len(block)
+            if offset > artifact.size:
                 raise _SourceFailed(f"{label}: larger than the manifest's {artifact.size} bytes")
             out.write(block)
             advance(len(block))
+
+
+def _blocks(stream: IO[bytes]) -> Iterator[bytes]:
+    return iter(lambda: stream.read(CHUNK), b"")
 
 
 @dataclass(frozen=True)
@@ -72,7 +82,7 @@ class FileSource:
     def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
         try:
             with self.path.open("rb") as stream:
-                _copy_stream(stream, partial, artifact, self.label, progress)
+                _write_blocks(_blocks(stream), partial, artifact, self.label, progress)
         except OSError as exc:
             raise _SourceFailed(f"{self.label}: {exc.strerror or exc}") from None
 
@@ -103,7 +113,7 @@ class BundleSource:
                     raise _SourceFailed(f"{self.label}: has no file named {artifact.name}")
                 stream = tar.extractfile(member)
                 assert stream is not None  # a regular member always has a stream
-                _copy_stream(stream, partial, artifact, self.label, progress)
+                _write_blocks(_blocks(stream), partial, artifact, self.label, progress)
         except (OSError, tarfile.TarError) as exc:
             raise _SourceFailed(f"{self.label}: not a readable bundle ({exc})") from None
 
@@ -162,16 +172,8 @@ class HttpSource:
             if response.status_code not in (200, 206):
                 raise _SourceFailed(f"{self.url}: HTTP {response.status_code} {response.reason}")
             offset = have if resumed else 0
-            advance = progress.start(artifact.name, artifact.size, offset)
-            with partial.open("ab" if resumed else "wb") as out:
-                for block in response.iter_content(CHUNK):
-                    offset += len(block)
-                    if offset > artifact.size:
-                        raise _SourceFailed(
-                            f"{self.url}: larger than the manifest's {artifact.size} bytes"
-                        )
-                    out.write(block)
-                    advance(len(block))
+            blocks = response.iter_content(CHUNK)
+            _write_blocks(blocks, partial, artifact, self.url, progress, offset)
 
 
 def source_for(location: str) -> Source:
