@@ -41,6 +41,7 @@ from sandbox_tools.build_containers.records import (
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import run_to_completion, running_container
+from sandbox_tools.sandboxes.engines import Engine
 from sandbox_tools.sandboxes.images import (
     build_rootfs,
     cache_dir,
@@ -240,8 +241,6 @@ def build_arch(
 def _on_engine(
     engine: Any, arch: Arch, request: BuildRequest, reporter: BuildReporter
 ) -> ArtifactRecord:
-    from sandbox_tools.sandboxes.engines import Engine
-
     if isinstance(engine, Engine):
         if engine.kind == "modal":
             raise BuildError(
