@@ -50,14 +50,14 @@ async def main(runs: int, target: str) -> None:
                 await sandbox.exec(["true"])
                 bare.append(time.perf_counter() - started)
             await support.aclose()
-            forget_sandbox(sandbox)
+            await forget_sandbox(sandbox)
             stream = await tool_support_sandbox(sandbox)  # reuses the install
             for _ in range(5):
                 started = time.perf_counter()
                 await stream.client.call("version")
                 warm_stream.append(time.perf_counter() - started)
             await stream.aclose()
-            forget_sandbox(sandbox)
+            await forget_sandbox(sandbox)
     table = Table(title=f"injection into a fresh {target} container ({arch.value}), ms")
     for column in ("what", "median", "max", "x bare exec"):
         table.add_column(column)

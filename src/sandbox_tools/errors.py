@@ -44,6 +44,19 @@ class SandboxExecError(SandboxToolsError):
     default_remedy = "Check that the sandbox is still running and reachable."
 
 
+class SandboxOutputLimitError(SandboxExecError):
+    """A command printed more than the caller's byte cap; the exec was closed.
+
+    The host never buffers a sandbox's output without limit (THREAT_MODEL.md, rule 3):
+    an image whose shell floods stdout ends here instead of exhausting the host.
+    """
+
+    default_remedy = (
+        "The sandbox printed far more than expected; check the image (a broken or hostile "
+        "shell) or raise the command's output limit."
+    )
+
+
 class SandboxInjectionError(SandboxToolsError):
     exit_code = 5
     default_remedy = "See the reason above; the sample cannot use sandbox tools until it is fixed."

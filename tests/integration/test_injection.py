@@ -38,13 +38,13 @@ async def test_second_call_reuses_without_writing(
         assert (first.reused, first.writes) == (False, 2)
         assert first.info["build_id"] == dist_env.build_id
         await first.aclose()
-        forget_sandbox(sandbox)  # a new host process: only what is in the sandbox counts
+        await forget_sandbox(sandbox)  # a new host process: only what is in the sandbox counts
         second = await tool_support_sandbox(DockerSandbox(container, docker_engine))
         assert (second.reused, second.writes, second.install_dir) == (True, 0, first.install_dir)
         result = await exec_remote(second.client, "echo reused", stream=False)
         assert result.stdout == "reused\n"
         await second.aclose()
-        forget_sandbox(sandbox)
+        await forget_sandbox(sandbox)
 
 
 async def test_concurrent_first_calls_inject_once(
@@ -57,7 +57,7 @@ async def test_concurrent_first_calls_inject_once(
         listing = await sandbox.exec(["sh", "-c", "ls -d /opt/sandbox-tools/*/"])
         assert len(listing.stdout.split()) == 1
         await handles[0].aclose()
-        forget_sandbox(sandbox)
+        await forget_sandbox(sandbox)
 
 
 async def test_foreign_install_directory_is_not_trusted(
@@ -81,7 +81,7 @@ async def test_foreign_install_directory_is_not_trusted(
         assert candidate.path == "/opt/sandbox-tools" and "uid 1000" in candidate.status
         assert (await support.client.call("runtime_info"))["build_id"] == dist_env.build_id
         await support.aclose()
-        forget_sandbox(sandbox)
+        await forget_sandbox(sandbox)
 
 
 async def test_read_only_root_with_exec_tmpfs_succeeds(
@@ -96,7 +96,7 @@ async def test_read_only_root_with_exec_tmpfs_succeeds(
         result = await exec_remote(support.client, "touch /etc/x 2>&1; echo done", stream=False)
         assert "Read-only file system" in result.stdout
         await support.aclose()
-        forget_sandbox(sandbox)
+        await forget_sandbox(sandbox)
 
 
 async def test_read_only_root_with_only_noexec_mounts_fails_clearly(
@@ -121,7 +121,7 @@ async def test_read_only_root_with_only_noexec_mounts_fails_clearly(
         ):
             assert f"{directory}: {why}" in message, message
         assert "tmpfs /tmp:exec" in message  # the remedy
-        forget_sandbox(sandbox)
+        await forget_sandbox(sandbox)
 
 
 async def test_unsupported_platform_names_the_platform_and_the_supported_list(
@@ -157,4 +157,4 @@ async def test_injection_without_any_shell(docker_engine: Any, dist_env: Any) ->
         assert support.writes == 1  # one upload: directory, artifact and marker
         assert (await support.client.call("runtime_info"))["build_id"] == dist_env.build_id
         await support.aclose()
-        forget_sandbox(sandbox)
+        await forget_sandbox(sandbox)

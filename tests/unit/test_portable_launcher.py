@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from sandbox_tools.build_containers.lock import RESOURCES
-from sandbox_tools.build_containers.package import TRAILER, build_archive, pack_portable
+from sandbox_tools.build_containers.package import (
+    TRAILER,
+    TRAILER_MAGIC,
+    _entry,
+    build_archive,
+    checksum,
+    compress,
+    pack_portable,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("musl-gcc") is None, reason="needs musl-tools")
 LOADER = {"x86_64": "ld-linux-x86-64.so.2", "aarch64": "ld-linux-aarch64.so.1"}[os.uname().machine]
@@ -71,7 +81,11 @@ def test_unpacks_once_and_runs_the_bundled_loader(launcher: Path, tmp_path: Path
     inode = (unpacked / "_internal" / "pkg" / "data.bin").stat().st_ino
     subprocess.run([str(artifact), "version"], check=True, capture_output=True)
     assert (unpacked / "_internal" / "pkg" / "data.bin").stat().st_ino == inode
-    assert sorted(p.name for p in install.iterdir()) == ["runtime-" + TREE_ID, "sandbox-tools"]
+    assert sorted(p.name for p in install.iterdir()) == [
+        ".unpack.lock",
+        "runtime-" + TREE_ID,
+        "sandbox-tools",
+    ]
 
 
 def test_concurrent_first_runs_unpack_one_tree(launcher: Path, tmp_path: Path) -> None:
@@ -84,6 +98,7 @@ def test_concurrent_first_runs_unpack_one_tree(launcher: Path, tmp_path: Path) -
         )
     assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".unpack.lock",
         "runtime-" + TREE_ID,
         "sandbox-tools",
         "tree",
@@ -126,3 +141,167 @@ def test_archive_is_deterministic(tmp_path: Path) -> None:
     first = build_archive(tree)
     os.utime(tree / "runtime", (0, 0))  # timestamps are not part of the archive
     assert build_archive(tree) == first
+
+
+# -- hostile payloads (THREAT_MODEL.md: "the launcher treats its own payload as hostile
+#    input too"). The archives are written entry by entry, as the packer never would.
+
+
+def pack_raw(launcher: Path, archive: bytes, output: Path) -> None:
+    head = launcher.read_bytes()
+    payload = compress(archive)
+    trailer = TRAILER.pack(
+        TRAILER_MAGIC, len(head), len(payload), len(archive), checksum(archive), TREE_ID.encode()
+    )
+    output.write_bytes(head + payload + trailer)
+    output.chmod(0o755)
+
+
+def loader_entries() -> bytes:
+    script = b"#!/bin/sh\necho ran\n"
+    return (
+        _entry(b"D", 0o755, "lib", b"")
+        + _entry(b"F", 0o755, f"lib/{LOADER}", script)
+        + _entry(b"F", 0o644, "runtime", b"boot")
+    )
+
+
+HOSTILE_ENTRIES = dict(
+    [
+        ("dot-dot entry", _entry(b"F", 0o644, "../../escaped", b"x")),
+        ("absolute entry", _entry(b"F", 0o644, "/tmp/escaped-absolute", b"x")),
+        ("empty component", _entry(b"F", 0o644, "lib//x", b"x")),
+        ("NUL in a name", _entry(b"F", 0o644, "lib/x\x00y", b"x")),
+        ("absolute symlink target", _entry(b"L", 0o777, "evil", b"/etc")),
+        ("symlink climbing out", _entry(b"L", 0o777, "lib/up", b"../../..")),
+        (
+            "write through a symlink",  # a relative link inside the tree, then a file under it
+            _entry(b"L", 0o777, "inner", b"lib") + _entry(b"F", 0o644, "inner/x", b"x"),
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize("name", HOSTILE_ENTRIES)
+def test_hostile_archive_entries_are_refused(launcher: Path, tmp_path: Path, name: str) -> None:
+    """Rule: confined entry paths; nothing is written outside the staging directory."""
+    entries = HOSTILE_ENTRIES[name]
+    install = tmp_path / "a" / "b" / "install"
+    install.mkdir(parents=True)
+    artifact = install / "sandbox-tools"
+    pack_raw(launcher, loader_entries() + entries, artifact)
+    out = subprocess.run([str(artifact), "version"], capture_output=True, text=True)
+    assert out.returncode == 70, (name, out.stdout, out.stderr)
+    assert "refusing" in out.stderr or "symlink" in out.stderr, out.stderr
+    assert not (install / f"runtime-{TREE_ID}").exists()
+    assert not (tmp_path / "a" / "escaped").exists()
+    assert not Path("/tmp/escaped-absolute").exists()
+    assert not (install / "lib").exists()  # nothing escaped the staging directory
+
+
+def test_stale_staging_from_a_crashed_run_is_swept(launcher: Path, tmp_path: Path) -> None:
+    """Rule: a random staging name, stale staging cleaned (a restarted container reuses
+    pids, so a pid-named leftover once blocked every start)."""
+    tree = fake_tree(tmp_path / "tree")
+    install = tmp_path / "install"
+    install.mkdir()
+    artifact = install / "sandbox-tools"
+    pack_portable(launcher, tree, TREE_ID, artifact)
+    stale = install / f"runtime-{TREE_ID}.tmp.123"
+    (stale / "lib").mkdir(parents=True)
+    (stale / "lib" / "half-written").write_bytes(b"x" * 10)
+    out = subprocess.run([str(artifact), "x"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert not stale.exists()
+    assert (install / f"runtime-{TREE_ID}" / ".complete").read_text() == TREE_ID
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a tree owned by another user")
+def test_existing_tree_of_another_user_is_not_run(launcher: Path, tmp_path: Path) -> None:
+    """Rule: an existing tree is checked for owner and mode before anything of it runs."""
+    tree = fake_tree(tmp_path / "tree")
+    install = tmp_path / "install"
+    install.mkdir()
+    artifact = install / "sandbox-tools"
+    pack_portable(launcher, tree, TREE_ID, artifact)
+    planted = install / f"runtime-{TREE_ID}"
+    shutil.copytree(tree, planted, symlinks=True)
+    (planted / ".complete").write_text(TREE_ID)
+    (planted / "lib" / LOADER).write_text("#!/bin/sh\necho planted-loader-ran\n")
+    for path in [planted, *planted.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+    out = subprocess.run([str(artifact), "version"], capture_output=True, text=True)
+    assert out.returncode == 70 and "refusing to run it" in out.stderr, out.stderr
+    assert "planted-loader-ran" not in out.stdout
+    # Owned by us but writable by others: refused as well.
+    for path in [planted, *planted.rglob("*")]:
+        os.lchown(path, 0, 0)
+    planted.chmod(0o777)
+    out = subprocess.run([str(artifact), "version"], capture_output=True, text=True)
+    assert out.returncode == 70 and "refusing to run it" in out.stderr, out.stderr
+
+
+def test_unpack_subcommand_unpacks_without_running_anything(launcher: Path, tmp_path: Path) -> None:
+    tree = fake_tree(tmp_path / "tree")
+    artifact = tmp_path / "sandbox-tools"
+    pack_portable(launcher, tree, TREE_ID, artifact)
+    out = subprocess.run([str(artifact), "unpack"], capture_output=True, text=True)
+    assert (out.returncode, out.stdout) == (0, "")
+    assert (tmp_path / f"runtime-{TREE_ID}" / ".complete").exists()
+
+
+ECHO_SERVER = """#!/usr/bin/env python3
+# Stands in for the bundled loader: `... server --dir D` serves D/server.sock and answers
+# each request line with the number of bytes it carried.
+import fcntl, json, os, socket, sys
+directory = sys.argv[sys.argv.index("--dir") + 1]
+lock = open(os.path.join(directory, "server.lock"), "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
+server = socket.socket(socket.AF_UNIX)
+open(os.path.join(directory, "server.pid"), "w").write(str(os.getpid()))
+server.bind(os.path.join(directory, "server.sock"))
+server.listen()
+while True:
+    connection, _ = server.accept()
+    data = b""
+    while not data.endswith(b"\\n"):
+        chunk = connection.recv(1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    request = json.loads(data)
+    answer = {"jsonrpc": "2.0", "id": request["id"], "result": len(data)}
+    connection.sendall(json.dumps(answer).encode() + b"\\n")
+    connection.close()
+"""
+
+
+@pytest.mark.parametrize("size", [65_533, 65_534, 65_535, 70_000, 1_000_000])
+def test_exec_forwards_requests_of_any_size(launcher: Path, tmp_path: Path, size: int) -> None:
+    """Requests of 65,534 bytes and more once failed with -32700: the read loop took a
+    zero-byte read for EOF. Every byte must reach the server."""
+    tree = tmp_path / "tree"
+    (tree / "lib").mkdir(parents=True)
+    (tree / "lib" / LOADER).write_text(ECHO_SERVER)
+    (tree / "lib" / LOADER).chmod(0o755)
+    (tree / "runtime").write_bytes(b"boot")
+    artifact = tmp_path / "sandbox-tools"
+    pack_portable(launcher, tree, TREE_ID, artifact)
+    head = '{"jsonrpc":"2.0","id":7,"method":"version","params":{"pad":"'
+    request = head + "x" * (size - len(head) - 3) + '"}}'
+    assert len(request) == size
+    env = {**os.environ, "SANDBOX_TOOLS_DIR": str(tmp_path / "run")}
+    try:
+        out = subprocess.run(
+            [str(artifact), "exec"],
+            input=request,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert out.returncode == 0
+        assert out.stdout == f'{{"jsonrpc": "2.0", "id": 7, "result": {size + 1}}}\n', out.stdout
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((tmp_path / "run" / "server.pid").read_text()), signal.SIGKILL)

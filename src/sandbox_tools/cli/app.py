@@ -154,7 +154,7 @@ async def _exec_remote_in_container(command: str, timeout: float | None, target:
             pid, completed, elapsed = await _stream(support.client, command, timeout)
         finally:
             await support.aclose()
-            forget_sandbox(sandbox)
+            await forget_sandbox(sandbox)
     recon = support.recon
     console.print(
         _summary(

@@ -165,7 +165,7 @@ async def _exercise(
         checks.append("text_editor")
     finally:
         await support.aclose()
-        forget_sandbox(sandbox)
+        await forget_sandbox(sandbox)
 
 
 async def run_cell(

@@ -16,9 +16,17 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient
+from sandbox_tools.errors import RuntimeTransportError
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
 
 DEFAULT_OUTPUT_LIMIT = 10 * 1024 * 1024
+# A poll may take its server-side wait plus this much for the transport; past that the
+# runtime is taken to be stopped or gone (THREAT_MODEL.md, rule 3).
+POLL_SLACK = 15.0
+# Killing (and the cleanup that does it) is bounded: a runtime that does not answer
+# within this long is left as it is, and the caller gets its answer anyway.
+KILL_TIMEOUT = 5.0
+_STATES = ("running", "completed", "killed")
 
 
 @dataclass(frozen=True)
@@ -109,8 +117,12 @@ class ExecRemoteProcess:
     async def __aexit__(self, *exc: object) -> None:
         """Leaving the block kills a process that has not completed, however it is left."""
         if self._completed is None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.kill())
+            await self._kill_bounded()
+
+    async def _kill_bounded(self) -> None:
+        """Kill, shielded from the caller's cancellation but never waited on for long."""
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self.kill()), KILL_TIMEOUT)
 
     async def events(self) -> AsyncIterator[ExecEvent]:
         deadline = (
@@ -120,20 +132,36 @@ class ExecRemoteProcess:
         wait_ms = max(0, int(self.options.poll_interval * 1000))
         try:
             while True:
+                call_timeout = wait_ms / 1000 + POLL_SLACK
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        await self.kill()
+                        await self._kill_bounded()
                         raise TimeoutError(
                             f"command did not finish within {self.options.timeout} s; killed"
                         )
                     wait_ms = min(wait_ms, int(remaining * 1000) + 1)
+                    # A stopped runtime must not hold the caller past its own deadline.
+                    call_timeout = min(wait_ms / 1000 + POLL_SLACK, remaining + 1.0)
                 requested_s = wait_ms / 1000
                 started = time.monotonic()
-                result = await self.client.call(
-                    "exec_remote_poll", {"pid": self.pid, "ack_seq": self._ack, "wait_ms": wait_ms}
-                )
-                self._ack = int(result["seq"])
+                try:
+                    result = _poll_result(
+                        await self.client.call(
+                            "exec_remote_poll",
+                            {"pid": self.pid, "ack_seq": self._ack, "wait_ms": wait_ms},
+                            timeout=call_timeout,
+                        )
+                    )
+                except RuntimeTransportError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        await self._kill_bounded()
+                        raise TimeoutError(
+                            f"command did not finish within {self.options.timeout} s "
+                            "(the runtime stopped answering); kill attempted"
+                        ) from None
+                    raise
+                self._ack = result["seq"]
                 if result["stdout"]:
                     stdout.add(result["stdout"])
                     yield StdoutChunk(result["stdout"])
@@ -142,7 +170,7 @@ class ExecRemoteProcess:
                     yield StderrChunk(result["stderr"])
                 if result["state"] != "running":
                     self._completed = Completed(
-                        exit_code=int(result["exit_code"]),
+                        exit_code=result["exit_code"],
                         stdout=stdout.value(),
                         stderr=stderr.value(),
                         killed=result["state"] == "killed",
@@ -158,13 +186,14 @@ class ExecRemoteProcess:
         finally:
             if self._completed is None:
                 # The consumer went away (cancelled, broke out, timed out): no orphans.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.kill())
+                await self._kill_bounded()
 
     async def _release(self) -> None:
         """Acknowledge the terminal result so the server can drop what it kept for us."""
         with contextlib.suppress(Exception):
-            await self.client.call("exec_remote_poll", {"pid": self.pid, "ack_seq": self._ack})
+            await self.client.call(
+                "exec_remote_poll", {"pid": self.pid, "ack_seq": self._ack}, timeout=KILL_TIMEOUT
+            )
 
     async def wait(self) -> Completed:
         """Drain the events and return the result."""
@@ -177,7 +206,9 @@ class ExecRemoteProcess:
         if self._kill_sent or self._completed is not None:
             return
         self._kill_sent = True
-        await self.client.call("exec_remote_kill", {"pid": self.pid, "ack_seq": self._ack})
+        await self.client.call(
+            "exec_remote_kill", {"pid": self.pid, "ack_seq": self._ack}, timeout=KILL_TIMEOUT
+        )
 
     async def write_stdin(self, data: str) -> None:
         await self.client.call(
@@ -186,6 +217,16 @@ class ExecRemoteProcess:
 
     async def close_stdin(self) -> None:
         await self.client.call("exec_remote_close_stdin", {"pid": self.pid, "ack_seq": self._ack})
+
+
+def _poll_result(result: Any) -> dict[str, Any]:
+    """A poll's result, checked field by field before anything is taken from it."""
+    checked = result_fields(result, "exec_remote_poll", seq=int, stdout=str, stderr=str, state=str)
+    if checked["state"] not in _STATES:
+        raise RuntimeTransportError(f"exec_remote_poll: unknown state {checked['state']!r}")
+    if checked["state"] != "running":
+        result_fields(result, "exec_remote_poll", exit_code=int)
+    return checked
 
 
 def _command_string(cmd: str | Sequence[str]) -> str:
@@ -207,8 +248,10 @@ async def start_exec_remote(
         params["cwd"] = options.cwd
     if options.user is not None:
         params["user"] = options.user
-    result = await client.call("exec_remote_start", params)
-    return ExecRemoteProcess(client, int(result["pid"]), options)
+    result = result_fields(
+        await client.call("exec_remote_start", params), "exec_remote_start", pid=int
+    )
+    return ExecRemoteProcess(client, result["pid"], options)
 
 
 @overload

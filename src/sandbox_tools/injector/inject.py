@@ -1,20 +1,28 @@
-"""tool_support_sandbox: make a sandbox ready for the tools, exactly once.
+"""Make a sandbox ready for the tools: reconnaissance -> selection -> acquisition ->
+injection -> a JSON-RPC client.
 
-reconnaissance -> selection -> acquisition -> injection -> a JSON-RPC client.
+Trust rules (THREAT_MODEL.md): the agent and the image are untrusted. An install is
+reused only at a path this injector creates itself (`<base>/sandbox-tools-<build>`),
+and only after a separate fixed command has checked, in the sandbox and before any of
+it runs, that neither it, its executable nor any parent directory can be changed by
+anyone but root and the runtime's uid, and that the executable has the artifact's
+SHA-256. Everything else, such as a look-alike directory someone prepared, another
+user's install, another version or another tool's install, is ignored. A fresh install
+goes into a directory made for it (mkdir, or mktemp -d when the name is taken), written
+and verified there before it is moved into place. Failures raise SandboxInjectionError
+with the reason and the remedy; there is no silent fallback.
 
-Trust rules for what is already in the sandbox: an install directory is reused only if
-it is ours (owned by the sandbox user, not writable by group or others, carrying our
-marker with this build id and artifact digest, and the artifact's bytes match). Anything
-else, such as a directory someone prepared, another user's install, another version or
-another tool's install (`/opt/inspect-sandbox-tools`), is ignored and never trusted.
-Failures raise SandboxInjectionError with the reason and the remedy; there is no
-silent fallback.
+Handles live in an `Injector` (an async context manager) keyed by the sandbox object's
+identity; `tool_support_sandbox` keeps one Injector on the sandbox object itself, so a
+recreated container gets fresh handles and nothing outlives the sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,18 +36,28 @@ from sandbox_tools.injector.acquire import Artifact, acquire_artifact
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, connect_runtime
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
+    CHECK_SCRIPT,
+    EXE_NAME,
+    INSTALL_PREFIX,
+    MAX_PROBE_OUTPUT,
     PROBE_SCRIPT,
+    PROBE_TIMEOUT,
     Candidate,
-    ExistingInstall,
+    CandidateStatus,
+    InstallVerdict,
     Recon,
+    parse_check,
     parse_probe,
 )
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.base import Sandbox
 
-EXE_NAME = "sandbox-tools"
-MARKER = ".installed"
 NO_SHELL_DIR = "/tmp"
+STEP_TIMEOUT = 120.0  # one injection step (mkdir, verify, move): seconds
+UPLOAD_TIMEOUT = 300.0
+SMALL_OUTPUT = 64 * 1024  # what the fixed injection commands may print
+FIRST_CALL_TIMEOUT = 120.0  # unpack + server start + answer, under QEMU too
+_FRESH_DIR = re.compile(r"/[A-Za-z0-9/._-]+")
 
 
 @dataclass
@@ -54,6 +72,8 @@ class ToolSupport:
     reused: bool
     writes: int = 0  # files written into the sandbox by this injection (0 when reused)
     info: dict[str, Any] = field(default_factory=dict)
+    user: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def exe(self) -> str:
@@ -62,41 +82,72 @@ class ToolSupport:
     async def aclose(self) -> None:
         await self.client.aclose()
 
+    async def __aenter__(self) -> ToolSupport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
 
 def _id_tag(artifact: Artifact) -> str:
     return artifact.build_id.removeprefix("sha256:")[:16]
 
 
-def _marker(artifact: Artifact) -> str:
-    return f"{artifact.build_id} {artifact.sha256}"
+def runtime_env(install_dir: str, uid: int | None = None) -> dict[str, str]:
+    """The runtime's server directory: in the install directory (ours, on a file system
+    known to be writable, which /tmp is not under a read-only root); one per uid when
+    the runtime runs as another user than the installer."""
+    name = "run" if uid is None else f"run-{uid}"
+    return {"SANDBOX_TOOLS_DIR": f"{install_dir}/{name}"}
 
 
-def _trusted(install: ExistingInstall, recon: Recon, artifact: Artifact) -> bool:
-    mode_ok = len(install.mode) >= 3 and install.mode[-2] in "0145" and install.mode[-1] in "0145"
-    return (
-        install.owner is not None
-        and install.owner == recon.uid
-        and mode_ok
-        and install.marker == _marker(artifact)
-        and install.sha256 == artifact.sha256
-    )
-
-
-def runtime_env(install_dir: str) -> dict[str, str]:
-    # The server directory lives in the install directory: it is ours, on a file system
-    # known to be writable, which /tmp is not under a read-only root without a tmpfs.
-    return {"SANDBOX_TOOLS_DIR": f"{install_dir}/run"}
-
-
-async def reconnoitre(sandbox: Sandbox, tag: str) -> Recon:
+async def _run(
+    sandbox: Sandbox,
+    cmd: list[str],
+    what: str,
+    *,
+    input: bytes | None = None,
+    user: str | None = None,
+    timeout: float = STEP_TIMEOUT,
+) -> tuple[int, str, str]:
+    """A fixed injection command, bounded in time and bytes; failures are typed."""
     try:
         out = await sandbox.exec(
-            ["sh", "-c", PROBE_SCRIPT, "probe", tag, *CANDIDATE_DIRS], timeout=60
+            cmd, input=input, user=user, timeout=timeout, max_output=SMALL_OUTPUT
         )
-    except SandboxExecError:
+    except TimeoutError:
+        raise SandboxInjectionError(
+            f"{what} in {sandbox.name} did not finish within {timeout:g} s",
+            remedy="Something in the sandbox blocks it (a planted FIFO, a stopped shell); "
+            "check the image and the sandbox's processes.",
+        ) from None
+    except SandboxExecError as exc:
+        raise SandboxInjectionError(f"{what} in {sandbox.name} failed: {exc.message}") from None
+    stderr = out.stderr.decode(errors="replace").strip()[-500:]
+    return out.returncode, out.stdout.decode(errors="replace"), stderr
+
+
+async def reconnoitre(sandbox: Sandbox) -> Recon:
+    try:
+        out = await sandbox.exec(
+            ["sh", "-c", PROBE_SCRIPT, "probe", *CANDIDATE_DIRS],
+            timeout=PROBE_TIMEOUT,
+            max_output=MAX_PROBE_OUTPUT,
+        )
+    except TimeoutError:
+        raise SandboxInjectionError(
+            f"the probe of {sandbox.name} did not finish within {PROBE_TIMEOUT:g} s",
+            remedy="The image's shell or tools hang; use another image.",
+        ) from None
+    except SandboxExecError as exc:
+        if type(exc) is not SandboxExecError:  # e.g. output over the limit: a hostile shell
+            raise SandboxInjectionError(
+                f"the probe of {sandbox.name} failed: {exc.message}",
+                remedy="The image's shell misbehaves; use another image.",
+            ) from None
         out = None
-    if out is not None and out.returncode == 0 and "arch=" in out.stdout.decode(errors="replace"):
-        return parse_probe(out.stdout.decode(errors="replace"))
+    if out is not None and out.returncode == 0:
+        return parse_probe(out.stdout)
     # No shell at all (distroless, scratch): fall back to what the provider knows.
     hint = await sandbox.architecture_hint()
     if hint is None:
@@ -121,12 +172,65 @@ async def reconnoitre(sandbox: Sandbox, tag: str) -> Recon:
         home="",
         has_shell=False,
         has_sha256sum=False,
-        candidates=(Candidate(NO_SHELL_DIR, "unverified (no shell)"),),
+        candidates=(Candidate(NO_SHELL_DIR, CandidateStatus.UNVERIFIED),),
         notes=(
-            "no shell in the sandbox: architecture from the provider, install into "
-            f"{NO_SHELL_DIR} through the provider's file upload, verified by reading back",
+            "no shell in the sandbox: architecture from the provider, install into a fresh "
+            f"directory in {NO_SHELL_DIR} through the provider's file upload, verified by "
+            "reading back",
         ),
     )
+
+
+async def _read_back_matches(sandbox: Sandbox, path: str, artifact: Artifact) -> bool:
+    """The host hashes the file itself (sandboxes without sha256sum)."""
+    try:
+        data = await sandbox.read_file(path)
+    except (OSError, SandboxToolsError):
+        return False
+    return hashlib.sha256(data).hexdigest() == artifact.sha256
+
+
+async def find_trusted_install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> str | None:
+    """The install dir of an earlier injection that passes every check, if any.
+
+    Only exact paths this injector creates are considered; the check runs as a fixed
+    command before anything of the install runs (THREAT_MODEL.md, rule 2).
+    """
+    if recon.uid is None or not any(c.has_installs for c in recon.candidates):
+        return None
+    paths = tuple(
+        f"{base.path.rstrip('/')}/{INSTALL_PREFIX}{_id_tag(artifact)}"
+        for base in recon.install_bases()
+        if base.has_installs
+    )
+    if not paths:
+        return None
+    code, stdout, stderr = await _run(
+        sandbox,
+        [
+            "sh",
+            "-c",
+            CHECK_SCRIPT,
+            "check",
+            artifact.sha256,
+            str(artifact.path.stat().st_size),
+            str(recon.uid),
+            *paths,
+        ],
+        "checking earlier installs",
+    )
+    if code != 0:
+        raise SandboxInjectionError(
+            f"checking earlier installs in {sandbox.name} failed ({code}): {stderr}"
+        )
+    for path, verdict in parse_check(stdout.encode(), paths).items():
+        if verdict is InstallVerdict.TRUSTED:
+            return path
+        if verdict is InstallVerdict.UNVERIFIED and await _read_back_matches(
+            sandbox, f"{path}/{EXE_NAME}", artifact
+        ):
+            return path
+    return None
 
 
 async def _write_artifact(sandbox: Sandbox, recon: Recon, path: str, data: bytes) -> None:
@@ -142,125 +246,171 @@ async def _write_artifact(sandbox: Sandbox, recon: Recon, path: str, data: bytes
             ) from None
     # e.g. Docker refuses archive uploads into a container with a read-only root, even
     # onto a writable tmpfs. The path is an argument, never part of the script.
-    out = await sandbox.exec(
-        ["sh", "-c", 'cat > "$1" && chmod 755 "$1"', "write", path], input=data, timeout=300
+    code, _, stderr = await _run(
+        sandbox,
+        ["sh", "-c", 'cat > "$1" && chmod 755 "$1"', "write", path],
+        f"writing {path}",
+        input=data,
+        timeout=UPLOAD_TIMEOUT,
     )
-    if out.returncode != 0:
+    if code != 0:
         raise SandboxInjectionError(
-            f"cannot write {path} in {sandbox.name}: {out.stderr.decode(errors='replace')}",
+            f"cannot write {path} in {sandbox.name}: {stderr}",
             remedy="Check free space and permissions of the install directory.",
         )
 
 
-async def _verify(sandbox: Sandbox, recon: Recon, path: str, artifact: Artifact) -> None:
-    if recon.has_sha256sum:
-        out = await sandbox.exec(["sha256sum", path], timeout=120)
-        digest = out.stdout.decode(errors="replace").split(" ")[0] if out.returncode == 0 else ""
-    else:
-        digest = hashlib.sha256(await sandbox.read_file(path)).hexdigest()
-    if digest != artifact.sha256:
-        raise SandboxInjectionError(
-            f"the artifact written to {path} in {sandbox.name} does not match: expected "
-            f"sha256 {artifact.sha256}, found {digest or 'nothing'}",
-            remedy="The sandbox's file system altered or truncated the file; check free space.",
-        )
+def _mismatch(sandbox: Sandbox, path: str, artifact: Artifact, found: str) -> SandboxInjectionError:
+    return SandboxInjectionError(
+        f"the artifact written to {path} in {sandbox.name} does not match: expected "
+        f"sha256 {artifact.sha256}, found {found or 'nothing'}",
+        remedy="The sandbox's file system altered or truncated the file; check free space.",
+    )
+
+
+# Create the install directory: the exact name when it is free, else a fresh one.
+_MAKE_DIR = (
+    'umask 022; if mkdir "$1" 2>/dev/null; then echo "$1"; '
+    'else d=$(mktemp -d "$1-XXXXXXXX") && chmod 755 "$d" && echo "$d"; fi'
+)
+# Verify the staged file in the sandbox, then move it into place: one round trip.
+_VERIFY_AND_MOVE = (
+    'd=$(sha256sum < "$1" | cut -c1-64); '
+    'if [ "$d" != "$3" ]; then echo "$d"; exit 3; fi; mv "$1" "$2"'
+)
 
 
 async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[str, int]:
-    usable = [c for c in recon.candidates if c.usable or not recon.has_shell]
-    if not usable:
-        tried = "; ".join(f"{c.path}: {c.status}" for c in recon.candidates)
+    data = artifact.path.read_bytes()
+    tag = _id_tag(artifact)
+    if not recon.has_shell:
+        # One upload creates a fresh directory holding the artifact; its bytes are read
+        # back and checked before anything runs.
+        install_dir = f"{NO_SHELL_DIR}/{INSTALL_PREFIX}{tag}-{_random_suffix()}"
+        await sandbox.write_new_directory(install_dir, {EXE_NAME: (data, 0o755)})
+        if not await _read_back_matches(sandbox, f"{install_dir}/{EXE_NAME}", artifact):
+            raise _mismatch(sandbox, install_dir, artifact, "other bytes")
+        return install_dir, 1
+    bases = recon.install_bases()
+    if not bases:
+        tried = "; ".join(f"{c.path}: {c.reason}" for c in recon.candidates)
         raise SandboxInjectionError(
             f"no directory in {sandbox.name} is both writable and allows execution (tried {tried})",
             remedy="Give the sandbox a writable location without noexec, e.g. "
             "`--tmpfs /tmp:exec` or a writable /opt.",
         )
-    base = usable[0].path.rstrip("/")
-    tag = _id_tag(artifact)
-    taken = {install.path for install in recon.installs}
-    install_dir = f"{base}/{EXE_NAME}-{tag}"
-    if install_dir in taken or not recon.has_shell:
-        # Exists but failed the trust check (never reuse it), or we cannot look: fresh name.
-        install_dir = f"{install_dir}-{secrets.token_hex(4)}"
-    data = artifact.path.read_bytes()
-    exe = f"{install_dir}/{EXE_NAME}"
-    if not recon.has_shell:
-        # One upload creates the directory with the artifact and our marker; the bytes are
-        # then read back and checked before anything runs.
-        await sandbox.write_new_directory(
-            install_dir, {EXE_NAME: (data, 0o755), MARKER: (_marker(artifact).encode(), 0o644)}
-        )
-        await _verify(sandbox, recon, exe, artifact)
-        return install_dir, 1
-    staging = f"{install_dir}/.{EXE_NAME}.partial"
-    made = await sandbox.exec(["sh", "-c", 'umask 022 && mkdir "$1"', "mkdir", install_dir])
-    if made.returncode != 0:
-        raise SandboxInjectionError(
-            f"cannot create {install_dir} in {sandbox.name}: "
-            f"{made.stderr.decode(errors='replace').strip()}",
-            remedy="Someone else may have created it; remove it or free the directory.",
-        )
-    await _write_artifact(sandbox, recon, staging, data)
-    await _verify(sandbox, recon, staging, artifact)
-    moved = await sandbox.exec(
-        [
-            "sh",
-            "-c",
-            'mv "$1" "$2" && printf %s "$3" > "$4" && chmod 755 "$5"',
-            "finish",
-            staging,
-            exe,
-            _marker(artifact),
-            f"{install_dir}/{MARKER}",
-            install_dir,
-        ]
+    wanted = f"{bases[0].path.rstrip('/')}/{INSTALL_PREFIX}{tag}"
+    code, stdout, stderr = await _run(
+        sandbox, ["sh", "-c", _MAKE_DIR, "mkdir", wanted], f"creating {wanted}"
     )
-    if moved.returncode != 0:
+    install_dir = stdout.strip()
+    fresh = install_dir == wanted or (
+        install_dir.startswith(f"{wanted}-") and _FRESH_DIR.fullmatch(install_dir) is not None
+    )
+    if code != 0 or not fresh:
         raise SandboxInjectionError(
-            f"cannot finish the install in {install_dir}: "
-            f"{moved.stderr.decode(errors='replace').strip()}",
+            f"cannot create an install directory {wanted}[-XXXXXXXX] in {sandbox.name}: "
+            f"{stderr or stdout.strip()[:200] or f'exit {code}'}",
+            remedy="Check free space and permissions of the directory.",
+        )
+    staging = f"{install_dir}/.{EXE_NAME}.partial"
+    exe = f"{install_dir}/{EXE_NAME}"
+    await _write_artifact(sandbox, recon, staging, data)
+    if recon.has_sha256sum:
+        code, stdout, stderr = await _run(
+            sandbox,
+            ["sh", "-c", _VERIFY_AND_MOVE, "finish", staging, exe, artifact.sha256],
+            f"verifying {staging}",
+        )
+        if code == 3:
+            raise _mismatch(sandbox, staging, artifact, stdout.strip()[:64])
+    else:
+        if not await _read_back_matches(sandbox, staging, artifact):
+            raise _mismatch(sandbox, staging, artifact, "other bytes")
+        code, stdout, stderr = await _run(
+            sandbox, ["mv", staging, exe], f"moving {staging} into place"
+        )
+    if code != 0:
+        raise SandboxInjectionError(
+            f"cannot finish the install in {install_dir}: {stderr}",
             remedy="Check permissions of the install directory.",
         )
     return install_dir, 2
 
 
-_LOCKS: dict[str, asyncio.Lock] = {}
-_READY: dict[str, ToolSupport] = {}
+def _random_suffix() -> str:
+    return secrets.token_hex(4)
 
 
-async def tool_support_sandbox(
+# Runs as the installer (root): unpack the runtime so that another user never has to
+# write into the install directory, and give that user a server directory of its own.
+_PREPARE_FOR_USER = (
+    '"$1" unpack || exit 1; '
+    'if [ ! -d "$2" ]; then mkdir -m 700 "$2" && chown "$3:$4" "$2" || exit 1; fi'
+)
+
+
+async def _ids_of(sandbox: Sandbox, user: str) -> tuple[int, int]:
+    code, stdout, stderr = await _run(
+        sandbox, ["sh", "-c", "id -u && id -g"], f"looking up user {user!r}", user=user
+    )
+    ids = stdout.split()
+    if code or len(ids) != 2 or not all(part.isdigit() for part in ids):
+        raise SandboxInjectionError(
+            f"cannot run commands as user {user!r} in {sandbox.name}: {stderr or 'no ids'}",
+            remedy="Pass a user that exists in the sandbox (a name, or uid[:gid]).",
+        )
+    return int(ids[0]), int(ids[1])
+
+
+async def _runtime_env_for(
+    sandbox: Sandbox, recon: Recon, install_dir: str, user: str | None
+) -> dict[str, str]:
+    if user is None or not recon.has_shell:
+        return runtime_env(install_dir)
+    uid, gid = await _ids_of(sandbox, user)
+    if uid == recon.uid:
+        return runtime_env(install_dir)
+    if recon.uid != 0:
+        raise SandboxInjectionError(
+            f"the runtime was installed in {sandbox.name} by uid {recon.uid}; running it as "
+            f"user {user!r} (uid {uid}) would run files another unprivileged user controls",
+            remedy="Make the sandbox's default user root, or omit user= to run the tools as "
+            "the default user.",
+        )
+    env = runtime_env(install_dir, uid)
+    code, _, stderr = await _run(
+        sandbox,
+        [
+            "sh",
+            "-c",
+            _PREPARE_FOR_USER,
+            "prepare",
+            f"{install_dir}/{EXE_NAME}",
+            env["SANDBOX_TOOLS_DIR"],
+            str(uid),
+            str(gid),
+        ],
+        f"preparing the runtime for user {user!r}",
+        timeout=FIRST_CALL_TIMEOUT,
+    )
+    if code != 0:
+        raise SandboxInjectionError(
+            f"cannot prepare the runtime in {install_dir} for user {user!r}: {stderr}"
+        )
+    return env
+
+
+async def prepare_tool_support(
     sandbox: Sandbox,
     user: str | None = None,
     persistent: bool = True,
-    artifact: Artifact | None = None,
+    given: Artifact | None = None,
 ) -> ToolSupport:
-    """The runtime, installed and verified in `sandbox`, with a connected client.
-
-    Concurrent first calls for one sandbox inject once; later calls return the same handle.
-    """
-    key = f"{sandbox.name}|{user}"
-    lock = _LOCKS.setdefault(key, asyncio.Lock())
-    async with lock:
-        ready = _READY.get(key)
-        if ready is not None:
-            return ready
-        support = await _prepare(sandbox, user, persistent, artifact)
-        _READY[key] = support
-        return support
-
-
-def forget_sandbox(sandbox: Sandbox) -> None:
-    """Drop cached handles for a sandbox that is gone."""
-    for key in [k for k in _READY if k.startswith(f"{sandbox.name}|")]:
-        _READY.pop(key, None)
-
-
-async def _prepare(
-    sandbox: Sandbox, user: str | None, persistent: bool, given: Artifact | None
-) -> ToolSupport:
+    """Inject (or reuse) the runtime and connect to it; no caching here."""
     from sandbox_tools._version import __version__
 
-    recon = await reconnoitre(sandbox, "")  # selection needs the platform: probe first
+    recon = await reconnoitre(sandbox)
     if recon.arch is None:
         supported = ", ".join(a.platform for a in Arch)
         raise SandboxInjectionError(
@@ -273,27 +423,19 @@ async def _prepare(
             f"{given.name} is for {given.platform}, but {sandbox.name} runs {recon.platform}",
             remedy="Pick the artifact of the sandbox's platform.",
         )
-    if given is None:
-        artifact = await asyncio.to_thread(acquire_artifact, recon.arch)
-    else:
-        artifact = given
-    # Re-probe with the build id: finds earlier installs of exactly this build.
-    if recon.has_shell:
-        recon = await reconnoitre(sandbox, _id_tag(artifact))
-    reused = False
+    artifact = given if given is not None else await asyncio.to_thread(acquire_artifact, recon.arch)
     writes = 0
-    install_dir = ""
-    for install in recon.installs:
-        if _trusted(install, recon, artifact):
-            install_dir, reused = install.path, True
-            break
-    if not reused:
+    install_dir = await find_trusted_install(sandbox, recon, artifact)
+    reused = install_dir is not None
+    if install_dir is None:
         install_dir, writes = await _install(sandbox, recon, artifact)
     exe = f"{install_dir}/{EXE_NAME}"
-    env = runtime_env(install_dir)
+    env = await _runtime_env_for(sandbox, recon, install_dir, user)
     client = await connect_runtime(sandbox, [exe], env=env, user=user, persistent=persistent)
     try:
-        info = await client.call("runtime_info", timeout=120)
+        info = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
+        if not isinstance(info, dict):
+            raise SandboxInjectionError(f"{exe} answered runtime_info with {info!r:.200}")
     except SandboxToolsError as exc:
         await client.aclose()
         raise SandboxInjectionError(
@@ -304,7 +446,99 @@ async def _prepare(
     if info.get("build_id") != artifact.build_id:
         await client.aclose()
         raise SandboxInjectionError(
-            f"{exe} reports build {info.get('build_id')}, expected {artifact.build_id}",
+            f"{exe} reports build {str(info.get('build_id'))[:100]}, expected {artifact.build_id}",
             remedy="Remove the stale install directory from the sandbox.",
         )
-    return ToolSupport(sandbox, recon, artifact, install_dir, client, reused, writes, info)
+    return ToolSupport(
+        sandbox, recon, artifact, install_dir, client, reused, writes, info, user, env
+    )
+
+
+class Injector:
+    """Tool support for many sandboxes, released together.
+
+    Handles are keyed by the sandbox object's identity (never by its name: a container
+    recreated under the same name is another sandbox) and by user. Concurrent first
+    calls for one key inject once. Use it as `async with Injector() as injector:`; on
+    exit every client it opened is closed and every entry dropped.
+    """
+
+    def __init__(self, *, persistent: bool = True, artifact: Artifact | None = None) -> None:
+        self.persistent = persistent
+        self.artifact = artifact
+        self._ready: dict[tuple[int, str | None], tuple[Sandbox, ToolSupport]] = {}
+        self._locks: dict[tuple[int, str | None], asyncio.Lock] = {}
+
+    async def tool_support(
+        self, sandbox: Sandbox, user: str | None = None, *, artifact: Artifact | None = None
+    ) -> ToolSupport:
+        key = (id(sandbox), user)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            entry = self._ready.get(key)
+            if entry is not None and entry[0] is sandbox:
+                return entry[1]
+            support = await prepare_tool_support(
+                sandbox, user, self.persistent, artifact or self.artifact
+            )
+            self._ready[key] = (sandbox, support)  # holding `sandbox` pins its id
+            return support
+
+    async def forget(self, sandbox: Sandbox) -> None:
+        """Close and drop every handle for `sandbox` (it is gone, or no longer needed)."""
+        keys = [key for key, (held, _) in self._ready.items() if held is sandbox]
+        for key in keys:
+            _, support = self._ready.pop(key)
+            self._locks.pop(key, None)
+            with contextlib.suppress(Exception):
+                await support.aclose()
+        for key in [key for key in self._locks if key[0] == id(sandbox)]:
+            if not self._locks[key].locked():
+                self._locks.pop(key)
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    async def aclose(self) -> None:
+        entries = list(self._ready.values())
+        self._ready.clear()
+        self._locks.clear()
+        for _, support in entries:
+            with contextlib.suppress(Exception):
+                await support.aclose()
+
+    async def __aenter__(self) -> Injector:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+_ON_SANDBOX = "_sandbox_tools_injector"
+
+
+async def tool_support_sandbox(
+    sandbox: Sandbox,
+    user: str | None = None,
+    persistent: bool = True,
+    artifact: Artifact | None = None,
+) -> ToolSupport:
+    """The runtime, installed and verified in `sandbox`, with a connected client.
+
+    Concurrent first calls for one sandbox inject once; later calls return the same
+    handle. The handles live on the sandbox object, so they go when it goes; call
+    `forget_sandbox` to close them earlier.
+    """
+    injector = vars(sandbox).get(_ON_SANDBOX)
+    if injector is None:
+        injector = Injector(persistent=persistent)
+        setattr(sandbox, _ON_SANDBOX, injector)
+    assert isinstance(injector, Injector)
+    return await injector.tool_support(sandbox, user, artifact=artifact)
+
+
+async def forget_sandbox(sandbox: Sandbox) -> None:
+    """Close and drop the handles `tool_support_sandbox` keeps for `sandbox`."""
+    injector = vars(sandbox).pop(_ON_SANDBOX, None)
+    if isinstance(injector, Injector):
+        await injector.aclose()

@@ -19,34 +19,105 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sandbox_tools.errors import RuntimeRpcError, RuntimeTransportError, ToolError
-from sandbox_tools.protocol import JSONRPC_VERSION, TOOL_ERROR
+from sandbox_tools.errors import (
+    RuntimeRpcError,
+    RuntimeTransportError,
+    SandboxExecError,
+    ToolError,
+)
+from sandbox_tools.protocol import JSONRPC_VERSION, MAX_FRAME_BYTES, TOOL_ERROR
 from sandbox_tools.sandboxes.base import Sandbox, Stream
+
+# Every call is bounded in time by default (THREAT_MODEL.md, rule 3): a runtime that is
+# stopped or wedged costs the caller this long at most, then RuntimeTransportError.
+DEFAULT_CALL_TIMEOUT = 120.0
+# Closing a stream waits for the other side at most this long.
+CLOSE_TIMEOUT = 10.0
+# The largest response the host accepts: one frame of the runtime's protocol.
+MAX_RESPONSE_BYTES = MAX_FRAME_BYTES
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+
+
+def parse_response_line(line: bytes | str, method: str) -> Any:
+    """One response frame as JSON; anything else is the transport's failure, typed."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        # RecursionError: 100,000 nested brackets are not a response either.
+        raise RuntimeTransportError(
+            f"{method}: the runtime printed something that is not JSON: {_describe(line[:200])}"
+        ) from None
 
 
 def unwrap_response(response: Any, method: str) -> Any:
+    """The result of a response object, or the typed error it carries.
+
+    Every shape check raises RuntimeTransportError naming what was wrong: a hostile or
+    broken sandbox must not surface as AttributeError or KeyError in the host.
+    """
     if not isinstance(response, dict) or response.get("jsonrpc") != JSONRPC_VERSION:
         raise RuntimeTransportError(
-            f"{method}: the runtime sent a malformed response: {response!r}"
+            f"{method}: the runtime sent a malformed response: {_describe(response)}"
         )
     if "error" in response:
-        error = response["error"] or {}
-        code = int(error.get("code", 0))
-        message = str(error.get("message", "unknown error"))
+        error = response["error"]
+        if not isinstance(error, dict):
+            raise RuntimeTransportError(
+                f"{method}: the runtime's error is not an object: {_describe(error)}"
+            )
+        code, message = error.get("code"), error.get("message", "unknown error")
+        if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
+            raise RuntimeTransportError(
+                f"{method}: the runtime's error has no integer code and string message: "
+                f"{_describe(error)}"
+            )
         if code == TOOL_ERROR:
             raise ToolError(code, message, error.get("data"))
         raise RuntimeRpcError(code, message, error.get("data"))
     if "result" not in response:
-        raise RuntimeTransportError(f"{method}: the runtime's response has no result: {response!r}")
+        raise RuntimeTransportError(
+            f"{method}: the runtime's response has no result: {_describe(response)}"
+        )
     return response["result"]
+
+
+def result_fields(result: Any, method: str, **fields: type | tuple[type, ...]) -> dict[str, Any]:
+    """`result` checked to be an object with these fields of these types.
+
+    bool is not accepted where int is asked for (JSON true is not a number).
+    """
+    if not isinstance(result, dict):
+        raise RuntimeTransportError(
+            f"{method}: expected an object as the result, got {_describe(result)}"
+        )
+    for name, kind in fields.items():
+        value = result.get(name)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise RuntimeTransportError(
+                f"{method}: the result's field {name!r} is {_describe(value)}, expected "
+                + " or ".join(k.__name__ for k in kinds)
+            )
+    return result
 
 
 class RuntimeClient(abc.ABC):
     @abc.abstractmethod
     async def call(
-        self, method: str, params: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> Any:
-        """Call `method`; raises ToolError, RuntimeRpcError or RuntimeTransportError."""
+        """Call `method`; raises ToolError, RuntimeRpcError or RuntimeTransportError.
+
+        Past `timeout` seconds the call fails with RuntimeTransportError; the request may
+        or may not have been carried out.
+        """
 
     async def aclose(self) -> None:
         """Release the transport (the runtime server keeps running)."""
@@ -86,16 +157,28 @@ class _SandboxRuntimeClient(RuntimeClient):
 
 class ExecRuntimeClient(_SandboxRuntimeClient):
     async def call(
-        self, method: str, params: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> Any:
         request = json.dumps(_request(next(self._ids), method, params))
-        output = await self.sandbox.exec(
-            [*self.runtime_command, "exec"],
-            input=request,
-            env=self.env,
-            user=self.user,
-            timeout=timeout,
-        )
+        try:
+            output = await self.sandbox.exec(
+                [*self.runtime_command, "exec"],
+                input=request,
+                env=self.env,
+                user=self.user,
+                timeout=timeout,
+                max_output=MAX_RESPONSE_BYTES,
+            )
+        except TimeoutError:
+            raise RuntimeTransportError(
+                f"{method}: no response from the runtime in {self.sandbox.name} within "
+                f"{timeout:g} s"
+            ) from None
+        except SandboxExecError as exc:
+            raise RuntimeTransportError(f"{method}: {exc.message}") from None
         lines = output.stdout.strip().splitlines()
         if output.returncode != 0 or not lines:
             stderr = output.stderr.decode(errors="replace").strip()[-2000:]
@@ -103,13 +186,7 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
                 f"{method}: runtime exited with {output.returncode} in {self.sandbox.name} "
                 f"without a response; stderr: {stderr or '(empty)'}"
             )
-        try:
-            response = json.loads(lines[-1])
-        except ValueError:
-            raise RuntimeTransportError(
-                f"{method}: the runtime printed something that is not JSON: {lines[-1][:200]!r}"
-            ) from None
-        return unwrap_response(response, method)
+        return unwrap_response(parse_response_line(lines[-1], method), method)
 
 
 class StdioRuntimeClient(_SandboxRuntimeClient):
@@ -149,12 +226,17 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                     break
                 if not line.strip():
                     continue
-                try:
-                    response = json.loads(line)
-                except ValueError:
-                    continue  # not ours: nothing else writes to this stdout, but be tolerant
-                future = self._pending.pop(response.get("id"), None)
-                if future is not None and not future.done():
+                # Nothing but the runtime writes to this stdout: a line that is not a
+                # response means the channel cannot be trusted any more (it might be
+                # desynchronised), so it is declared failed rather than skipped.
+                response = parse_response_line(line, "stdio channel")
+                request_id = response.get("id") if isinstance(response, dict) else None
+                future = self._pending.pop(request_id, None) if type(request_id) is int else None
+                if future is None:
+                    raise RuntimeTransportError(
+                        f"the runtime answered a request that was never sent: {line[:200]!r}"
+                    )
+                if not future.done():
                     future.set_result(response)
         except Exception as exc:
             reason = f"the runtime's stdio channel failed: {exc}"
@@ -162,14 +244,17 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             if self._stream is stream:
                 self._stream = None
             with contextlib.suppress(Exception):
-                await stream.close()  # release the connection: nothing else will
+                await asyncio.wait_for(stream.close(), CLOSE_TIMEOUT)  # release the connection
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(RuntimeTransportError(reason))
             self._pending.clear()
 
     async def call(
-        self, method: str, params: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> Any:
         stream = await self._ensure_stream()
         request_id = next(self._ids)
@@ -177,8 +262,13 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         self._pending[request_id] = future
         try:
             line = json.dumps(_request(request_id, method, params)) + "\n"
-            await stream.write(line.encode())
+            await asyncio.wait_for(stream.write(line.encode()), timeout)
             response = await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            raise RuntimeTransportError(
+                f"{method}: no response from the runtime in {self.sandbox.name} within "
+                f"{timeout:g} s"
+            ) from None
         except OSError as exc:
             raise RuntimeTransportError(f"{method}: cannot write to the runtime: {exc}") from None
         finally:
@@ -189,7 +279,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         stream, self._stream = self._stream, None
         if stream is not None:
             with contextlib.suppress(Exception):
-                await stream.close()
+                await asyncio.wait_for(stream.close(), CLOSE_TIMEOUT)
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

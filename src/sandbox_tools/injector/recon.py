@@ -1,112 +1,234 @@
-"""Reconnaissance: what the sandbox is, in one round trip.
+"""Reconnaissance: what the sandbox is, and whether an earlier install can be trusted.
 
-One POSIX sh script reports every fact as `key=value` lines: OS, architecture, libc,
-user, each candidate install directory (writable? allows execution?) and any existing
-install of this build with the facts needed to decide whether to trust it. Paths and
-ids reach the script as arguments, never spliced into its text.
+Everything a sandbox prints is untrusted data (THREAT_MODEL.md): the image's shell may
+lie and the agent may have planted files anywhere it can write. So:
+- the scripts print only fixed keys, each once, with values from a small alphabet;
+  untrusted text (os-release, user names) is reduced to `[A-Za-z0-9._+-]` in the
+  sandbox and never printed raw; verdicts about paths are computed in the sandbox;
+- paths and ids reach the scripts as arguments, never spliced into their text, and the
+  paths printed back are only ones we passed in (by index) or the checked `$HOME`;
+- scratch work happens in a private `mktemp -d` directory, never at a predictable name;
+- the parser refuses unknown or repeated keys, overlong lines and malformed values, so
+  a forged line cannot override a real one.
+The pure parts (parsing, judging) are unit-tested without a sandbox.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from enum import Enum
 
+from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.platforms import Arch
 
+# Where the runtime may be installed, best first. /opt/sandbox-tools is created by the
+# probe (as the installer); the shared temporary directories are world-writable and
+# used only when nothing better exists, always in a fresh directory of our own.
 CANDIDATE_DIRS = ("/opt/sandbox-tools", "/var/tmp", "/tmp", "/dev/shm")
+INSTALL_PREFIX = "sandbox-tools-"
+EXE_NAME = "sandbox-tools"
 
-PROBE_SCRIPT = r"""
-tag="$1"; shift
+MAX_PROBE_OUTPUT = 64 * 1024  # the probe prints a few hundred bytes
+MAX_LINE = 4096
+PROBE_TIMEOUT = 60.0
+
+# Shared by both scripts: `chain_verdict PATH UID` prints "ok" when neither PATH nor any
+# of its ancestors can be replaced or renamed by a user other than root and UID (owner
+# root or UID; writable by group or others only with the sticky bit, as /tmp is).
+_CHAIN = r"""
+chain_verdict() {
+  p=$1
+  while :; do
+    m=$(stat -c '%u %a' "$p" 2>/dev/null) || { echo unreadable; return; }
+    o=${m% *}; a=${m#* }
+    if [ "$o" != 0 ] && [ "$o" != "$2" ]; then echo foreign-ancestor; return; fi
+    case $a in
+      ????) s=${a%???}; w=${a#?} ;;
+      *) s=0; w=$a ;;
+    esac
+    g=${w#?}; g=${g%?}; x=${w#??}
+    case "$g$x" in *[2367]*)
+      case $s in 1|3|5|7) ;; *) echo writable-ancestor; return ;; esac ;;
+    esac
+    [ "$p" = / ] && break
+    p=${p%/*}; [ -n "$p" ] || p=/
+  done
+  echo ok
+}
+clean() { tr -cd 'A-Za-z0-9._+-' | cut -c1-64; }
+"""
+
+PROBE_SCRIPT = (
+    _CHAIN
+    + r"""
+umask 022
 os_id=; os_version=
-if [ -r /etc/os-release ]; then
-  os_id=$(sed -n 's/^ID=//p' /etc/os-release | tr -d '"')
-  os_version=$(sed -n 's/^VERSION_ID=//p' /etc/os-release | tr -d '"')
+if [ -f /etc/os-release ]; then
+  os_id=$(sed -n 's/^ID=//p' /etc/os-release | head -n 1 | clean)
+  os_version=$(sed -n 's/^VERSION_ID=//p' /etc/os-release | head -n 1 | clean)
 fi
 if [ -z "$os_id" ]; then
-  if [ -r /etc/kali_version ]; then os_id=kali; os_version=$(cat /etc/kali_version)
-  elif [ -r /etc/alpine-release ]; then os_id=alpine; os_version=$(cat /etc/alpine-release)
-  elif [ -r /etc/debian_version ]; then os_id=debian; os_version=$(cat /etc/debian_version)
-  else os_id=$(uname -s 2>/dev/null | tr 'A-Z' 'a-z'); fi
+  if [ -f /etc/alpine-release ]; then
+    os_id=alpine; os_version=$(head -c 64 /etc/alpine-release | clean)
+  elif [ -f /etc/debian_version ]; then
+    os_id=debian; os_version=$(head -c 64 /etc/debian_version | clean)
+  else os_id=$(uname -s 2>/dev/null | tr 'A-Z' 'a-z' | clean); fi
 fi
 echo "os_id=$os_id"
 echo "os_version=$os_version"
-echo "arch=$(uname -m)"
+echo "arch=$(uname -m | clean)"
 libc=none
 for f in /lib/ld-musl-* /usr/lib/ld-musl-*; do [ -e "$f" ] && libc=musl; done
 for f in /lib*/ld-linux* /lib/*/ld-linux* /usr/lib*/ld-linux* /usr/lib/*/ld-linux*; do
   [ -e "$f" ] && libc=glibc
 done
 echo "libc=$libc"
-echo "uid=$(id -u 2>/dev/null)"
-echo "user=$(id -un 2>/dev/null)"
-echo "home=$HOME"
+uid=$(id -u 2>/dev/null | clean)
+echo "uid=$uid"
+echo "user=$(id -un 2>/dev/null | clean)"
 command -v sha256sum >/dev/null 2>&1 && echo "sha256sum=yes" || echo "sha256sum=no"
-for d in "$@" "$HOME"; do
-  [ -n "$d" ] || continue
+home=
+case $HOME in
+  /*) case $HOME in *[!A-Za-z0-9/._-]*) ;; *) [ ${#HOME} -le 1024 ] && home=$HOME ;; esac ;;
+esac
+home=${home%/}
+echo "home=$home"
+i=0
+for d in "$@" "$home"; do
+  n=$i; i=$((i + 1))
+  [ -n "$d" ] || { echo "cand.$n=missing|||no"; continue; }
   [ "$d" = /opt/sandbox-tools ] && mkdir -p "$d" 2>/dev/null
-  if [ ! -d "$d" ]; then echo "candidate=$d|missing"; continue; fi
-  probe="$d/.sandbox-tools-probe-$$"
-  meta="$(stat -c %u "$d" 2>/dev/null)|$(stat -c %a "$d" 2>/dev/null)"
-  if ! ( : > "$probe" ) 2>/dev/null; then echo "candidate=$d|not writable|$meta"; continue; fi
-  printf '#!/bin/sh\nexit 0\n' > "$probe" && chmod 700 "$probe"
+  if [ -L "$d" ] || [ ! -d "$d" ]; then echo "cand.$n=missing|||no"; continue; fi
+  meta=$(stat -c '%u|%a' "$d" 2>/dev/null)
+  existing=no
+  for e in "$d"/sandbox-tools-*; do [ -e "$e" ] && existing=yes && break; done
+  chain=$(chain_verdict "$d" "$uid")
+  if [ "$chain" != ok ]; then echo "cand.$n=$chain|$meta|$existing"; continue; fi
+  scratch=$(mktemp -d "$d/.sandbox-tools-probe.XXXXXXXX" 2>/dev/null) || scratch=
+  case $scratch in
+    "$d"/.sandbox-tools-probe.*) ;;
+    *) echo "cand.$n=not-writable|$meta|$existing"; continue ;;
+  esac
   status=noexec
-  "$probe" 2>/dev/null && status=ok
-  echo "candidate=$d|$status|$meta"
-  rm -f "$probe"
-  for inst in "$d"/sandbox-tools-"$tag"*; do
-    [ -d "$inst" ] || continue
-    owner=$(stat -c %u "$inst" 2>/dev/null); mode=$(stat -c %a "$inst" 2>/dev/null)
-    marker=$(cat "$inst/.installed" 2>/dev/null)
-    digest=
-    if [ -f "$inst/sandbox-tools" ] && command -v sha256sum >/dev/null 2>&1; then
-      digest=$(sha256sum "$inst/sandbox-tools" | cut -d' ' -f1)
-    fi
-    echo "install=$inst|$owner|$mode|$marker|$digest"
-  done
+  if printf '#!/bin/sh\nexit 0\n' > "$scratch/x" && chmod 700 "$scratch/x"; then
+    "$scratch/x" 2>/dev/null && status=ok
+  else
+    status=not-writable
+  fi
+  rm -rf "$scratch"
+  echo "cand.$n=$status|$meta|$existing"
 done
 """
+)
+
+# Run only when the probe saw an earlier install. Arguments: the artifact's SHA-256,
+# its size, the runtime's uid, then the exact install paths the injector would have
+# created. Nothing of an install runs before this prints "trusted" for it: the type,
+# owner and mode of the directory, its ancestors and the executable are checked
+# first (so nobody else can swap the file), then the digest is compared in the sandbox.
+CHECK_SCRIPT = (
+    _CHAIN
+    + r"""
+sha=$1; size=$2; uid=$3; shift 3
+i=0
+for p in "$@"; do
+  n=$i; i=$((i + 1))
+  v=
+  exe=$p/sandbox-tools
+  if [ -L "$p" ] || [ ! -d "$p" ]; then v=absent
+  else
+    m=$(stat -c '%u %a' "$p" 2>/dev/null) || m=
+    case ${m#* } in *[2367]?|*[2367]) v=writable-by-others ;; esac
+    [ -n "$m" ] && [ "${m% *}" != "$uid" ] && v=foreign-owner
+    [ -z "$m" ] && v=unreadable
+    q=${p%/*}; [ -n "$q" ] || q=/
+    [ -z "$v" ] && c=$(chain_verdict "$q" "$uid") && [ "$c" != ok ] && v=$c
+    if [ -z "$v" ]; then
+      if [ -L "$exe" ] || [ ! -f "$exe" ]; then v=no-executable
+      else
+        e=$(stat -c '%u %a %s' "$exe" 2>/dev/null) || e=
+        eo=${e%% *}; rest=${e#* }; ea=${rest% *}; es=${rest#* }
+        if [ "$eo" != 0 ] && [ "$eo" != "$uid" ]; then v=foreign-executable
+        else
+          case $ea in *[2367]?|*[2367]) v=writable-executable ;; esac
+        fi
+        [ -z "$v" ] && [ "$es" != "$size" ] && v=wrong-size
+        if [ -z "$v" ]; then
+          if command -v sha256sum >/dev/null 2>&1; then
+            d=$(sha256sum < "$exe" | cut -c1-64)
+            if [ "$d" = "$sha" ]; then v=trusted; else v=wrong-digest; fi
+          else
+            v=unverified
+          fi
+        fi
+      fi
+    fi
+  fi
+  echo "check.$n=$v"
+done
+"""
+)
+
+_WORD = re.compile(r"[A-Za-z0-9._+-]{0,64}")
+_DIGITS = re.compile(r"[0-9]{1,10}")
+_MODE = re.compile(r"[0-7]{3,4}")
+_HOME = re.compile(r"/[A-Za-z0-9/._-]{0,1023}")
+
+
+class ProbeError(SandboxInjectionError):
+    """The sandbox's answer to a fixed script is not what that script prints."""
+
+    default_remedy = (
+        "The image's shell or tools do not behave like POSIX sh and coreutils/busybox, or "
+        "something in the sandbox interfered; use another image or report the message."
+    )
+
+
+class CandidateStatus(str, Enum):
+    OK = "ok"
+    NOEXEC = "noexec"
+    NOT_WRITABLE = "not-writable"
+    MISSING = "missing"
+    FOREIGN_ANCESTOR = "foreign-ancestor"
+    WRITABLE_ANCESTOR = "writable-ancestor"
+    UNREADABLE = "unreadable"
+    UNVERIFIED = "unverified (no shell)"
+
+    @property
+    def explanation(self) -> str:
+        return {
+            "ok": "ok",
+            "noexec": "noexec",
+            "not-writable": "not writable",
+            "missing": "missing",
+            "foreign-ancestor": "it or a parent is owned by another user, not trusted",
+            "writable-ancestor": "it or a parent is writable by others without the sticky bit",
+            "unreadable": "its owner and mode cannot be read",
+            "unverified (no shell)": "unverified (no shell)",
+        }[self.value]
 
 
 @dataclass(frozen=True)
 class Candidate:
     path: str
-    status: str  # "ok", "noexec", "not writable", "missing", or why it is not safe
+    status: CandidateStatus
     owner: int | None = None
     mode: str = ""
+    has_installs: bool = False
 
     @property
     def usable(self) -> bool:
-        return self.status == "ok"
+        return self.status is CandidateStatus.OK
 
+    @property
+    def shared(self) -> bool:
+        """Writable by others (a sticky /tmp): the agent can plant names here."""
+        return len(self.mode) >= 3 and bool(int(self.mode[-3:], 8) & 0o022)
 
-def judge_candidate(candidate: Candidate, uid: int | None) -> Candidate:
-    """A directory another user controls could have our files swapped under us."""
-    if candidate.status != "ok" or candidate.owner is None or not candidate.mode:
-        return candidate
-    mode = int(candidate.mode, 8)
-    if candidate.owner not in (0, uid):
-        return Candidate(
-            candidate.path,
-            f"owned by uid {candidate.owner}, not trusted",
-            candidate.owner,
-            candidate.mode,
-        )
-    if mode & 0o002 and not mode & 0o1000:
-        return Candidate(
-            candidate.path,
-            "writable by everyone without the sticky bit",
-            candidate.owner,
-            candidate.mode,
-        )
-    return candidate
-
-
-@dataclass(frozen=True)
-class ExistingInstall:
-    path: str
-    owner: int | None
-    mode: str
-    marker: str
-    sha256: str
+    @property
+    def reason(self) -> str:
+        return self.status.explanation
 
 
 @dataclass(frozen=True)
@@ -122,50 +244,139 @@ class Recon:
     has_shell: bool
     has_sha256sum: bool
     candidates: tuple[Candidate, ...]
-    installs: tuple[ExistingInstall, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
 
     @property
     def platform(self) -> str:
         return self.arch.platform if self.arch else f"linux/{self.raw_arch}"
 
+    def install_bases(self) -> list[Candidate]:
+        """Usable directories, private ones before shared ones, each in probe order."""
+        usable = [c for c in self.candidates if c.usable]
+        return sorted(usable, key=lambda c: c.shared)
 
-def parse_probe(output: str) -> Recon:
+
+def _lines(output: bytes, what: str) -> list[str]:
+    if len(output) > MAX_PROBE_OUTPUT:
+        raise ProbeError(f"the {what} printed {len(output)} bytes, far more than it can")
+    try:
+        text = output.decode("ascii")
+    except UnicodeDecodeError:
+        raise ProbeError(f"the {what} printed bytes that are not ASCII") from None
+    lines = text.splitlines()
+    for line in lines:
+        if len(line) > MAX_LINE:
+            raise ProbeError(f"the {what} printed a line of {len(line)} characters")
+    return lines
+
+
+def _facts(lines: list[str], allowed: set[str], what: str) -> dict[str, str]:
+    """key=value lines, each key from `allowed` and at most once."""
     facts: dict[str, str] = {}
-    candidates: list[Candidate] = []
-    installs: list[ExistingInstall] = []
-    for line in output.splitlines():
-        key, _, value = line.partition("=")
-        if key == "candidate":
-            path, status, owner, mode = [*value.split("|"), "", "", ""][:4]
-            candidates.append(
-                Candidate(path, status, int(owner) if owner.isdigit() else None, mode)
-            )
-        elif key == "install":
-            path, owner, mode, marker, digest = [*value.split("|"), "", "", "", "", ""][:5]
-            installs.append(
-                ExistingInstall(path, int(owner) if owner.isdigit() else None, mode, marker, digest)
-            )
-        elif key:
-            facts[key] = value
-    raw_arch = facts.get("arch", "")
+    for line in lines:
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or key not in allowed:
+            raise ProbeError(f"the {what} printed an unexpected line: {line[:120]!r}")
+        if key in facts:
+            raise ProbeError(f"the {what} printed {key!r} twice; refusing forged output")
+        facts[key] = value
+    return facts
+
+
+def _word(facts: dict[str, str], key: str, pattern: re.Pattern[str] = _WORD) -> str:
+    value = facts.get(key, "")
+    if not pattern.fullmatch(value):
+        raise ProbeError(f"the probe's {key!r} is malformed: {value[:120]!r}")
+    return value
+
+
+def _candidate(path: str, value: str) -> Candidate:
+    parts = value.split("|")
+    if len(parts) != 4:
+        raise ProbeError(f"malformed candidate line for {path}: {value[:120]!r}")
+    status_text, owner, mode, existing = parts
+    try:
+        status = CandidateStatus(status_text)
+    except ValueError:
+        raise ProbeError(f"unknown verdict for {path}: {status_text[:40]!r}") from None
+    if (owner and not _DIGITS.fullmatch(owner)) or (mode and not _MODE.fullmatch(mode)):
+        raise ProbeError(f"malformed owner or mode for {path}: {value[:120]!r}")
+    if existing not in ("yes", "no"):
+        raise ProbeError(f"malformed candidate line for {path}: {value[:120]!r}")
+    return Candidate(path, status, int(owner) if owner else None, mode, existing == "yes")
+
+
+def parse_probe(output: bytes, dirs: tuple[str, ...] = CANDIDATE_DIRS) -> Recon:
+    """The probe's output as facts; anything but exactly its format raises ProbeError."""
+    scalars = {"os_id", "os_version", "arch", "libc", "uid", "user", "sha256sum", "home"}
+    slots = {f"cand.{index}" for index in range(len(dirs) + 1)}
+    facts = _facts(_lines(output, "probe"), scalars | slots, "probe")
+    missing = sorted((scalars | slots) - facts.keys())
+    if missing:
+        raise ProbeError(f"the probe's output lacks {', '.join(missing)}")
+    home = facts["home"]
+    if home and not _HOME.fullmatch(home):
+        raise ProbeError(f"the probe's 'home' is malformed: {home[:120]!r}")
+    if facts["libc"] not in ("glibc", "musl", "none") or facts["sha256sum"] not in ("yes", "no"):
+        raise ProbeError("the probe's 'libc' or 'sha256sum' is malformed")
+    uid_text = _word(facts, "uid")
+    uid = int(uid_text) if _DIGITS.fullmatch(uid_text) else None
+    raw_arch = _word(facts, "arch")
     try:
         arch: Arch | None = Arch.parse(raw_arch)
     except ValueError:
         arch = None
-    uid_text = facts.get("uid", "")
-    uid = int(uid_text) if uid_text.isdigit() else None
+    paths = (*dirs, home)
+    candidates = tuple(
+        _candidate(path, facts[f"cand.{index}"])
+        for index, path in enumerate(paths)
+        if path and path not in paths[:index]  # $HOME may be one of the fixed dirs
+    )
     return Recon(
         arch=arch,
         raw_arch=raw_arch,
-        os_id=facts.get("os_id", "") or "unknown",
-        os_version=facts.get("os_version", ""),
-        libc=facts.get("libc", "none"),
+        os_id=_word(facts, "os_id") or "unknown",
+        os_version=_word(facts, "os_version"),
+        libc=facts["libc"],
         uid=uid,
-        user=facts.get("user", ""),
-        home=facts.get("home", ""),
+        user=_word(facts, "user"),
+        home=home,
         has_shell=True,
-        has_sha256sum=facts.get("sha256sum") == "yes",
-        candidates=tuple(judge_candidate(c, uid) for c in candidates),
-        installs=tuple(installs),
+        has_sha256sum=facts["sha256sum"] == "yes",
+        candidates=candidates,
     )
+
+
+class InstallVerdict(str, Enum):
+    TRUSTED = "trusted"
+    UNVERIFIED = "unverified"  # all checks passed but the sandbox cannot hash: host reads
+    ABSENT = "absent"
+    WRITABLE_BY_OTHERS = "writable-by-others"
+    FOREIGN_OWNER = "foreign-owner"
+    FOREIGN_ANCESTOR = "foreign-ancestor"
+    WRITABLE_ANCESTOR = "writable-ancestor"
+    UNREADABLE = "unreadable"
+    NO_EXECUTABLE = "no-executable"
+    FOREIGN_EXECUTABLE = "foreign-executable"
+    WRITABLE_EXECUTABLE = "writable-executable"
+    WRONG_SIZE = "wrong-size"
+    WRONG_DIGEST = "wrong-digest"
+
+
+def parse_check(output: bytes, paths: tuple[str, ...]) -> dict[str, InstallVerdict]:
+    """The reuse check's verdict per path; anything else raises ProbeError."""
+    slots = {f"check.{index}" for index in range(len(paths))}
+    facts = _facts(_lines(output, "install check"), slots, "install check")
+    if facts.keys() != slots:
+        raise ProbeError("the install check did not give a verdict for every path")
+    verdicts: dict[str, InstallVerdict] = {}
+    for index, path in enumerate(paths):
+        try:
+            verdicts[path] = InstallVerdict(facts[f"check.{index}"])
+        except ValueError:
+            raise ProbeError(
+                f"unknown install verdict for {path}: {facts[f'check.{index}'][:40]!r}"
+            ) from None
+    return verdicts

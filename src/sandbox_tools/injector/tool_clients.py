@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient
+from sandbox_tools.errors import RuntimeTransportError
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
 
 TextEditorCommand = Literal["view", "create", "str_replace", "insert", "undo_edit"]
 
@@ -17,7 +18,7 @@ async def new_bash_session(client: RuntimeClient, user: str | None = None) -> st
     """Start an interactive shell; returns its session name (BashSession, BashSession_1...)."""
     params = {"user": user} if user is not None else {}
     result = await client.call("bash_session_new_session", params)
-    return str(result["session_name"])
+    return str(result_fields(result, "bash_session_new_session", session_name=str)["session_name"])
 
 
 async def bash_session(
@@ -41,7 +42,15 @@ async def bash_session(
         if max_output_bytes is not None:
             params["max_output_bytes"] = max_output_bytes
     # The runtime answers within wait_for_output; allow generous slack for the transport.
-    return str(await client.call("bash_session", params, timeout=wait_for_output + 60))
+    return _text(
+        await client.call("bash_session", params, timeout=wait_for_output + 60), "bash_session"
+    )
+
+
+def _text(result: Any, method: str) -> str:
+    if not isinstance(result, str):
+        raise RuntimeTransportError(f"{method}: expected text as the result, got {result!r:.200}")
+    return result
 
 
 async def text_editor(
@@ -66,4 +75,4 @@ async def text_editor(
         "user": user,
     }
     params.update({key: value for key, value in optional.items() if value is not None})
-    return str(await client.call("text_editor", params))
+    return _text(await client.call("text_editor", params), "text_editor")

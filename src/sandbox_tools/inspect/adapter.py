@@ -10,7 +10,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, as_bytes
+from sandbox_tools.errors import SandboxOutputLimitError
+from sandbox_tools.sandboxes.base import (
+    DEFAULT_EXEC_OUTPUT_LIMIT,
+    DEFAULT_EXEC_TIMEOUT,
+    ExecOutput,
+    Sandbox,
+    as_bytes,
+)
 
 
 class InspectSandbox(Sandbox):
@@ -26,18 +33,33 @@ class InspectSandbox(Sandbox):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_EXEC_TIMEOUT,
+        max_output: int = DEFAULT_EXEC_OUTPUT_LIMIT,
     ) -> ExecOutput:
-        result = await self.environment.exec(
-            cmd,
-            input=as_bytes(input),
-            cwd=cwd,
-            env=dict(env or {}),
-            user=user,
-            timeout=math.ceil(timeout) if timeout else None,
-            timeout_retry=False,  # the injector and exec_remote choose their own retries
-        )
-        return ExecOutput(int(result.returncode), result.stdout.encode(), result.stderr.encode())
+        # inspect's providers cap an exec's output themselves (10 MiB by default) and
+        # raise their OutputLimitExceededError; the cap here bounds what we keep.
+        try:
+            result = await self.environment.exec(
+                cmd,
+                input=as_bytes(input),
+                cwd=cwd,
+                env=dict(env or {}),
+                user=user,
+                timeout=math.ceil(timeout) if timeout else None,
+                timeout_retry=False,  # the injector and exec_remote choose their own retries
+            )
+        except Exception as exc:
+            if type(exc).__name__ == "OutputLimitExceededError":
+                raise SandboxOutputLimitError(
+                    f"{cmd[0]} in {self.name} printed more than inspect's exec output limit"
+                ) from None
+            raise
+        stdout, stderr = result.stdout.encode(), result.stderr.encode()
+        if len(stdout) + len(stderr) > max_output:
+            raise SandboxOutputLimitError(
+                f"{cmd[0]} in {self.name} printed more than {max_output} bytes"
+            )
+        return ExecOutput(int(result.returncode), stdout, stderr)
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         await self.environment.write_file(path, data)

@@ -44,6 +44,7 @@ commands:
   start-server     start the server unless it runs
   stop-server      ask the server to shut down and wait until it has
   healthcheck      exit 0 only if this CLI and the server both answer `version`
+  unpack           make the runtime ready to run (the portable launcher unpacks itself)
   --version        print the runtime version
 """
 
@@ -188,6 +189,21 @@ class _StdioBridge:
         return 0
 
 
+def _answer_all_with(reason: str) -> int:
+    """Serve a stdio channel that cannot reach a server: every request gets the reason."""
+    print(f"sandbox-tools runtime: {reason}", file=sys.stderr)
+    for raw in sys.stdin.buffer:
+        if not raw.strip():
+            continue
+        frame, request_id, error = _to_frame(raw)
+        if frame is None:
+            assert error is not None
+            _write_line(error)
+        elif request_id is not None:
+            _write_line(_unavailable(request_id, reason))
+    return 1
+
+
 def cmd_start_server(paths: ServerPaths) -> int:
     connect(paths).close()
     return 0
@@ -239,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     if command == "--version":
         print(__version__)
         return 0
+    if command == "unpack":  # only the portable launcher has anything to unpack
+        return 0
     if command == "file-op":  # text_editor as another user: no server directory involved
         from sandbox_tools.runtime.tools.text_editor.file_ops import serve_one_request
 
@@ -266,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         if command == "exec":  # the caller expects a JSON-RPC response, even for this
             _write_line(_unavailable(None, str(exc)))
             return 0
+        if command == "stdio":  # the host reads responses, not our stderr: answer each
+            return _answer_all_with(str(exc))
         print(f"sandbox-tools runtime: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

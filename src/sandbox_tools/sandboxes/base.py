@@ -10,6 +10,16 @@ import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sandbox_tools.errors import SandboxExecError, SandboxOutputLimitError
+
+# Bounds on what the host accepts from a sandbox (THREAT_MODEL.md, rule 3). Every exec
+# is bounded in bytes and, unless the caller says otherwise, in time: an image whose
+# shell prints forever or never exits costs the host at most this much.
+DEFAULT_EXEC_OUTPUT_LIMIT = 64 * 1024 * 1024  # stdout + stderr of one exec
+DEFAULT_EXEC_TIMEOUT = 600.0
+# The longest line a persistent stream may carry: one JSON-RPC frame plus slack.
+MAX_STREAM_LINE = 64 * 1024 * 1024 + 4096
+
 
 @dataclass(frozen=True)
 class ExecOutput:
@@ -30,7 +40,11 @@ class Stream(abc.ABC):
 
     @abc.abstractmethod
     async def readline(self) -> bytes:
-        """The next line including its newline; b"" once the process's stdout is closed."""
+        """The next line including its newline; b"" once the process's stdout is closed.
+
+        Raises StreamLineTooLong past MAX_STREAM_LINE bytes without a newline: the stream
+        is then unusable and must be closed.
+        """
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -50,9 +64,15 @@ class Sandbox(abc.ABC):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_EXEC_TIMEOUT,
+        max_output: int = DEFAULT_EXEC_OUTPUT_LIMIT,
     ) -> ExecOutput:
-        """Run `cmd` (no shell) to completion; raises TimeoutError past `timeout` seconds."""
+        """Run `cmd` (no shell) to completion.
+
+        Raises TimeoutError past `timeout` seconds (None: the caller bounds it) and
+        SandboxOutputLimitError, with the exec closed, once stdout and stderr together
+        exceed `max_output` bytes.
+        """
 
     @abc.abstractmethod
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
@@ -79,6 +99,63 @@ class Sandbox(abc.ABC):
 
     async def cleanup(self) -> None:
         """Release what the provider holds for this sandbox (not the sandbox itself)."""
+
+
+class StreamLineTooLong(SandboxExecError):
+    """A persistent stream sent more than MAX_STREAM_LINE bytes without a newline."""
+
+
+class OutputBudget:
+    """Counts an exec's output against its cap; providers call `take` per chunk."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.limit = limit
+        self.what = what
+        self.used = 0
+
+    def take(self, size: int) -> None:
+        self.used += size
+        if self.used > self.limit:
+            raise SandboxOutputLimitError(
+                f"{self.what} printed more than {self.limit} bytes; the exec was closed"
+            )
+
+
+class LineSplitter:
+    """Bytes in, complete lines out; scans each byte once and caps a line's length.
+
+    Rescanning the whole buffer for every frame made a line without newlines cost
+    quadratic time; an uncapped buffer let a sandbox grow the host without limit.
+    """
+
+    def __init__(self, max_line: int = MAX_STREAM_LINE) -> None:
+        self.max_line = max_line
+        self._buffer = bytearray()
+        self._scanned = 0
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next_line(self) -> bytes | None:
+        """A complete line (with its newline), or None until more bytes arrive."""
+        end = self._buffer.find(b"\n", self._scanned)
+        if end < 0:
+            self._scanned = len(self._buffer)
+            if self._scanned > self.max_line:
+                raise StreamLineTooLong(
+                    f"the stream sent more than {self.max_line} bytes without a newline"
+                )
+            return None
+        line = bytes(self._buffer[: end + 1])
+        del self._buffer[: end + 1]
+        self._scanned = 0
+        return line
+
+    def rest(self) -> bytes:
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        self._scanned = 0
+        return rest
 
 
 def as_user(cmd: list[str], user: str | None) -> list[str]:

@@ -24,12 +24,23 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
-from sandbox_tools.errors import EngineUnavailableError, SandboxExecError
-from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes
+from sandbox_tools.errors import EngineUnavailableError, SandboxExecError, SandboxOutputLimitError
+from sandbox_tools.sandboxes.base import (
+    DEFAULT_EXEC_OUTPUT_LIMIT,
+    DEFAULT_EXEC_TIMEOUT,
+    ExecOutput,
+    LineSplitter,
+    OutputBudget,
+    Sandbox,
+    Stream,
+    as_bytes,
+)
 
 T = TypeVar("T")
 _HEADER = struct.Struct(">BxxxL")
 _STDOUT, _STDERR = 1, 2
+_MAX_FRAME = 1 << 32
+_STDERR_KEPT = 65536  # a stream's stderr is kept for diagnostics only: its newest bytes
 
 
 def _in_daemon_thread(function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
@@ -45,14 +56,20 @@ def _in_daemon_thread(function: Callable[..., T], *args: Any) -> asyncio.Future[
         if not future.done():
             outcome()
 
+    def deliver(outcome: Callable[[], None]) -> None:
+        # The caller may have given up and its loop closed (a timed-out read that the
+        # socket's shutdown woke): nobody is left to tell.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, outcome)
+
     def run() -> None:
         try:
             result = function(*args)
         except BaseException as exc:
             error = exc
-            loop.call_soon_threadsafe(settle, lambda: future.set_exception(error))
+            deliver(lambda: future.set_exception(error))
         else:
-            loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+            deliver(lambda: future.set_result(result))
 
     threading.Thread(target=run, daemon=True, name="docker-socket").start()
     return future
@@ -93,10 +110,17 @@ class _ExecSocket:
             self._buffer += chunk
         return True
 
-    def next_frame(self) -> tuple[int, bytes] | None:
+    def next_frame(self, max_payload: int = _MAX_FRAME) -> tuple[int, bytes] | None:
+        """The next (stream, payload); a payload over `max_payload` is refused unread."""
         if not self._fill(_HEADER.size):
             return None
         stream, length = _HEADER.unpack_from(self._buffer)
+        if length > max_payload:
+            # Checked before buffering it: the header alone may announce 4 GiB.
+            raise SandboxOutputLimitError(
+                f"the engine announced a {length}-byte frame, more than the {max_payload} "
+                "bytes this exec may still return; the exec was closed"
+            )
         if not self._fill(_HEADER.size + length):
             return None
         payload = bytes(self._buffer[_HEADER.size : _HEADER.size + length])
@@ -173,6 +197,7 @@ class DockerSandbox(Sandbox):
         env: Mapping[str, str] | None,
         user: str | None,
         opened: list[_ExecSocket],
+        budget: OutputBudget,
     ) -> ExecOutput:
         exec_id, conn = self._start_exec(cmd, data is not None, cwd, env, user)
         opened.append(conn)  # lets a timed-out caller close it and wake this thread
@@ -182,9 +207,10 @@ class DockerSandbox(Sandbox):
                 writer = threading.Thread(target=self._feed, args=(conn, data), daemon=True)
                 writer.start()
             while True:
-                frame = conn.next_frame()
+                frame = conn.next_frame(budget.limit - budget.used)
                 if frame is None:
                     break
+                budget.take(len(frame[1]))
                 (out if frame[0] == _STDOUT else err).extend(frame[1])
         finally:
             conn.close()
@@ -206,10 +232,14 @@ class DockerSandbox(Sandbox):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_EXEC_TIMEOUT,
+        max_output: int = DEFAULT_EXEC_OUTPUT_LIMIT,
     ) -> ExecOutput:
         opened: list[_ExecSocket] = []
-        task = _in_daemon_thread(self._exec_blocking, cmd, as_bytes(input), cwd, env, user, opened)
+        budget = OutputBudget(max_output, f"{cmd[0]} in {self.name}")
+        task = _in_daemon_thread(
+            self._exec_blocking, cmd, as_bytes(input), cwd, env, user, opened, budget
+        )
         try:
             return await asyncio.wait_for(task, timeout)
         except BaseException as exc:
@@ -315,7 +345,7 @@ class _DockerStream(Stream):
 
     def __init__(self, conn: _ExecSocket) -> None:
         self._conn = conn
-        self._lines = bytearray()
+        self._lines = LineSplitter()
         self._eof = False
         self._write_lock = asyncio.Lock()
         self.stderr = bytearray()
@@ -326,22 +356,19 @@ class _DockerStream(Stream):
 
     async def readline(self) -> bytes:
         while True:
-            end = self._lines.find(b"\n")
-            if end >= 0:
-                line = bytes(self._lines[: end + 1])
-                del self._lines[: end + 1]
+            line = self._lines.next_line()
+            if line is not None:
                 return line
             if self._eof:
-                rest = bytes(self._lines)
-                self._lines.clear()
-                return rest
-            frame = await _in_daemon_thread(self._conn.next_frame)
+                return self._lines.rest()
+            frame = await _in_daemon_thread(self._conn.next_frame, self._lines.max_line)
             if frame is None:
                 self._eof = True
             elif frame[0] == _STDOUT:
-                self._lines += frame[1]
+                self._lines.feed(frame[1])
             else:
-                self.stderr += frame[1][-65536:]
+                self.stderr += frame[1][-_STDERR_KEPT:]
+                del self.stderr[:-_STDERR_KEPT]
 
     async def close(self) -> None:
         await asyncio.to_thread(self._conn.close_input)

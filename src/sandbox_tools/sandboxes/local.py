@@ -8,7 +8,18 @@ import os
 import tempfile
 from collections.abc import Mapping
 
-from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes, as_user
+from sandbox_tools.sandboxes.base import (
+    DEFAULT_EXEC_OUTPUT_LIMIT,
+    DEFAULT_EXEC_TIMEOUT,
+    MAX_STREAM_LINE,
+    ExecOutput,
+    OutputBudget,
+    Sandbox,
+    Stream,
+    StreamLineTooLong,
+    as_bytes,
+    as_user,
+)
 
 
 class LocalSandbox(Sandbox):
@@ -26,7 +37,8 @@ class LocalSandbox(Sandbox):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_EXEC_TIMEOUT,
+        max_output: int = DEFAULT_EXEC_OUTPUT_LIMIT,
     ) -> ExecOutput:
         cmd = as_user(cmd, user)
         data = as_bytes(input)
@@ -38,9 +50,10 @@ class LocalSandbox(Sandbox):
             cwd=cwd,
             env=self._env(env),
         )
+        budget = OutputBudget(max_output, f"{cmd[0]} (local)")
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(data), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            stdout, stderr = await asyncio.wait_for(_communicate(process, data, budget), timeout)
+        except BaseException as exc:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
@@ -78,9 +91,38 @@ class LocalSandbox(Sandbox):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             env=self._env(env),
-            limit=64 * 1024 * 1024,
+            limit=MAX_STREAM_LINE,
         )
         return _ProcessStream(process)
+
+
+async def _communicate(
+    process: asyncio.subprocess.Process, data: bytes | None, budget: OutputBudget
+) -> tuple[bytes, bytes]:
+    """`communicate()`, but reading in blocks counted against the budget."""
+
+    async def feed() -> None:
+        if process.stdin is None:
+            return
+        with contextlib.suppress(ConnectionError):
+            if data:
+                process.stdin.write(data)
+                await process.stdin.drain()
+            process.stdin.close()
+
+    async def drain(reader: asyncio.StreamReader | None) -> bytes:
+        collected = bytearray()
+        while reader is not None:
+            block = await reader.read(1 << 16)
+            if not block:
+                break
+            budget.take(len(block))
+            collected += block
+        return bytes(collected)
+
+    _, stdout, stderr = await asyncio.gather(feed(), drain(process.stdout), drain(process.stderr))
+    await process.wait()
+    return stdout, stderr
 
 
 class _ProcessStream(Stream):
@@ -95,7 +137,12 @@ class _ProcessStream(Stream):
         await self._stdin.drain()
 
     async def readline(self) -> bytes:
-        return await self._stdout.readline()
+        try:
+            return await self._stdout.readline()
+        except ValueError:  # asyncio's way of saying the line overran the limit
+            raise StreamLineTooLong(
+                f"the stream sent more than {MAX_STREAM_LINE} bytes without a newline"
+            ) from None
 
     async def close(self) -> None:
         if not self._stdin.is_closing():

@@ -25,8 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sandbox_tools.errors import ConfigurationError, SandboxExecError
-from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, Stream, as_bytes, as_user
+from sandbox_tools.errors import ConfigurationError, SandboxExecError, SandboxOutputLimitError
+from sandbox_tools.sandboxes.base import (
+    DEFAULT_EXEC_OUTPUT_LIMIT,
+    DEFAULT_EXEC_TIMEOUT,
+    ExecOutput,
+    LineSplitter,
+    OutputBudget,
+    Sandbox,
+    Stream,
+    as_bytes,
+    as_user,
+)
 
 T = TypeVar("T")
 
@@ -269,6 +279,16 @@ def _sdk() -> Any:
 # -- the provider -------------------------------------------------------------------------
 
 
+async def _bounded_read(reader: Any, budget: OutputBudget) -> bytes:
+    """A Modal output stream read chunk by chunk, never past the exec's byte budget."""
+    collected = bytearray()
+    async for chunk in reader:
+        block = chunk if isinstance(chunk, bytes) else str(chunk).encode()
+        budget.take(len(block))
+        collected += block
+    return bytes(collected)
+
+
 class ModalSandbox(Sandbox):
     """A running Modal sandbox; `create()` starts one, `cleanup()` always terminates it."""
 
@@ -313,9 +333,11 @@ class ModalSandbox(Sandbox):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_EXEC_TIMEOUT,
+        max_output: int = DEFAULT_EXEC_OUTPUT_LIMIT,
     ) -> ExecOutput:
         data = as_bytes(input)
+        budget = OutputBudget(max_output, f"{cmd[0]} in {self.name}")
         started = time.monotonic()
         # Only starting the process is retried: once it runs, a retry could run it twice.
         process = await with_retries(
@@ -335,15 +357,17 @@ class ModalSandbox(Sandbox):
             process.stdin.write_eof()
             await process.stdin.drain.aio()
             stdout, stderr = await asyncio.gather(
-                process.stdout.read.aio(), process.stderr.read.aio()
+                _bounded_read(process.stdout, budget), _bounded_read(process.stderr, budget)
             )
-            return ExecOutput(await process.wait.aio(), bytes(stdout), bytes(stderr))
+            return ExecOutput(await process.wait.aio(), stdout, stderr)
 
         try:
             # Modal enforces `timeout` in the sandbox; this bounds the client side too.
             result = await asyncio.wait_for(communicate(), (timeout + 30) if timeout else None)
         except asyncio.TimeoutError:
             raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s") from None
+        except SandboxOutputLimitError:
+            raise
         except Exception as exc:
             raise translate_error(exc) from exc
         overran = timeout is not None and time.monotonic() - started >= timeout
@@ -419,7 +443,7 @@ class ModalSandbox(Sandbox):
 class _ModalStream(Stream):
     def __init__(self, process: Any) -> None:
         self._process = process
-        self._buffer = bytearray()
+        self._lines = LineSplitter()
         self._chunks = process.stdout.__aiter__()
         self._eof = False
 
@@ -428,15 +452,18 @@ class _ModalStream(Stream):
         await self._process.stdin.drain.aio()
 
     async def readline(self) -> bytes:
-        while b"\n" not in self._buffer and not self._eof:
+        while True:
+            line = self._lines.next_line()
+            if line is not None:
+                return line
+            if self._eof:
+                return self._lines.rest()
             try:
-                self._buffer += await self._chunks.__anext__()
+                chunk = await self._chunks.__anext__()
             except StopAsyncIteration:
                 self._eof = True
-        end = self._buffer.find(b"\n") + 1 or len(self._buffer)
-        line = bytes(self._buffer[:end])
-        del self._buffer[:end]
-        return line
+            else:
+                self._lines.feed(chunk if isinstance(chunk, bytes) else str(chunk).encode())
 
     async def close(self) -> None:
         self._process.stdin.write_eof()

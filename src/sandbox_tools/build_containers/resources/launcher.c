@@ -8,8 +8,16 @@
  *
  * First run: the archive (a PyInstaller onedir tree plus its own glibc loader and
  * libraries in lib/) is unpacked once into <dir of this file>/runtime-<id>/, every file
- * re-read and checked after writing, then renamed into place (atomic: racing first runs
- * are safe). Later runs never unpack.
+ * re-read and checked after writing, then renamed into place (atomic). Unpacking holds
+ * an flock on <dir>/.unpack.lock, so racing first runs wait for one another and any
+ * staging directory seen while holding it is a crashed run's leftover, swept away.
+ * Later runs never unpack; they check that the tree belongs to them (or root) and that
+ * nobody else can write to it.
+ *
+ * The payload is treated as hostile input too (THREAT_MODEL.md): entry names must be
+ * relative with no empty, "." or ".." components; every entry is created relative to
+ * the staging directory with openat/mkdirat/symlinkat, never following a symlink on
+ * the way (O_NOFOLLOW); symlink targets must be relative and stay inside the tree.
  *
  * `exec` is answered here without starting Python: the request is forwarded to the
  * runtime server over its Unix socket (newline-delimited JSON), starting the server
@@ -19,6 +27,7 @@
  * container's libraries is used and nothing leaks into the runtime's children.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -48,6 +57,7 @@
 #define TRAILER_MAGIC "SBXTPAY1"
 #define TRAILER_SIZE 72
 #define SERVER_START_TIMEOUT_MS 30000
+#define MAX_REQUEST_BYTES (64 * 1024 * 1024) /* protocol.MAX_FRAME_BYTES */
 
 static char self_path[4096];
 
@@ -209,9 +219,9 @@ static unsigned char *decompress_archive(int fd, const struct trailer *t) {
     return archive;
 }
 
-static int verify_file(const char *path, uint64_t size, uint64_t expected) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
+/* Re-read what was just written through the same descriptor and check it. */
+static int verify_fd(int fd, uint64_t size, uint64_t expected) {
+    if (lseek(fd, 0, SEEK_SET) != 0) return -1;
     unsigned char buf[65536];
     uint32_t h = 0;
     uint64_t total = 0;
@@ -220,47 +230,118 @@ static int verify_file(const char *path, uint64_t size, uint64_t expected) {
         h = crc32_update(h, buf, (size_t)r);
         total += (uint64_t)r;
     }
-    close(fd);
     return (r == 0 && total == size && h == expected) ? 0 : -1;
 }
 
+/* An entry name: relative, no NUL, no empty, "." or ".." component. */
+static int safe_name(const char *name, unsigned len) {
+    if (len == 0 || name[0] == '/' || memchr(name, 0, len)) return 0;
+    unsigned start = 0;
+    for (unsigned i = 0; i <= len; i++) {
+        if (i < len && name[i] != '/') continue;
+        unsigned part = i - start;
+        if (part == 0 || (part == 1 && name[start] == '.') ||
+            (part == 2 && name[start] == '.' && name[start + 1] == '.'))
+            return 0;
+        start = i + 1;
+    }
+    return 1;
+}
+
+/* A symlink target: relative, no NUL, and never climbing above the tree's root. */
+static int safe_link_target(const char *name, const char *target, size_t len) {
+    if (len == 0 || target[0] == '/' || memchr(target, 0, len)) return 0;
+    long depth = 0;
+    for (const char *p = name; *p; p++)
+        if (*p == '/') depth++; /* the link's directory, counted from the root */
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && target[i] != '/') continue;
+        size_t part = i - start;
+        if (part == 2 && target[start] == '.' && target[start + 1] == '.') {
+            if (--depth < 0) return 0;
+        } else if (part > 0 && !(part == 1 && target[start] == '.')) {
+            depth++;
+        }
+        start = i + 1;
+    }
+    return 1;
+}
+
+/* The directory holding `rel` (relative to root_fd), opened without following any
+ * symlink on the way; *leaf points at the last component. -1 when it cannot be. */
+static int open_parent(int root_fd, char *rel, char **leaf) {
+    int fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
+    char *p = rel;
+    while (fd >= 0) {
+        char *slash = strchr(p, '/');
+        if (!slash) {
+            *leaf = p;
+            return fd;
+        }
+        *slash = 0;
+        int next = openat(fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        *slash = '/';
+        close(fd);
+        fd = next;
+        p = slash + 1;
+    }
+    return -1;
+}
+
 /* Archive entries: u8 type ('D','F','L'), u32 mode, u16 path length, path, u64 size,
- * u64 CRC-32 of the content, content. */
-static void extract(const unsigned char *archive, uint64_t size, const char *root) {
+ * u64 CRC-32 of the content, content. Everything is created relative to root_fd. */
+static void extract(const unsigned char *archive, uint64_t size, int root_fd, const char *root) {
     uint64_t pos = 0;
-    char path[8192], target[4096];
+    char name[8192], target[4096];
     while (pos < size) {
         if (size - pos < 23) die("corrupted archive entry header");
         char type = (char)archive[pos];
         uint32_t mode = le32(archive + pos + 1);
         unsigned name_len = (unsigned)archive[pos + 5] | ((unsigned)archive[pos + 6] << 8);
         pos += 7;
-        if (size - pos < name_len + 16ULL || name_len == 0) die("corrupted archive entry");
-        join(path, sizeof path, root, (const char *)archive + pos, (int)name_len);
+        if (size - pos < name_len + 16ULL || name_len == 0 || name_len >= sizeof name)
+            die("corrupted archive entry");
+        if (!safe_name((const char *)archive + pos, name_len))
+            die("refusing archive entry %.*s: not a plain relative path", (int)name_len,
+                (const char *)archive + pos);
+        memcpy(name, archive + pos, name_len);
+        name[name_len] = 0;
         pos += name_len;
         uint64_t length = le64(archive + pos), checksum = le64(archive + pos + 8);
         pos += 16;
         if (length > size - pos) die("corrupted archive entry size");
         const unsigned char *content = archive + pos;
         pos += length;
+        char *leaf;
+        int dir_fd = open_parent(root_fd, name, &leaf);
+        if (dir_fd < 0)
+            die("cannot open the directory of %s/%s: %s (a parent is missing or a symlink)",
+                root, name, strerror(errno));
         if (type == 'D') {
-            if (mkdir(path, 0700) != 0 && errno != EEXIST) die("mkdir %s: %s", path, strerror(errno));
-            chmod(path, mode & 07777);
+            if (mkdirat(dir_fd, leaf, 0700) != 0) die("mkdir %s/%s: %s", root, name, strerror(errno));
+            int fd = openat(dir_fd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0 || fchmod(fd, mode & 0777) != 0 || close(fd) != 0)
+                die("chmod %s/%s: %s", root, name, strerror(errno));
         } else if (type == 'L') {
-            if (length >= sizeof target) die("symlink target too long");
+            if (length >= sizeof target || !safe_link_target(name, (const char *)content, length))
+                die("refusing symlink %s: its target leaves the tree", name);
             memcpy(target, content, length);
             target[length] = 0;
-            if (symlink(target, path) != 0) die("symlink %s: %s", path, strerror(errno));
+            if (symlinkat(target, dir_fd, leaf) != 0)
+                die("symlink %s/%s: %s", root, name, strerror(errno));
         } else if (type == 'F') {
-            int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-            if (fd < 0 || write_full(fd, content, length) != 0 || fchmod(fd, mode & 07777) != 0 ||
-                close(fd) != 0)
-                die("cannot write %s: %s", path, strerror(errno));
-            if (verify_file(path, length, checksum) != 0)
-                die("verification of %s failed after writing it (disk full or corrupted?)", path);
+            int fd = openat(dir_fd, leaf, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            if (fd < 0 || write_full(fd, content, length) != 0 || fchmod(fd, mode & 0777) != 0)
+                die("cannot write %s/%s: %s", root, name, strerror(errno));
+            if (verify_fd(fd, length, checksum) != 0)
+                die("verification of %s/%s failed after writing it (disk full or corrupted?)",
+                    root, name);
+            if (close(fd) != 0) die("cannot write %s/%s: %s", root, name, strerror(errno));
         } else {
             die("unknown archive entry type %d", type);
         }
+        close(dir_fd);
     }
 }
 
@@ -279,12 +360,19 @@ static void tree_path(char *out, size_t n, const char *dir, const struct trailer
     snprintf(out, n, "%s/runtime-%s", dir, t->tree_id);
 }
 
+/* 1: the tree is complete and ours; 0: not there (yet). Dies when a tree is there but
+ * could have been prepared or changed by someone else: it is never run then. */
 static int tree_complete(const char *tree, const struct trailer *t) {
+    struct stat st;
+    if (lstat(tree, &st) != 0) return 0;
+    if (!S_ISDIR(st.st_mode) || (st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022))
+        die("%s is not a directory of uid %u or root that only its owner can write; refusing "
+            "to run it. Remove it and run again", tree, (unsigned)geteuid());
     char marker[8192], seen[40] = {0};
     join(marker, sizeof marker, tree, ".complete", 9);
-    int fd = open(marker, O_RDONLY | O_CLOEXEC);
+    int fd = open(marker, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return 0;
-    ssize_t r = read(fd, seen, 32);
+    ssize_t r = (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) ? read(fd, seen, 32) : -1;
     close(fd);
     return r == 32 && memcmp(seen, t->tree_id, 32) == 0;
 }
@@ -294,6 +382,20 @@ static void self_dir(char *out, size_t n) {
     char *slash = strrchr(out, '/');
     if (slash == out) slash[1] = 0;
     else if (slash) *slash = 0;
+}
+
+/* Staging directories left by a run that crashed mid-unpack (called under the lock). */
+static void sweep_stale_staging(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[8192];
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "runtime-", 8) != 0 || !strstr(e->d_name, ".tmp.")) continue;
+        join(path, sizeof path, dir, e->d_name, (int)strlen(e->d_name));
+        remove_tree(path);
+    }
+    closedir(d);
 }
 
 /* Unpack once; returns the tree directory. */
@@ -309,30 +411,40 @@ static void ensure_tree(char *tree, size_t n) {
         close(fd);
         return;
     }
-    char staging[8192];
-    snprintf(staging, sizeof staging, "%s.tmp.%ld", tree, (long)getpid());
-    if (mkdir(staging, 0700) != 0)
+    char lock_path[4200];
+    join(lock_path, sizeof lock_path, dir, ".unpack.lock", 12);
+    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (lock_fd < 0)
         die("cannot unpack into %s: %s. The runtime unpacks itself next to its executable on "
             "first run; run it once as the owner of that directory (the injector does)",
             dir, strerror(errno));
+    while (flock(lock_fd, LOCK_EX) != 0)
+        if (errno != EINTR) die("cannot lock %s: %s", lock_path, strerror(errno));
+    if (tree_complete(tree, &t)) { /* a racing first run finished while we waited */
+        close(lock_fd);
+        close(fd);
+        return;
+    }
+    sweep_stale_staging(dir);
+    char staging[8192];
+    int w = snprintf(staging, sizeof staging, "%s.tmp.XXXXXX", tree);
+    if (w < 0 || (size_t)w >= sizeof staging) die("path too long: %s", tree);
+    if (!mkdtemp(staging)) die("cannot create a staging directory in %s: %s", dir, strerror(errno));
+    int root_fd = open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root_fd < 0) die("cannot open %s: %s", staging, strerror(errno));
     crc_init();
     unsigned char *archive = decompress_archive(fd, &t);
     close(fd);
-    extract(archive, t.archive_size, staging);
+    extract(archive, t.archive_size, root_fd, staging);
     free(archive);
-    char marker[8192];
-    join(marker, sizeof marker, staging, ".complete", 9);
-    int mfd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int mfd = openat(root_fd, ".complete", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     0644);
     if (mfd < 0 || write_full(mfd, t.tree_id, 32) != 0 || close(mfd) != 0)
-        die("cannot write %s: %s", marker, strerror(errno));
-    chmod(staging, 0755);
-    if (rename(staging, tree) != 0) {
-        if ((errno == EEXIST || errno == ENOTEMPTY) && tree_complete(tree, &t)) {
-            remove_tree(staging); /* a racing first run finished first: use its tree */
-            return;
-        }
-        die("cannot move %s into place: %s", tree, strerror(errno));
-    }
+        die("cannot write %s/.complete: %s", staging, strerror(errno));
+    if (fchmod(root_fd, 0755) != 0) die("chmod %s: %s", staging, strerror(errno));
+    close(root_fd);
+    if (rename(staging, tree) != 0) die("cannot move %s into place: %s", tree, strerror(errno));
+    close(lock_fd);
 }
 
 /* ---- running the Python runtime ----------------------------------------------------- */
@@ -423,7 +535,8 @@ static void ensure_private_dir(const char *dir) {
         FAIL("server directory %s is owned by uid %u, not by us (uid %u); refusing to use it. "
              "Set SANDBOX_TOOLS_DIR to a directory of our own", dir, (unsigned)st.st_uid,
              (unsigned)geteuid());
-    if (st.st_mode & 077) chmod(dir, 0700);
+    if ((st.st_mode & 077) && chmod(dir, 0700) != 0)
+        FAIL("cannot make server directory %s private: %s", dir, strerror(errno));
 }
 
 /* -1: nothing to connect to; -2: refused to trust what is there; >= 0: connected. */
@@ -527,7 +640,9 @@ static char *read_request(int argc, char **argv, size_t *len) {
     char *buf = malloc(cap);
     if (!buf) FAIL("out of memory");
     for (;;) {
-        if (cap - n < 2) {
+        /* Keep room for a useful read and the two bytes the caller appends. */
+        if (cap - n < 4096) {
+            if (cap >= MAX_REQUEST_BYTES) FAIL("request larger than %d bytes", MAX_REQUEST_BYTES);
             cap *= 2;
             buf = realloc(buf, cap);
             if (!buf) FAIL("out of memory");
@@ -567,6 +682,7 @@ static void exec_request(int argc, char **argv) {
         FAIL("cannot send the request to the runtime server: %s", strerror(errno));
     size_t cap = 65536, n = 0;
     char *response = malloc(cap);
+    if (!response) FAIL("out of memory");
     for (;;) {
         if (n == cap) {
             cap *= 2;
@@ -600,6 +716,11 @@ int main(int argc, char **argv) {
         die("cannot find my own path (/proc is not mounted and argv[0] has no '/')");
     }
     if (argc >= 2 && strcmp(argv[1], "exec") == 0) exec_request(argc, argv);
+    if (argc == 2 && strcmp(argv[1], "unpack") == 0) { /* the installer, before another user runs us */
+        char tree[8192];
+        ensure_tree(tree, sizeof tree);
+        return 0;
+    }
     run_python(argc, argv);
     return 127;
 }
