@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import tempfile
 from collections.abc import Mapping
 
@@ -20,6 +21,9 @@ from sandbox_tools.sandboxes.base import (
     as_bytes,
     as_user,
 )
+
+
+KILL_WAIT = 10.0  # after SIGKILL to the group, the longest we wait for the pipes to close
 
 
 class LocalSandbox(Sandbox):
@@ -49,14 +53,18 @@ class LocalSandbox(Sandbox):
             stderr=asyncio.subprocess.PIPE,
             cwd=cwd,
             env=self._env(env),
+            # Its own process group, so that everything it started can be killed: a child
+            # still holding the pipes would keep asyncio's wait() waiting forever.
+            start_new_session=True,
         )
         budget = OutputBudget(max_output, f"{cmd[0]} (local)")
         try:
             stdout, stderr = await asyncio.wait_for(_communicate(process, data, budget), timeout)
         except BaseException as exc:
             with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+                os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(_discard_until_exit(process), KILL_WAIT)
             if isinstance(exc, asyncio.TimeoutError):  # not the builtin one before 3.11
                 raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s") from None
             raise
@@ -120,9 +128,31 @@ async def _communicate(
             collected += block
         return bytes(collected)
 
-    _, stdout, stderr = await asyncio.gather(feed(), drain(process.stdout), drain(process.stderr))
+    tasks = [
+        asyncio.ensure_future(feed()),
+        asyncio.ensure_future(drain(process.stdout)),
+        asyncio.ensure_future(drain(process.stderr)),
+    ]
+    try:
+        _, stdout, stderr = await asyncio.gather(*tasks)
+    finally:
+        # On a cap or a timeout, no reader may be left waiting on a pipe.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     await process.wait()
     return stdout, stderr
+
+
+async def _discard_until_exit(process: asyncio.subprocess.Process) -> None:
+    """Read the killed group's pipes to EOF (keeping nothing) so their transports close."""
+
+    async def discard(reader: asyncio.StreamReader | None) -> None:
+        while reader is not None and await reader.read(1 << 16):
+            pass
+
+    await asyncio.gather(discard(process.stdout), discard(process.stderr))
+    await process.wait()
 
 
 class _ProcessStream(Stream):
