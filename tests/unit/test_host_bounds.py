@@ -199,7 +199,7 @@ async def test_a_silent_channel_times_out_with_a_typed_error() -> None:
     """Rule 3: every call has a finite timeout; silence is a RuntimeTransportError."""
     client = StdioRuntimeClient(StreamSandbox([]), ["/x"])
     started = time.monotonic()
-    with pytest.raises(RuntimeTransportError, match="within 0.5 s"):
+    with pytest.raises(RuntimeTransportError, match=r"within 0\.5 s"):
         await client.call("version", timeout=0.5)
     assert time.monotonic() - started < 3
     await client.aclose()

@@ -127,16 +127,16 @@ async def _run(
     return out.returncode, out.stdout.decode(errors="replace"), stderr
 
 
-async def reconnoitre(sandbox: Sandbox) -> Recon:
+async def reconnoitre(sandbox: Sandbox, timeout: float = PROBE_TIMEOUT) -> Recon:
     try:
         out = await sandbox.exec(
             ["sh", "-c", PROBE_SCRIPT, "probe", *CANDIDATE_DIRS],
-            timeout=PROBE_TIMEOUT,
+            timeout=timeout,
             max_output=MAX_PROBE_OUTPUT,
         )
     except TimeoutError:
         raise SandboxInjectionError(
-            f"the probe of {sandbox.name} did not finish within {PROBE_TIMEOUT:g} s",
+            f"the probe of {sandbox.name} did not finish within {timeout:g} s",
             remedy="The image's shell or tools hang; use another image.",
         ) from None
     except SandboxExecError as exc:

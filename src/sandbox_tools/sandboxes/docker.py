@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
-from sandbox_tools.errors import EngineUnavailableError, SandboxExecError, SandboxOutputLimitError
+from sandbox_tools.errors import EngineUnavailableError, SandboxExecError
 from sandbox_tools.sandboxes.base import (
     DEFAULT_EXEC_OUTPUT_LIMIT,
     DEFAULT_EXEC_TIMEOUT,
@@ -33,6 +33,7 @@ from sandbox_tools.sandboxes.base import (
     OutputBudget,
     Sandbox,
     Stream,
+    StreamLineTooLong,
     as_bytes,
 )
 
@@ -85,6 +86,10 @@ def docker_client() -> Any:
     return client
 
 
+class _FrameTooLarge(Exception):
+    """A frame larger than the reader may still accept; `args[0]` is its size."""
+
+
 class _ExecSocket:
     """The raw, blocking exec connection with frame demultiplexing."""
 
@@ -117,10 +122,7 @@ class _ExecSocket:
         stream, length = _HEADER.unpack_from(self._buffer)
         if length > max_payload:
             # Checked before buffering it: the header alone may announce 4 GiB.
-            raise SandboxOutputLimitError(
-                f"the engine announced a {length}-byte frame, more than the {max_payload} "
-                "bytes this exec may still return; the exec was closed"
-            )
+            raise _FrameTooLarge(length)
         if not self._fill(_HEADER.size + length):
             return None
         payload = bytes(self._buffer[_HEADER.size : _HEADER.size + length])
@@ -207,7 +209,11 @@ class DockerSandbox(Sandbox):
                 writer = threading.Thread(target=self._feed, args=(conn, data), daemon=True)
                 writer.start()
             while True:
-                frame = conn.next_frame(budget.limit - budget.used)
+                try:
+                    frame = conn.next_frame(budget.limit - budget.used)
+                except _FrameTooLarge as too_large:
+                    budget.take(too_large.args[0])  # raises: over the cap
+                    raise
                 if frame is None:
                     break
                 budget.take(len(frame[1]))
@@ -361,7 +367,12 @@ class _DockerStream(Stream):
                 return line
             if self._eof:
                 return self._lines.rest()
-            frame = await _in_daemon_thread(self._conn.next_frame, self._lines.max_line)
+            try:
+                frame = await _in_daemon_thread(self._conn.next_frame, self._lines.max_line)
+            except _FrameTooLarge:
+                raise StreamLineTooLong(
+                    f"the stream sent more than {self._lines.max_line} bytes without a newline"
+                ) from None
             if frame is None:
                 self._eof = True
             elif frame[0] == _STDOUT:

@@ -22,7 +22,6 @@ from sandbox_tools.sandboxes.base import (
     as_user,
 )
 
-
 KILL_WAIT = 10.0  # after SIGKILL to the group, the longest we wait for the pipes to close
 
 
@@ -128,20 +127,20 @@ async def _communicate(
             collected += block
         return bytes(collected)
 
-    tasks = [
-        asyncio.ensure_future(feed()),
+    feeder = asyncio.ensure_future(feed())
+    readers = [
         asyncio.ensure_future(drain(process.stdout)),
         asyncio.ensure_future(drain(process.stderr)),
     ]
     try:
-        _, stdout, stderr = await asyncio.gather(*tasks)
+        await asyncio.gather(feeder, *readers)
     finally:
         # On a cap or a timeout, no reader may be left waiting on a pipe.
-        for task in tasks:
+        for task in (feeder, *readers):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(feeder, *readers, return_exceptions=True)
     await process.wait()
-    return stdout, stderr
+    return readers[0].result(), readers[1].result()
 
 
 async def _discard_until_exit(process: asyncio.subprocess.Process) -> None:

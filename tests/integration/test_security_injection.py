@@ -1,0 +1,341 @@
+"""Adversarial tests: the agent (uid 1000) and the image against a root injector.
+
+Each test names the rule of ../shared/design/THREAT_MODEL.md it defends and checks the
+outcome, not the mechanism: root ran nothing of the agent's, no file of the agent's
+choosing changed, the host stayed within a stated memory bound, every call returned
+within its timeout with a typed error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from sandbox_tools.errors import SandboxInjectionError
+from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
+from sandbox_tools.injector.inject import Injector, reconnoitre
+from sandbox_tools.injector.tool_clients import text_editor
+from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from tests.integration.conftest import arches_under_test, ensure_target_image
+
+pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
+
+# What a host may grow by while a sandbox floods it (the caps are 64 KiB for the probe,
+# 64 MiB for any exec): stated here, measured in the closing note.
+HOST_RSS_BOUND_MIB = 150
+PWNED = "/tmp/.pwned-by-agent"  # the agent's programs write here when root runs them
+
+# No single quotes: it travels inside a single-quoted shell word.
+AGENT_EXE = (
+    f"#!/bin/sh\nid -u >> {PWNED}\n"
+    'echo "{\\"jsonrpc\\":\\"2.0\\",\\"id\\":1,\\"result\\":{\\"build_id\\":\\"forged\\"}}"\n'
+)
+
+
+def peak_rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.fixture
+def artifact(built_artifacts: Any) -> Any:
+    from sandbox_tools.injector.acquire import Artifact
+
+    record, path = built_artifacts(arches_under_test()[0])
+    return Artifact(
+        path, record.name, record.platform, record.format, record.sha256, record.build_id, "dist"
+    )
+
+
+@pytest.fixture
+def debian_image(docker_engine: Any) -> str:
+    return ensure_target_image(docker_engine, "debian-12", arches_under_test()[0])
+
+
+def tag_of(artifact: Any) -> str:
+    return str(artifact.build_id).removeprefix("sha256:")[:16]
+
+
+async def as_agent(sandbox: DockerSandbox, script: str) -> str:
+    out = await sandbox.exec(["sh", "-c", script], user="1000:1000", timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.decode()
+
+
+async def as_root(sandbox: DockerSandbox, script: str) -> str:
+    out = await sandbox.exec(["sh", "-c", script], timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.decode()
+
+
+def forged_install(directory: str, artifact: Any) -> str:
+    """The review's attack: a look-alike install whose marker carries extra lines."""
+    marker = (
+        f"{artifact.build_id} {artifact.sha256}\\n"
+        f"install={directory}|0|755|{artifact.build_id} {artifact.sha256}|{artifact.sha256}\\n"
+        "uid=1000"
+    )
+    return (
+        f"mkdir -p {directory} && printf '%s' '{AGENT_EXE}' > {directory}/sandbox-tools && "
+        f"chmod 755 {directory}/sandbox-tools && printf '{marker}' > {directory}/.installed"
+    )
+
+
+async def assert_root_ran_nothing_of_the_agents(sandbox: DockerSandbox) -> None:
+    ran = await as_root(sandbox, f"cat {PWNED} 2>/dev/null || true")
+    assert ran == "", f"agent code ran as uid {ran!r}"
+
+
+async def test_forged_markers_before_a_genuine_install_are_not_reused(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rule 2 (the host is misled) and rule 1: a forged install in the shared /tmp, with
+    newline-injected probe lines, is never run by root; root installs its own."""
+    tag = tag_of(artifact)
+    # Read-only root with an exec /tmp: /tmp is the only place root can install, so the
+    # planted directory sits exactly where a genuine install would go.
+    with running_container(
+        docker_engine, debian_image, read_only=True, tmpfs={"/tmp": "exec,mode=1777"}
+    ) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        await as_agent(sandbox, forged_install(f"/tmp/sandbox-tools-{tag}", artifact))
+        await as_agent(sandbox, forged_install(f"/tmp/sandbox-tools-{tag}-x", artifact))
+        async with Injector(artifact=artifact) as injector:
+            support = await injector.tool_support(sandbox)
+            assert not support.reused
+            assert support.install_dir.startswith(f"/tmp/sandbox-tools-{tag}-")
+            assert support.info["build_id"] == artifact.build_id
+            assert support.recon.uid == 0  # the forged uid=1000 line changed nothing
+            result = await exec_remote(support.client, "id -u", stream=False)
+            assert result.stdout == "0\n"
+        await assert_root_ran_nothing_of_the_agents(sandbox)
+
+        # A new host process: root's install got a random name (the agent holds the exact
+        # one), and only exact names are ever reused, so root installs afresh; the
+        # agent's directory is still never run.
+        async with Injector(artifact=artifact) as injector:
+            again = await injector.tool_support(sandbox)
+            assert again.info["build_id"] == artifact.build_id
+        await assert_root_ran_nothing_of_the_agents(sandbox)
+
+
+async def test_after_a_genuine_install_the_agent_cannot_take_its_place(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rules 1 and 2: once root installed at the exact name, the agent can neither write
+    into it nor plant a forged install that root would prefer; reuse checks the digest."""
+    tag = tag_of(artifact)
+    with running_container(
+        docker_engine, debian_image, read_only=True, tmpfs={"/tmp": "exec,mode=1777"}
+    ) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        async with Injector(artifact=artifact) as injector:
+            first = await injector.tool_support(sandbox)
+            assert first.install_dir == f"/tmp/sandbox-tools-{tag}"
+        # The agent tries to replace the executable, rename the directory, and plant
+        # forged installs with newline-carrying markers everywhere it can write.
+        attempts = await sandbox.exec(
+            [
+                "sh",
+                "-c",
+                f"cp /bin/true {first.exe} 2>/dev/null && echo replaced; "
+                f"mv {first.install_dir} /tmp/moved 2>/dev/null && echo moved; "
+                f"printf x > {first.install_dir}/.new 2>/dev/null && echo wrote; "
+                + forged_install(f"/var/tmp/sandbox-tools-{tag}", artifact)
+                + " && "
+                + forged_install(f"/dev/shm/sandbox-tools-{tag}", artifact),
+            ],
+            user="1000:1000",
+        )
+        assert attempts.stdout == b"", attempts.stdout
+        async with Injector(artifact=artifact) as injector:
+            second = await injector.tool_support(sandbox)
+            assert (second.reused, second.install_dir) == (True, first.install_dir)
+            assert second.info["build_id"] == artifact.build_id
+        await assert_root_ran_nothing_of_the_agents(sandbox)
+
+        # Root's own install, tampered with (as root could): the digest check refuses it.
+        await as_root(
+            sandbox,
+            f"printf 'x' >> {first.exe}; truncate -s -1 {first.exe}; "
+            f"printf 'X' | dd of={first.exe} bs=1 seek=100 conv=notrunc 2>/dev/null",
+        )
+        async with Injector(artifact=artifact) as injector:
+            third = await injector.tool_support(sandbox)
+            assert not third.reused and third.install_dir != first.install_dir
+
+
+async def test_planted_symlinks_fifos_and_a_huge_marker_change_nothing(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rule: scratch space is private; rule 3: bounded reads. Symlinks at every
+    predictable probe name, FIFOs where we used to read, and a 400 MB marker: no file of
+    the agent's choosing changes, the injection neither hangs nor grows the host."""
+    tag = tag_of(artifact)
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        await as_root(sandbox, "chmod 1777 /opt && cp /etc/issue /etc/issue.orig")
+        plant = (
+            "for d in /tmp /var/tmp /dev/shm; do "
+            "  i=1; while [ $i -le 3000 ]; do "
+            "    ln -s /etc/issue $d/.sandbox-tools-probe-$i; i=$((i + 1)); done; "
+            f"  mkfifo $d/sandbox-tools-{tag}; "
+            f"  mkdir -p $d/sandbox-tools-{tag}-big && "
+            f"  truncate -s 400M $d/sandbox-tools-{tag}-big/.installed && "
+            f"  mkfifo $d/sandbox-tools-{tag}-big/sandbox-tools; "
+            "done; "
+            # /opt itself writable by the agent (sticky): /opt/sandbox-tools is not trusted
+            "mkdir /opt/sandbox-tools && mkfifo /opt/sandbox-tools/sandbox-tools-"
+            f"{tag}; mkfifo /tmp/sandbox-tools-0"
+        )
+        await as_agent(sandbox, plant)
+        before = peak_rss_mib()
+        started = time.monotonic()
+        async with Injector(artifact=artifact) as injector:
+            support = await injector.tool_support(sandbox)
+            elapsed = time.monotonic() - started
+            print(f"injection through planted FIFOs/symlinks/400 MB marker: {elapsed:.2f} s")
+            assert support.info["build_id"] == artifact.build_id
+            # /opt is agent-writable here, so root uses its home, never /opt or /tmp.
+            assert support.install_dir.startswith("/root/sandbox-tools-")
+            opt = next(c for c in support.recon.candidates if c.path == "/opt/sandbox-tools")
+            assert not opt.usable
+        assert elapsed < 30
+        assert peak_rss_mib() - before < HOST_RSS_BOUND_MIB
+        assert await as_root(sandbox, "cmp /etc/issue /etc/issue.orig && echo same") == "same\n"
+        await assert_root_ran_nothing_of_the_agents(sandbox)
+
+
+async def test_a_shell_that_floods_is_cut_off_and_the_host_stays_small(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rule 3, a malicious image: its sh prints forever. The probe is cut at its byte cap
+    with a typed error; so is any other exec; the host's memory stays bounded."""
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        await as_root(
+            sandbox,
+            "printf '#!/bin/dash\\nexec yes flood\\n' > /usr/bin/sh.x && "
+            "chmod 755 /usr/bin/sh.x && mv /usr/bin/sh.x /usr/bin/sh",
+        )
+        before = peak_rss_mib()
+        started = time.monotonic()
+        with pytest.raises(SandboxInjectionError, match="printed more than"):
+            async with Injector(artifact=artifact) as injector:
+                await injector.tool_support(sandbox)
+        probe_seconds = time.monotonic() - started
+        # Any exec, e.g. a tool call that floods: cut at the default 64 MiB cap.
+        from sandbox_tools.errors import SandboxOutputLimitError
+
+        with pytest.raises(SandboxOutputLimitError):
+            await sandbox.exec(["/usr/bin/yes", "x" * 1000])
+        grown = peak_rss_mib() - before
+        print(f"flooding shell: probe refused in {probe_seconds:.2f} s; host grew {grown:.0f} MiB")
+        assert grown < HOST_RSS_BOUND_MIB
+
+
+async def test_a_shell_that_never_exits_fails_the_probe_within_its_timeout(
+    docker_engine: Any, debian_image: str
+) -> None:
+    """Rule 3, a malicious image: its sh never exits; the probe ends at its timeout."""
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        await as_root(
+            sandbox,
+            "printf '#!/bin/dash\\nexec sleep infinity\\n' > /usr/bin/sh.x "
+            "&& chmod 755 /usr/bin/sh.x && mv /usr/bin/sh.x /usr/bin/sh",
+        )
+        started = time.monotonic()
+        with pytest.raises(SandboxInjectionError, match="did not finish within 3 s"):
+            await reconnoitre(sandbox, timeout=3)
+        assert time.monotonic() - started < 10
+
+
+async def test_exec_remote_timeout_holds_when_the_server_is_stopped(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rule 3: SIGSTOP of the runtime server during exec_remote(timeout=...): the call
+    returns with TimeoutError within its deadline plus the bounded kill, on both
+    transports; the caller's own wait_for is never needed."""
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        for persistent in (True, False):
+            async with Injector(artifact=artifact, persistent=persistent) as injector:
+                support = await injector.tool_support(sandbox)
+                process = await exec_remote(
+                    support.client, "sleep 300", ExecRemoteOptions(timeout=3)
+                )
+                pid = support.info["pid"]
+                await as_root(sandbox, f"kill -STOP {pid}")
+                started = time.monotonic()
+                try:
+                    with pytest.raises(TimeoutError):
+                        await asyncio.wait_for(process.wait(), 60)
+                finally:
+                    await as_root(sandbox, f"kill -CONT {pid}")
+                elapsed = time.monotonic() - started
+                print(f"stopped server, persistent={persistent}: TimeoutError in {elapsed:.1f} s")
+                assert elapsed < 3 + 1 + 5 + 3
+
+
+async def test_user_injection_for_another_user(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rule: drop privileges first. A runtime for uid 1000 next to root's: root installs
+    and unpacks; uid 1000 gets its own server directory; its tools run as uid 1000."""
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        async with Injector(artifact=artifact) as injector:
+            agent = await injector.tool_support(sandbox, user="1000:1000")
+            root = await injector.tool_support(sandbox)
+            assert agent.install_dir == root.install_dir
+            assert agent.env["SANDBOX_TOOLS_DIR"].endswith("/run-1000")
+            result = await exec_remote(agent.client, "id -u; cat /root/.bashrc", stream=False)
+            assert result.stdout == "1000\n" and "Permission denied" in result.stderr
+            created = await text_editor(agent.client, "create", "/tmp/by-agent", file_text="x\n")
+            assert "created" in created.lower() or "/tmp/by-agent" in created
+            owner = await as_root(sandbox, "stat -c %u /tmp/by-agent")
+            assert owner == "1000\n"
+            assert (await exec_remote(root.client, "id -u", stream=False)).stdout == "0\n"
+
+
+async def test_user_injection_refused_when_the_installer_is_not_root(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rule 1: a runtime for root would run files an unprivileged installer owns."""
+
+    class AsAgent(DockerSandbox):
+        async def exec(self, cmd: list[str], *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("user") is None:
+                kwargs["user"] = "1000:1000"
+            return await super().exec(cmd, *args, **kwargs)
+
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = AsAgent(container, docker_engine)
+        async with Injector(artifact=artifact, persistent=False) as injector:
+            with pytest.raises(SandboxInjectionError, match=r"installed .* by uid 1000"):
+                await injector.tool_support(sandbox, user="0")
+
+
+async def test_a_recreated_container_gets_a_fresh_handle(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Handles are keyed by identity, not by name: a container recreated under the same
+    name never gets the dead handle of the old one."""
+    name = "sandbox-tools-recreated"
+    async with Injector(artifact=artifact) as injector:
+        with running_container(docker_engine, debian_image, name=name) as container:
+            first = await injector.tool_support(DockerSandbox(container, docker_engine))
+        with running_container(docker_engine, debian_image, name=name) as container:
+            sandbox = DockerSandbox(container, docker_engine)
+            second = await injector.tool_support(sandbox)
+            assert second is not first
+            assert (await exec_remote(second.client, "echo alive", stream=False)).stdout == (
+                "alive\n"
+            )
