@@ -339,3 +339,25 @@ async def test_a_recreated_container_gets_a_fresh_handle(
             assert (await exec_remote(second.client, "echo alive", stream=False)).stdout == (
                 "alive\n"
             )
+
+
+async def test_an_endless_line_on_the_persistent_stream_is_refused(
+    docker_engine: Any, debian_image: str
+) -> None:
+    """Rule 3: stream lines are capped (64 MiB + slack) and scanned once; a channel that
+    sends 70 MB without a newline fails with a typed error, and the host stays bounded."""
+    from sandbox_tools.sandboxes.base import StreamLineTooLong
+
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        stream = await sandbox.open_stream(
+            ["sh", "-c", "head -c 70000000 /dev/zero; sleep 60"], env=None
+        )
+        before = peak_rss_mib()
+        started = time.monotonic()
+        with pytest.raises(StreamLineTooLong):
+            await stream.readline()
+        grown = peak_rss_mib() - before
+        print(f"endless line refused in {time.monotonic() - started:.2f} s; grew {grown:.0f} MiB")
+        assert grown < HOST_RSS_BOUND_MIB
+        await stream.close()

@@ -1,0 +1,134 @@
+"""Injection state has a lifetime: nothing per sample outlives the sample.
+
+The old injector cached handles in module globals keyed by `sandbox.name`: a container
+recreated under the same name got the dead handle, and every inspect sample's
+environment stayed referenced for the life of the process. Here 1,000 samples go
+through both entry points (an `Injector` per run, and `tool_support_sandbox`, which keeps
+its state on the sandbox object) and the test counts what is left.
+
+The provider is a scripted one: it answers the injector's fixed commands the way a
+Debian container does, so that a thousand injections take seconds. What is measured is
+the host's own bookkeeping, which no real container would change.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import tracemalloc
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from sandbox_tools.injector.acquire import Artifact
+from sandbox_tools.injector.inject import (
+    Injector,
+    ToolSupport,
+    forget_sandbox,
+    tool_support_sandbox,
+)
+from sandbox_tools.injector.recon import CHECK_SCRIPT, PROBE_SCRIPT
+from sandbox_tools.sandboxes.base import DEFAULT_EXEC_TIMEOUT, ExecOutput, Sandbox
+
+BUILD_ID = "sha256:" + "ab" * 32
+PROBE_OUTPUT = b"""os_id=debian
+os_version=12
+arch=x86_64
+libc=glibc
+uid=0
+user=root
+sha256sum=yes
+home=/root
+cand.0=ok|0|755|no
+cand.1=ok|0|1777|no
+cand.2=ok|0|1777|no
+cand.3=ok|0|1777|no
+cand.4=ok|0|700|no
+"""
+
+
+class ScriptedDebian(Sandbox):
+    """Answers the injector's fixed commands as a fresh Debian container would."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.files: dict[str, bytes] = {}
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: bytes | str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout: float | None = DEFAULT_EXEC_TIMEOUT,
+        max_output: int = 1 << 26,
+    ) -> ExecOutput:
+        if cmd[:3] == ["sh", "-c", PROBE_SCRIPT]:
+            return ExecOutput(0, PROBE_OUTPUT, b"")
+        if cmd[:3] == ["sh", "-c", CHECK_SCRIPT]:
+            raise AssertionError("nothing was installed before: no check expected")
+        if cmd[-2] == "mkdir":
+            return ExecOutput(0, cmd[-1].encode() + b"\n", b"")
+        if cmd[-1] == "exec":  # the runtime: answer runtime_info
+            request = json.loads(input or "{}")
+            result = {"build_id": BUILD_ID, "pid": 1}
+            response = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+            return ExecOutput(0, json.dumps(response).encode() + b"\n", b"")
+        if cmd[-4] == "finish":  # verify and move
+            return ExecOutput(0, b"", b"")
+        raise AssertionError(f"unexpected command {cmd[:3]}")
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self.files[path] = data
+
+    async def read_file(self, path: str) -> bytes:
+        return self.files[path]
+
+
+@pytest.fixture
+def artifact(tmp_path: Path) -> Artifact:
+    path = tmp_path / "sandbox-tools"
+    path.write_bytes(b"\x7fELF" + b"x" * 4096)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return Artifact(path, path.name, "linux/amd64", "portable", digest, BUILD_ID, "dist")
+
+
+def live(kind: type) -> int:
+    gc.collect()
+    return sum(isinstance(obj, kind) for obj in gc.get_objects())
+
+
+async def test_a_thousand_samples_leave_nothing_behind(artifact: Artifact) -> None:
+    tracemalloc.start()
+    try:
+        baseline = 0
+        gone: list[weakref.ref[Sandbox]] = []
+        for sample in range(1000):
+            if sample == 100:  # warmed up: caches of the interpreter itself are filled
+                gc.collect()
+                baseline = tracemalloc.get_traced_memory()[0]
+            sandbox = ScriptedDebian("sample")  # every sample: the same name
+            async with Injector(artifact=artifact, persistent=False) as injector:
+                support = await injector.tool_support(sandbox)
+                assert support.info["build_id"] == BUILD_ID
+                assert await injector.tool_support(sandbox) is support
+            assert len(injector) == 0
+            # The convenience entry point: state lives on the sandbox object only.
+            other = ScriptedDebian("sample")
+            handle = await tool_support_sandbox(other, artifact=artifact, persistent=False)
+            assert handle is not support  # same name, another sandbox: a fresh handle
+            if sample % 2:
+                await forget_sandbox(other)
+            gone.append(weakref.ref(other))
+            del sandbox, other, support, handle, injector
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - baseline
+    finally:
+        tracemalloc.stop()
+    assert all(ref() is None for ref in gone)  # every sample's sandbox was collected
+    assert live(ToolSupport) == 0 and live(Injector) == 0 and live(ScriptedDebian) == 0
+    assert grown < 256 * 1024, f"900 samples grew the host by {grown} bytes"
