@@ -6,7 +6,10 @@ into a shared temporary directory where another user could read or replace it.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from sandbox_tools.runtime.child_env import resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
@@ -27,12 +30,49 @@ TRUNCATION_NOTICE = (
 )
 
 
-def numbered(text: str, first_line: int = 1) -> str:
-    """`cat -n` style: right-aligned line number, a tab, the line."""
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    return "".join(f"{number:6}\t{line}\n" for number, line in enumerate(lines, first_line))
+def _body(text: str) -> str:
+    return text[:-1] if text.endswith("\n") else text
+
+
+def _iter_lines(body: str, start: int = 0) -> Iterator[str]:
+    """The lines of `body` from offset `start`, one at a time: a file of millions of
+    empty lines must not become millions of objects at once (it took the server to
+    1.8 GB)."""
+    while True:
+        end = body.find("\n", start)
+        if end < 0:
+            yield body[start:]
+            return
+        yield body[start:end]
+        start = end + 1
+
+
+def _line_offset(body: str, line: int) -> int:
+    """Offset where 1-based `line` starts (len(body) + 1 past the last line)."""
+    offset = 0
+    for _ in range(line - 1):
+        found = body.find("\n", offset)
+        if found < 0:
+            return len(body) + 1
+        offset = found + 1
+    return offset
+
+
+def numbered(text: str, first_line: int = 1, last_line: int | None = None) -> str:
+    """`cat -n` style: right-aligned line number, a tab, the line. Formatting stops once
+    the response would be clipped anyway."""
+    body = _body(text)
+    out: list[str] = []
+    size = 0
+    start = _line_offset(body, first_line) if first_line > 1 else 0
+    for number, line in enumerate(_iter_lines(body, start), first_line):
+        if last_line is not None and number > last_line:
+            break
+        out.append(f"{number:6}\t{line}\n")
+        size += len(out[-1])
+        if size > MAX_RESPONSE_CHARS:
+            break
+    return "".join(out)
 
 
 def clip(text: str) -> str:
@@ -41,14 +81,20 @@ def clip(text: str) -> str:
     return text[:MAX_RESPONSE_CHARS] + TRUNCATION_NOTICE.format(limit=MAX_RESPONSE_CHARS)
 
 
-def _lines(text: str) -> list[str]:
-    return text.split("\n")
+def _digest(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Edit:
+    previous: str | None  # the contents before the edit; None: the edit created the file
+    written: str | None  # digest of what the edit wrote: undo refuses if the file differs
 
 
 class TextEditorController:
     def __init__(self) -> None:
         # path -> previous contents, newest last; None means "did not exist".
-        self._history: OrderedDict[str, deque[str | None]] = OrderedDict()
+        self._history: OrderedDict[str, deque[_Edit]] = OrderedDict()
 
     async def run(self, params: TextEditorParams) -> str:
         if not params.path.startswith("/"):
@@ -86,28 +132,29 @@ class TextEditorController:
                 f"excluding hidden items:\n{listing}\n"
             )
         text = await self._read_file(files, path, found)
-        first = 1
+        first, last = 1, None
         if params.view_range is not None:
-            lines = _lines(text[:-1] if text.endswith("\n") else text)
+            count = _body(text).count("\n") + 1
             start, end = params.view_range
-            if not 1 <= start <= len(lines):
+            if not 1 <= start <= count:
                 raise ToolError(
                     f"invalid view_range {list(params.view_range)}: the first line must be "
-                    f"between 1 and {len(lines)}"
+                    f"between 1 and {count}"
                 )
-            if end != -1 and not start <= end <= len(lines):
+            if end != -1 and not start <= end <= count:
                 raise ToolError(
                     f"invalid view_range {list(params.view_range)}: the last line must be "
-                    f"between {start} and {len(lines)}, or -1 for the end of the file"
+                    f"between {start} and {count}, or -1 for the end of the file"
                 )
-            text = "\n".join(lines[start - 1 : None if end == -1 else end]) + "\n"
-            first = start
-        return clip(f"Here's the result of running `cat -n` on {path}:\n{numbered(text, first)}")
+            first, last = start, None if end == -1 else end
+        return clip(
+            f"Here's the result of running `cat -n` on {path}:\n{numbered(text, first, last)}"
+        )
 
     async def _create(self, files: FileAccess, params: TextEditorParams) -> str:
         text = params.need("file_text")
         await files.call("write_text", path=params.path, text=text, create_only=True)
-        self._remember(params.path, None)
+        self._remember(params.path, None, text)
         return f"File created successfully at: {params.path}"
 
     async def _str_replace(self, files: FileAccess, params: TextEditorParams) -> str:
@@ -130,7 +177,7 @@ class TextEditorController:
             )
         updated = text.replace(old, new, 1)
         await files.call("write_text", path=params.path, text=updated)
-        self._remember(params.path, text)
+        self._remember(params.path, text, updated)
         edit_line = text.count("\n", 0, text.index(old)) + 1
         return self._edited(params.path, updated, edit_line, new.count("\n") + 1)
 
@@ -139,37 +186,50 @@ class TextEditorController:
             params.need("insert_line")
         new = params.need("new_str")
         text = await self._read_file(files, params.path)
-        lines = _lines(text)
-        trailing_newline = text.endswith("\n")
-        if trailing_newline:
-            lines.pop()
+        body = _body(text)
+        count = body.count("\n") + 1
         at = params.insert_line
         assert at is not None
-        if not 0 <= at <= len(lines):
+        if not 0 <= at <= count:
             raise ToolError(
-                f"invalid insert_line {at}: it must be between 0 and {len(lines)} "
+                f"invalid insert_line {at}: it must be between 0 and {count} "
                 "(the new text goes after that line; 0 inserts at the top)"
             )
-        inserted = _lines(new[:-1] if new.endswith("\n") else new)
-        updated_lines = lines[:at] + inserted + lines[at:]
-        updated = "\n".join(updated_lines) + ("\n" if trailing_newline or not lines else "")
+        inserted = _body(new)
+        if at == 0:
+            updated = f"{inserted}\n{body}"
+        elif at == count:
+            updated = f"{body}\n{inserted}"
+        else:
+            offset = _line_offset(body, at + 1)
+            updated = f"{body[:offset]}{inserted}\n{body[offset:]}"
+        if text.endswith("\n"):
+            updated += "\n"
         await files.call("write_text", path=params.path, text=updated)
-        self._remember(params.path, text)
-        return self._edited(params.path, updated, at + 1, len(inserted))
+        self._remember(params.path, text, updated)
+        return self._edited(params.path, updated, at + 1, inserted.count("\n") + 1)
 
     async def _undo(self, files: FileAccess, params: TextEditorParams) -> str:
         history = self._history.get(params.path)
         if not history:
             raise ToolError(f"no edit to undo for {params.path}")
-        previous = history.pop()
+        edit = history[-1]
+        found = await files.call("kind", path=params.path)
+        current = None if found == "missing" else await self._read_file(files, params.path, found)
+        if _digest(current) != edit.written:
+            raise ToolError(
+                f"{params.path} has changed since the last edit (by a command or another "
+                "program); undo would discard that change, so nothing was undone"
+            )
+        history.pop()
         if not history:
             del self._history[params.path]
-        if previous is None:
+        if edit.previous is None:
             await files.call("remove", path=params.path)
             return f"Last edit to {params.path} undone: the file it created was removed."
-        await files.call("write_text", path=params.path, text=previous)
+        await files.call("write_text", path=params.path, text=edit.previous)
         return f"Last edit to {params.path} undone successfully.\n" + clip(
-            f"Here's the result of running `cat -n` on {params.path}:\n{numbered(previous)}"
+            f"Here's the result of running `cat -n` on {params.path}:\n{numbered(edit.previous)}"
         )
 
     # -- helpers -------------------------------------------------------------------------
@@ -186,19 +246,19 @@ class TextEditorController:
         text: str = await files.call("read_text", path=path)
         return text
 
-    def _remember(self, path: str, previous: str | None) -> None:
+    def _remember(self, path: str, previous: str | None, written: str) -> None:
         history = self._history.pop(path, None) or deque(maxlen=HISTORY_PER_FILE)
-        history.append(previous)
+        history.append(_Edit(previous, _digest(written)))
         self._history[path] = history
         while len(self._history) > HISTORY_FILES:
             self._history.popitem(last=False)
 
     @staticmethod
     def _edited(path: str, text: str, first_changed: int, changed_lines: int) -> str:
-        lines = _lines(text[:-1] if text.endswith("\n") else text)
+        count = _body(text).count("\n") + 1
         start = max(1, first_changed - SNIPPET_CONTEXT_LINES)
-        end = min(len(lines), first_changed + changed_lines - 1 + SNIPPET_CONTEXT_LINES)
-        snippet = numbered("\n".join(lines[start - 1 : end]) + "\n", start)
+        end = min(count, first_changed + changed_lines - 1 + SNIPPET_CONTEXT_LINES)
+        snippet = numbered(text, start, end)
         return clip(
             f"The file {path} has been edited. Here's the result of running `cat -n` on a "
             f"snippet of {path}:\n{snippet}"

@@ -9,17 +9,24 @@ kernel checks the permissions, not us.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
 import stat
 import sys
+import tempfile
 from typing import Any, Protocol
 
 from sandbox_tools.runtime.child_env import Identity
 from sandbox_tools.runtime.jsonrpc import ToolError
 
 MAX_LISTED_ENTRIES = 1000
+# The largest file text_editor reads or rewrites; bigger files are edited with commands.
+DEFAULT_MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_FILE_BYTES_ENV = "SANDBOX_TOOLS_TEXT_EDITOR_MAX_BYTES"
+# A file operation as another user runs in a child; it may take this long at most.
+FILE_OP_TIMEOUT = 60.0
 
 
 def _fail(path: str, exc: OSError) -> ToolError:
@@ -51,12 +58,47 @@ def kind(path: str) -> str:
     return "directory" if stat.S_ISDIR(mode) else "other"
 
 
-def read_text(path: str) -> str:
+def _max_file_bytes() -> int:
+    configured = os.environ.get(MAX_FILE_BYTES_ENV, "")
+    return int(configured) if configured.isdigit() else DEFAULT_MAX_FILE_BYTES
+
+
+def _open_regular(path: str, flags: int) -> tuple[int, os.stat_result]:
+    """Open `path` without ever blocking on it, and only if it is a regular file.
+
+    O_NONBLOCK: opening a FIFO (planted, or swapped in after a check) returns at once
+    instead of waiting for a writer, and fstat on the open descriptor then refuses it;
+    nothing is checked by name and opened later, so there is no race to win.
+    """
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise _fail(path, exc) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ToolError(f"the path {path} is not a regular file (a FIFO, device or socket?)")
+    os.set_blocking(fd, True)
+    return fd, info
+
+
+def read_text(path: str) -> str:
+    fd, info = _open_regular(path, os.O_RDONLY)
+    limit = _max_file_bytes()
+    try:
+        if info.st_size > limit:
+            raise ToolError(
+                f"{path} is {info.st_size} bytes, more than text_editor handles ({limit}); "
+                "use a command (sed -n, head, grep) to read or change parts of it"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise _fail(path, exc) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ToolError(f"{path} grew past {limit} bytes while it was read")
     if b"\x00" in data:
         raise ToolError(f"{path} is a binary file; text_editor only edits UTF-8 text")
     try:
@@ -67,21 +109,65 @@ def read_text(path: str) -> str:
         ) from None
 
 
-def write_text(path: str, text: str, create_only: bool = False) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if create_only else os.O_TRUNC)
+def _write_temporary(directory: str, data: bytes, mode: int, owner: tuple[int, int] | None) -> str:
+    """A fsynced file beside the target, with the target's mode (and owner, as root)."""
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".sandbox-tools-edit-")
     try:
-        parent = os.path.dirname(path)
-        if create_only and parent:
-            os.makedirs(parent, exist_ok=True)
-        fd = os.open(path, flags | os.O_CLOEXEC, 0o666)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            if owner is not None and os.geteuid() == 0:
+                os.fchown(handle.fileno(), *owner)
+            os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return temporary
+
+
+def write_text(path: str, text: str, create_only: bool = False) -> None:
+    """Replace (or create) the file atomically: a failure part-way leaves the old file.
+
+    The new bytes go to a temporary file in the same directory, are fsynced and then
+    renamed over the target (or hard-linked into place for `create`, which never
+    overwrites). Mode and owner are kept. A symlink is followed: its target is edited.
+    """
+    data = text.encode("utf-8")
+    try:
+        if create_only:
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            umask = os.umask(0)
+            os.umask(umask)
+            temporary = _write_temporary(parent or ".", data, 0o666 & ~umask, None)
+            try:
+                os.link(temporary, path)  # fails if anything exists there: no overwrite
+            finally:
+                os.unlink(temporary)
+            return
+        target = os.path.realpath(path)
+        fd, info = _open_regular(target, os.O_RDONLY)
+        os.close(fd)
+        temporary = _write_temporary(
+            os.path.dirname(target), data, stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid)
+        )
+        try:
+            os.rename(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
     except FileExistsError:
         raise ToolError(
             f"file already exists at {path}; `create` never overwrites: use str_replace or "
             "insert to change it"
         ) from None
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise ToolError(f"no space left to write {path}; the file was not changed") from None
         raise _fail(path, exc) from None
 
 
@@ -158,7 +244,16 @@ class UserFileAccess:
                 "executable by that user"
             ) from None
         request = json.dumps({"op": op, "args": args}).encode()
-        stdout, stderr = await process.communicate(request)
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(request), FILE_OP_TIMEOUT)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise ToolError(
+                f"the file operation on {args.get('path')} as {self.identity.name} did not "
+                f"finish within {FILE_OP_TIMEOUT:g} s and was stopped"
+            ) from None
         try:
             reply = json.loads(stdout)
         except ValueError:
