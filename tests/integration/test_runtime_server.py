@@ -174,6 +174,62 @@ def test_user_switch_when_root(runtime_dir: RuntimeDir) -> None:
     assert missing["error"]["code"] == -32099 and "no-such-user" in missing["error"]["message"]
 
 
+@pytest.mark.security
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_cwd_is_entered_after_the_user_switch(runtime_dir: RuntimeDir, tmp_path: Path) -> None:
+    """THREAT_MODEL.md, "drop privileges first, then touch the filesystem": a job of
+    nobody started in a root-only directory once read files there (chdir ran as root)."""
+    locked = tmp_path / "locked"  # like /root: nobody may pass through it
+    locked.mkdir(mode=0o700)
+    secret = locked / "open"  # readable itself, but only reachable through `locked`
+    secret.mkdir(mode=0o755)
+    (secret / "note.txt").write_text("root only\n")
+    (secret / "note.txt").chmod(0o644)
+    tmp_path.chmod(0o755)
+    pid = runtime_dir.result(
+        "exec_remote_start",
+        {"command": "cat note.txt", "user": "nobody", "cwd": str(secret)},
+    )["pid"]
+    final = wait_for_state(runtime_dir, pid)
+    assert "root only" not in final["stdout"]
+    assert (final["exit_code"] != 0 and "can't cd" in final["stderr"].lower()) or (
+        "permission denied" in final["stderr"].lower()
+    )
+    # A directory nobody may enter works as before; without cwd the home is used (or /).
+    pid = runtime_dir.result(
+        "exec_remote_start", {"command": "pwd", "user": "nobody", "cwd": "/tmp"}
+    )["pid"]
+    assert wait_for_state(runtime_dir, pid)["stdout"] == "/tmp\n"
+    pid = runtime_dir.result("exec_remote_start", {"command": "pwd; echo $#", "user": "nobody"})[
+        "pid"
+    ]
+    assert wait_for_state(runtime_dir, pid)["stdout"] == "/\n0\n"
+
+
+def test_close_stdin_returns_when_buffered_input_is_never_read(
+    runtime_dir: RuntimeDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timed-out write left data buffered; close_stdin then waited for it to drain,
+    holding the stdin lock, until the process exited (forever for `sleep infinity`)."""
+    monkeypatch.setenv("SANDBOX_TOOLS_STDIN_TIMEOUT", "1")  # read by the server it starts
+    pid = runtime_dir.result("exec_remote_start", {"command": "sleep 120", "stdin_open": True})[
+        "pid"
+    ]
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "exec_remote_write_stdin",
+        "params": {"pid": pid, "ack_seq": 0, "data": "x" * 1_000_000},
+    }
+    written = json.loads(runtime_dir.cli("exec", input=json.dumps(request)).stdout)
+    assert "did not read its stdin" in written["error"]["message"]
+    started = time.monotonic()
+    closed = runtime_dir.call("exec_remote_close_stdin", {"pid": pid, "ack_seq": 0})
+    assert "result" in closed, closed
+    assert time.monotonic() - started < 10
+    runtime_dir.result("exec_remote_kill", {"pid": pid, "ack_seq": 0})
+
+
 @pytest.mark.parametrize(
     ("request_text", "code"),
     [

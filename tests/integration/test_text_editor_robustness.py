@@ -100,7 +100,8 @@ async def test_a_full_disk_leaves_the_original_intact(
     (here: no space) used to truncate the file first and lose it."""
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)]
+    await asyncio.to_thread(subprocess.run, mount, check=True)
     try:
         path = small / "notes.txt"
         original = "".join(f"line {n:05}\n" for n in range(4000))  # 44 KB of 64 KB
@@ -112,7 +113,7 @@ async def test_a_full_disk_leaves_the_original_intact(
         assert path.read_text() == original
         assert [p.name for p in small.iterdir()] == ["notes.txt"]  # no partial file
     finally:
-        subprocess.run(["umount", str(small)], check=True)
+        await asyncio.to_thread(subprocess.run, ["umount", str(small)], check=True)
 
 
 async def test_huge_views_are_capped_and_do_not_balloon_the_server(

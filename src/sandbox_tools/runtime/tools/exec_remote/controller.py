@@ -51,7 +51,7 @@ class Limits:
     # After the command exits, output still arriving from its pipes is collected until
     # the pipes close or stay silent this long (a `cmd &` child may hold them forever).
     drain_idle_s: float = 1.0
-    stdin_write_timeout_s: float = 30.0
+    stdin_write_timeout_s: float = _env_number("SANDBOX_TOOLS_STDIN_TIMEOUT", 30.0)
     # Terminal results nobody acknowledged are dropped after this long.
     unacked_result_ttl_s: float = 1800.0
     remembered_results: int = 1024
@@ -178,18 +178,32 @@ class ExecRemoteController:
     async def start(self, params: StartParams) -> StartResult:
         identity = resolve_user(params.user)
         env = child_environment({**identity.env(), **(params.env or {})})
-        cwd = params.cwd or (identity.home if identity.uid is not None else None)
-        if cwd is not None and not os.path.isdir(cwd):
-            if params.cwd is None:
-                cwd = "/"
-            else:
-                raise ToolError(f"cwd {params.cwd!r} is not an existing directory")
+        argv = [self._shell, "-c", params.command]
+        cwd = params.cwd
+        if identity.uid is not None:
+            # Another user: the directory is entered by the child *after* the uid switch,
+            # so the kernel decides whether that user may (subprocess would chdir as root
+            # first: a job of uid 1000 could then read inside /root).
+            enter = (
+                'cd -- "$1" || exit 1; exec "$0" -c "$2"'
+                if params.cwd is not None
+                else 'cd -- "$1" 2>/dev/null || cd /; exec "$0" -c "$2"'
+            )
+            argv = [
+                self._shell,
+                "-c",
+                enter,
+                self._shell,
+                cwd or identity.home or "/",
+                params.command,
+            ]
+            cwd = "/"
+        elif cwd is not None and not os.path.isdir(cwd):
+            raise ToolError(f"cwd {params.cwd!r} is not an existing directory")
         want_stdin = params.input is not None or params.stdin_open
         try:
             process = await asyncio.create_subprocess_exec(
-                self._shell,
-                "-c",
-                params.command,
+                *argv,
                 stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -272,8 +286,14 @@ class ExecRemoteController:
         if stdin is not None and not stdin.is_closing():
             async with job.stdin_lock:
                 stdin.close()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    await stdin.wait_closed()
+                try:
+                    # Buffered input the process never reads must not hold this call (and
+                    # the stdin lock) until the process exits: past the bound it is dropped.
+                    await asyncio.wait_for(stdin.wait_closed(), self.limits.stdin_write_timeout_s)
+                except asyncio.TimeoutError:
+                    stdin.transport.abort()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
         return job.output()[0]
 
     async def shutdown(self) -> None:
