@@ -307,3 +307,50 @@ def test_refuses_a_socket_it_does_not_own(runtime_dir: RuntimeDir) -> None:
     error = json.loads(done.stdout)["error"]
     assert error["code"] == -32098 and "refusing" in error["message"]
     planted.close()
+
+
+@pytest.mark.security
+@pytest.mark.parametrize(
+    ("request_text", "code", "words"),
+    [
+        ("[" * 100_000 + "]" * 100_000, -32700, "nested too deeply"),
+        ('{"jsonrpc":"2.0","id":3,"method":"version","params":{"x":NaN}}', -32700, "NaN"),
+        ('{"jsonrpc":"2.0","id":3,"method":"version","params":{"x":1e999}}', -32700, "range"),
+        (
+            '{"jsonrpc":"2.0","id":3,"method":"exec_remote_start","params":{"command":"a\\u0000"}}',
+            -32602,
+            "NUL",
+        ),
+        (
+            '{"jsonrpc":"2.0","id":3,"method":"text_editor",'
+            '"params":{"command":"view","path":"/\\ud800"}}',
+            -32602,
+            "surrogate",
+        ),
+        ('{"jsonrpc":"2.0","method":"version"}', -32600, "notification"),
+    ],
+)
+def test_hostile_json_gets_one_clear_error(
+    runtime_dir: RuntimeDir, request_text: str, code: int, words: str
+) -> None:
+    """Rule 5: deep nesting, non-finite numbers, NUL and lone surrogates, notifications
+    through `exec`: each once gave a traceback, a -32098 with the server's traceback, or
+    no answer at all. Now one error response, at once; the server keeps serving."""
+    done = runtime_dir.cli("exec", input=request_text, timeout=30)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    response = json.loads(done.stdout)
+    assert response["error"]["code"] == code, response
+    assert words.lower() in response["error"]["message"].lower(), response
+    assert "Traceback" not in json.dumps(response)
+    assert runtime_dir.result("version")
+
+
+def test_exec_takes_argv_that_is_not_utf8(runtime_dir: RuntimeDir) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.runtime", "exec", b'{"id":1,"x":"\xff"}'],
+        capture_output=True,
+        env=runtime_dir.env,
+        timeout=30,
+    )
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert json.loads(done.stdout)["error"]["code"] == -32700

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from sandbox_tools._version import __version__
-from sandbox_tools.protocol import INTERNAL_ERROR, JSONRPC_VERSION
+from sandbox_tools.protocol import INTERNAL_ERROR, INVALID_REQUEST, JSONRPC_VERSION, MAX_FRAME_BYTES
 from sandbox_tools.runtime.client import (
     ServerUnavailable,
     call,
@@ -29,6 +29,7 @@ from sandbox_tools.runtime.jsonrpc import (
     RpcError,
     encode,
     error_response,
+    loads_document,
     request_id_of,
     validate_request,
 )
@@ -66,23 +67,27 @@ def _unavailable(request_id: Any, reason: str) -> bytes:
 def _to_frame(raw: bytes) -> tuple[bytes | None, Any, bytes | None]:
     """Validate one request locally: (frame to forward, its id, or an error response)."""
     try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        error = RpcError(-32700, f"Parse error: request is not valid JSON ({exc})")
-        return None, None, encode(error_response(None, error))
-    try:
-        request = validate_request(document)
+        request = validate_request(document := loads_document(raw))
     except RpcError as exc:
         return None, None, encode(error_response(request_id_of(raw), exc))
     return encode(document), (None if request.is_notification else request.id), None
 
 
 def cmd_exec(paths: ServerPaths, argv: list[str]) -> int:
-    raw = argv[0].encode() if argv else sys.stdin.buffer.read()
+    # os.fsencode: argv that is not UTF-8 arrives surrogate-escaped; these are its bytes.
+    raw = os.fsencode(argv[0]) if argv else sys.stdin.buffer.read(MAX_FRAME_BYTES + 1)
     frame, request_id, error = _to_frame(raw)
     if frame is None:
         assert error is not None
         _write_line(error)
+        return 0
+    if request_id is None:  # a notification gets no response: waiting for one would hang
+        refused = RpcError(
+            INVALID_REQUEST,
+            'Invalid Request: `exec` answers requests; give it an "id" (a notification gets '
+            "no response)",
+        )
+        _write_line(encode(error_response(None, refused)))
         return 0
     try:
         _write_line(call(paths, frame))

@@ -7,6 +7,8 @@ the server keeps serving whatever a client sends it.
 from __future__ import annotations
 
 import json
+import math
+import re
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -16,12 +18,16 @@ from sandbox_tools.protocol import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     JSONRPC_VERSION,
+    MAX_FRAME_BYTES,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     TOOL_ERROR,
 )
 
 Params = dict[str, Any]
+# Fields whose strings are raw data for a process's stdin, where NUL is legitimate.
+NUL_ALLOWED = frozenset({"input", "data"})
+_SURROGATE = re.compile("[\ud800-\udfff]")
 Method = Callable[[Params], Awaitable[Any]]
 T = TypeVar("T")
 
@@ -63,8 +69,65 @@ def result_response(request_id: Any, result: Any) -> dict[str, Any]:
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
-    """One line of compact JSON; ensure_ascii keeps the frame free of raw newlines."""
-    return json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
+    """One line of compact JSON; ensure_ascii keeps the frame free of raw newlines.
+
+    NaN and infinities are not JSON: a result holding one becomes an error response
+    for the same id instead of a frame no strict parser accepts.
+    """
+    try:
+        text = json.dumps(message, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:
+        error = RpcError(INTERNAL_ERROR, f"Internal error: the result is not valid JSON ({exc})")
+        text = json.dumps(error_response(message.get("id"), error), separators=(",", ":"))
+    return text.encode("ascii") + b"\n"
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotJson(f"{text} is out of range for a number")
+    return value
+
+
+def _check_strings(value: Any, where: str) -> None:
+    """Every string (keys too) must be encodable: no lone surrogates; NUL only in the
+    fields that carry raw data (stdin). Checked once here, so no tool meets them later
+    (they used to surface as -32098 with a traceback)."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise RpcError(INVALID_PARAMS, f'Invalid params: "{path}" holds a lone surrogate')
+            if "\x00" in item and path.rsplit(".", 1)[-1] not in NUL_ALLOWED:
+                raise RpcError(INVALID_PARAMS, f'Invalid params: "{path}" must not contain NUL')
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack.append((key, f"{path} key"))
+                stack.append((child, f"{path}.{key}"))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+
+
+def loads_document(text: str | bytes) -> Any:
+    """Strict JSON: size bounded, nesting bounded (RecursionError once escaped as a
+    traceback, or as no response at all), no NaN or infinities."""
+    if len(text) > MAX_FRAME_BYTES:
+        raise RpcError(INVALID_REQUEST, f"Invalid Request: larger than {MAX_FRAME_BYTES} bytes")
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise RpcError(PARSE_ERROR, "Parse error: JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RpcError(PARSE_ERROR, f"Parse error: request is not valid JSON ({exc})") from None
 
 
 class Request:
@@ -79,11 +142,7 @@ class Request:
 
 def parse_request(text: str | bytes) -> Request:
     """Parse and validate one request; raise RpcError with the field at fault."""
-    try:
-        document = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RpcError(PARSE_ERROR, f"Parse error: request is not valid JSON ({exc})") from None
-    return validate_request(document)
+    return validate_request(loads_document(text))
 
 
 def validate_request(document: Any) -> Request:
@@ -111,14 +170,15 @@ def validate_request(document: Any) -> Request:
         raise RpcError(
             INVALID_REQUEST, 'Invalid Request: field "params" must be an object (named parameters)'
         )
+    _check_strings(params, "params")
     return Request(method, params, request_id, is_notification)
 
 
 def request_id_of(text: str | bytes) -> Any:
     """Best-effort id of a request that failed validation, so the error can be matched."""
     try:
-        document = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+        document = loads_document(text)
+    except RpcError:
         return None
     if isinstance(document, dict):
         candidate = document.get("id")

@@ -680,6 +680,9 @@ static void exec_request(int argc, char **argv) {
     int fd = connect_or_start(dir, sock_path);
     if (write_full(fd, request, len) != 0)
         FAIL("cannot send the request to the runtime server: %s", strerror(errno));
+    /* One request per connection: the half-close lets the server finish and close, so a
+     * notification (which gets no response) ends at once instead of waiting forever. */
+    shutdown(fd, SHUT_WR);
     size_t cap = 65536, n = 0;
     char *response = malloc(cap);
     if (!response) FAIL("out of memory");
@@ -701,7 +704,8 @@ static void exec_request(int argc, char **argv) {
     }
     close(fd);
     if (n == 0 || response[n - 1] != '\n')
-        FAIL("the runtime server closed the connection without answering; see %s/server.log", dir);
+        FAIL("the runtime server sent no response (a notification, a request without an "
+             "\"id\", gets none; otherwise see %s/server.log)", dir);
     write_full(1, response, n);
     exit(0);
 }
