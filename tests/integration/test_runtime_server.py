@@ -354,3 +354,27 @@ def test_exec_takes_argv_that_is_not_utf8(runtime_dir: RuntimeDir) -> None:
     )
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
     assert json.loads(done.stdout)["error"]["code"] == -32700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory of another user")
+def test_stdio_answers_with_the_reason_when_the_server_directory_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The host reads responses, not stderr: a refused server directory used to show up
+    only as "stdio channel closed"."""
+    foreign = tmp_path / "run"
+    foreign.mkdir(mode=0o700)
+    os.chown(foreign, 65534, 65534)
+    env = {**RuntimeDir(str(foreign)).env}
+    request = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "version"}) + "\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.runtime", "stdio"],
+        input=request * 2,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    responses = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(responses) == 2 and all(r["id"] == 5 for r in responses), done.stdout
+    assert "owned by uid 65534" in responses[0]["error"]["message"]

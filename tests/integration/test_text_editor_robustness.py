@@ -135,7 +135,7 @@ async def test_huge_views_are_capped_and_do_not_balloon_the_server(
     assert peak_mib < 400, f"server peaked at {peak_mib:.0f} MiB"
     huge = tmp_path / "huge"
     with huge.open("wb") as handle:
-        handle.truncate(20 * 1024 * 1024)
+        handle.truncate(50 * 1024 * 1024)
     with pytest.raises(ToolError, match="more than text_editor handles"):
         await text_editor(client, "view", str(huge))
     assert "fine" not in await asyncio.wait_for(

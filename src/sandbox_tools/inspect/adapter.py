@@ -23,7 +23,7 @@ from sandbox_tools.sandboxes.base import (
 class InspectSandbox(Sandbox):
     def __init__(self, environment: Any, name: str | None = None) -> None:
         self.environment = environment
-        # Unique per environment: the injector keys its per-sandbox state by name.
+        # A readable name for messages; the injector keys its state by object identity.
         self.name = name or f"inspect:{type(environment).__name__}:{id(environment):x}"
 
     async def exec(

@@ -23,7 +23,7 @@ from sandbox_tools.runtime.jsonrpc import ToolError
 
 MAX_LISTED_ENTRIES = 1000
 # The largest file text_editor reads or rewrites; bigger files are edited with commands.
-DEFAULT_MAX_FILE_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_FILE_BYTES = 48 * 1024 * 1024  # a 32 MB create fits; frames are 64 MiB
 MAX_FILE_BYTES_ENV = "SANDBOX_TOOLS_TEXT_EDITOR_MAX_BYTES"
 # A file operation as another user runs in a child; it may take this long at most.
 FILE_OP_TIMEOUT = 60.0
