@@ -378,3 +378,18 @@ def test_stdio_answers_with_the_reason_when_the_server_directory_is_refused(
     responses = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(responses) == 2 and all(r["id"] == 5 for r in responses), done.stdout
     assert "owned by uid 65534" in responses[0]["error"]["message"]
+
+
+def test_a_vanished_socket_is_recovered(runtime_dir: RuntimeDir) -> None:
+    """Rule 5: a tmp cleaner (or anything at our uid) removed the socket while the server
+    lived; every call then waited 30 s and failed, and stop-server could not stop it."""
+    assert runtime_dir.result("version")
+    pid = runtime_dir.server_pid()
+    os.unlink(os.path.join(runtime_dir.path, "server.sock"))
+    started = time.monotonic()
+    assert runtime_dir.result("version")
+    assert time.monotonic() - started < 10
+    assert runtime_dir.server_pid() == pid  # the same server: its jobs are not lost
+    os.unlink(os.path.join(runtime_dir.path, "server.sock"))
+    stopped = runtime_dir.cli("stop-server", timeout=30)
+    assert stopped.returncode == 0, stopped.stderr

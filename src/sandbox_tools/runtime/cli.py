@@ -7,6 +7,7 @@ imported only by the `server` subcommand.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -215,16 +216,19 @@ def cmd_start_server(paths: ServerPaths) -> int:
 
 
 def cmd_stop_server(paths: ServerPaths) -> int:
-    sock = try_connect(paths)
-    if sock is not None:
-        sock.close()
-        request = {"jsonrpc": JSONRPC_VERSION, "id": 1, "method": "sandbox_tools_shutdown"}
-        try:
-            call(paths, encode(request))
-        except ServerUnavailable:
-            pass
+    request = encode({"jsonrpc": JSONRPC_VERSION, "id": 1, "method": "sandbox_tools_shutdown"})
     deadline = time.monotonic() + 10
+    asked = False
     while server_is_running(paths):
+        if not asked:
+            # Asked again until it answers: a server whose socket vanished listens again
+            # within a second.
+            sock = try_connect(paths)
+            if sock is not None:
+                sock.close()
+                with contextlib.suppress(ServerUnavailable, OSError):
+                    call(paths, request)
+                    asked = True
         if time.monotonic() > deadline:
             print("the runtime server did not stop within 10 s", file=sys.stderr)
             return 1

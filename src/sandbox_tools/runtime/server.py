@@ -23,6 +23,7 @@ from sandbox_tools.runtime.methods import Controllers, all_methods
 from sandbox_tools.runtime.paths import ServerPaths
 
 GC_INTERVAL_S = 60.0
+SOCKET_CHECK_S = 0.5
 SHUTDOWN_DRAIN_S = 0.5
 
 
@@ -43,6 +44,7 @@ class RuntimeServer:
         self.controllers: Controllers | None = None
         self.methods: dict[str, Method] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._socket_inode: int | None = None
 
     def _take_lifetime_lock(self) -> None:
         fd = os.open(self.paths.running_lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -74,27 +76,22 @@ class RuntimeServer:
             handle.write(str(os.getpid()))
         self.controllers = Controllers(lost_jobs_note=note)
         self.methods = all_methods(self.paths.directory, self._stop.set, self.controllers)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.paths.socket)
-        old_umask = os.umask(0o177)
-        try:
-            server = await asyncio.start_unix_server(
-                self._handle_connection, path=self.paths.socket, limit=MAX_FRAME_BYTES
-            )
-        finally:
-            os.umask(old_umask)
+        servers = [await self._listen()]
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         gc_task = asyncio.create_task(self._collect_garbage())
+        watch_task = asyncio.create_task(self._keep_socket(servers))
         _log(f"server started on {self.paths.socket}")
         try:
             await self._stop.wait()
         finally:
             _log("server stopping")
-            server.close()
+            watch_task.cancel()
+            for server in servers:
+                server.close()
             if self._in_flight:
                 # Let answers already computed (the shutdown request's own) reach their clients.
                 await asyncio.wait(self._in_flight, timeout=SHUTDOWN_DRAIN_S)
@@ -104,6 +101,38 @@ class RuntimeServer:
                 os.unlink(self.paths.socket)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.paths.pid_file)
+
+    async def _listen(self) -> asyncio.AbstractServer:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.paths.socket)
+        old_umask = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(
+                self._handle_connection, path=self.paths.socket, limit=MAX_FRAME_BYTES
+            )
+        finally:
+            os.umask(old_umask)
+        self._socket_inode = os.lstat(self.paths.socket).st_ino
+        return server
+
+    async def _keep_socket(self, servers: list[asyncio.AbstractServer]) -> None:
+        """Listen again when the socket file vanished or was replaced (a tmp cleaner, or
+        anything running as our uid): otherwise every later call waited 30 s and failed,
+        and stop-server could not reach us."""
+        while True:
+            await asyncio.sleep(SOCKET_CHECK_S)
+            try:
+                current = os.lstat(self.paths.socket).st_ino
+            except FileNotFoundError:
+                current = None
+            except OSError:
+                continue
+            if current != self._socket_inode:
+                _log(f"socket {self.paths.socket} vanished or was replaced; listening again")
+                try:
+                    servers.append(await self._listen())
+                except OSError as exc:
+                    _log(f"cannot listen on {self.paths.socket} again: {exc}")
 
     async def _collect_garbage(self) -> None:
         while True:
