@@ -19,6 +19,15 @@ import pytest
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 
+def peak_rss_mib(pid: int | str = "self") -> float:
+    """Peak resident memory (VmHWM) of a process, MiB: what bounds on memory are checked by."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
 @dataclass
 class RuntimeDir:
     """A private server directory and helpers to drive the runtime CLI from source."""

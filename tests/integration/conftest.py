@@ -52,6 +52,19 @@ def python_container(docker_engine: Any, python_image: str) -> Iterator[Any]:
         yield container
 
 
+@pytest.fixture
+async def client(runtime_dir: Any) -> Any:
+    """A persistent-channel client of a runtime server from source, on this machine."""
+    from sandbox_tools.injector.jsonrpc_client import StdioRuntimeClient
+    from sandbox_tools.injector.source_runtime import local_source_runtime
+    from sandbox_tools.sandboxes.local import LocalSandbox
+
+    launch = local_source_runtime(runtime_dir.path)
+    runtime_client = StdioRuntimeClient(LocalSandbox(), launch.command, env=launch.env)
+    yield runtime_client
+    await runtime_client.aclose()
+
+
 # Offline-buildable targets: Debian releases from debootstrap, and a libc-free busybox.
 DEBIAN_SUITES = {"debian-11": "bullseye", "debian-12": "bookworm", "debian-13": "trixie"}
 

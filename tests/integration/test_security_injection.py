@@ -19,6 +19,7 @@ from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import Injector, reconnoitre
 from sandbox_tools.injector.tool_clients import text_editor
 from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from tests.conftest import peak_rss_mib
 from tests.integration.conftest import arches_under_test, ensure_target_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
@@ -33,14 +34,6 @@ AGENT_EXE = (
     f"#!/bin/sh\nid -u >> {PWNED}\n"
     'echo "{\\"jsonrpc\\":\\"2.0\\",\\"id\\":1,\\"result\\":{\\"build_id\\":\\"forged\\"}}"\n'
 )
-
-
-def peak_rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 @pytest.fixture

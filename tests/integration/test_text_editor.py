@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from sandbox_tools.errors import RuntimeRpcError, ToolError
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient, StdioRuntimeClient
-from sandbox_tools.injector.source_runtime import local_source_runtime
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient
 from sandbox_tools.injector.tool_clients import text_editor
-from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.conftest import RuntimeDir
-
-
-@pytest.fixture
-async def client(runtime_dir: RuntimeDir) -> AsyncIterator[RuntimeClient]:
-    launch = local_source_runtime(runtime_dir.path)
-    runtime_client = StdioRuntimeClient(LocalSandbox(), launch.command, env=launch.env)
-    yield runtime_client
-    await runtime_client.aclose()
 
 
 async def test_create_view_and_view_range(client: RuntimeClient, tmp_path: Path) -> None:

@@ -12,27 +12,16 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from sandbox_tools.errors import ToolError
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient, StdioRuntimeClient
-from sandbox_tools.injector.source_runtime import local_source_runtime
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient
 from sandbox_tools.injector.tool_clients import text_editor
-from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.conftest import RuntimeDir
+from tests.conftest import RuntimeDir, peak_rss_mib
 
 pytestmark = pytest.mark.security
-
-
-@pytest.fixture
-async def client(runtime_dir: RuntimeDir) -> AsyncIterator[RuntimeClient]:
-    launch = local_source_runtime(runtime_dir.path)
-    runtime_client = StdioRuntimeClient(LocalSandbox(), launch.command, env=launch.env)
-    yield runtime_client
-    await runtime_client.aclose()
 
 
 async def test_undo_onto_a_fifo_fails_at_once_and_wedges_nothing(
@@ -130,8 +119,8 @@ async def test_huge_views_are_capped_and_do_not_balloon_the_server(
     assert "6000001\tX" in insert
     assert time.monotonic() - started < 30
     pid = runtime_dir.server_pid()
-    status = Path(f"/proc/{pid}/status").read_text()
-    peak_mib = int(next(x for x in status.splitlines() if x.startswith("VmHWM")).split()[1]) / 1024
+    assert pid is not None
+    peak_mib = peak_rss_mib(pid)
     assert peak_mib < 400, f"server peaked at {peak_mib:.0f} MiB"
     huge = tmp_path / "huge"
     with huge.open("wb") as handle:

@@ -36,15 +36,7 @@ from sandbox_tools.sandboxes.base import (
     StreamLineTooLong,
 )
 from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.conftest import SRC, RuntimeDir
-
-
-def peak_rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
+from tests.conftest import SRC, RuntimeDir, peak_rss_mib
 
 
 class HostileSandbox(Sandbox):

@@ -32,22 +32,9 @@ from sandbox_tools.injector.inject import (
 )
 from sandbox_tools.injector.recon import CHECK_SCRIPT, PROBE_SCRIPT
 from sandbox_tools.sandboxes.base import DEFAULT_EXEC_TIMEOUT, ExecOutput, Sandbox
+from tests.unit.test_recon import GOOD
 
 BUILD_ID = "sha256:" + "ab" * 32
-PROBE_OUTPUT = b"""os_id=debian
-os_version=12
-arch=x86_64
-libc=glibc
-uid=0
-user=root
-sha256sum=yes
-home=/root
-cand.0=ok|0|755|no
-cand.1=ok|0|1777|no
-cand.2=ok|0|1777|no
-cand.3=ok|0|1777|no
-cand.4=ok|0|700|no
-"""
 
 
 class ScriptedDebian(Sandbox):
@@ -68,7 +55,7 @@ class ScriptedDebian(Sandbox):
         max_output: int = 1 << 26,
     ) -> ExecOutput:
         if cmd[:3] == ["sh", "-c", PROBE_SCRIPT]:
-            return ExecOutput(0, PROBE_OUTPUT, b"")
+            return ExecOutput(0, GOOD.replace(b"|0|755|yes", b"|0|755|no"), b"")
         if cmd[:3] == ["sh", "-c", CHECK_SCRIPT]:
             raise AssertionError("nothing was installed before: no check expected")
         if cmd[-2] == "mkdir":

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sandbox_tools._version import __version__
@@ -173,15 +174,7 @@ class _StdioBridge:
                     return
 
     def run(self) -> int:
-        for raw in sys.stdin.buffer:
-            if not raw.strip():
-                continue
-            frame, request_id, error = _to_frame(raw)
-            if frame is None:
-                assert error is not None
-                self.emit(error)
-                continue
-            self.send(frame, request_id)
+        _each_stdin_request(self.send, self.emit)
         with self.state_lock:
             sock = self.sock
         if sock is not None:
@@ -195,18 +188,30 @@ class _StdioBridge:
         return 0
 
 
-def _answer_all_with(reason: str) -> int:
-    """Serve a stdio channel that cannot reach a server: every request gets the reason."""
-    print(f"sandbox-tools runtime: {reason}", file=sys.stderr)
+def _each_stdin_request(
+    handle: Callable[[bytes, Any], None], emit: Callable[[bytes], None]
+) -> None:
+    """Every request line on stdin, validated: `handle(frame, id)`, or its error emitted."""
     for raw in sys.stdin.buffer:
         if not raw.strip():
             continue
         frame, request_id, error = _to_frame(raw)
         if frame is None:
             assert error is not None
-            _write_line(error)
-        elif request_id is not None:
+            emit(error)
+        else:
+            handle(frame, request_id)
+
+
+def _answer_all_with(reason: str) -> int:
+    """Serve a stdio channel that cannot reach a server: every request gets the reason."""
+    print(f"sandbox-tools runtime: {reason}", file=sys.stderr)
+
+    def refuse(_: bytes, request_id: Any) -> None:
+        if request_id is not None:
             _write_line(_unavailable(request_id, reason))
+
+    _each_stdin_request(refuse, _write_line)
     return 1
 
 

@@ -158,6 +158,31 @@ class LineSplitter:
         return rest
 
 
+class ChunkedLineStream(Stream):
+    """A stream whose provider delivers stdout in chunks: lines cut by one LineSplitter."""
+
+    def __init__(self) -> None:
+        self._lines = LineSplitter()
+        self._eof = False
+
+    @abc.abstractmethod
+    async def _next_chunk(self) -> bytes | None:
+        """The next stdout bytes (b"" for a chunk of something else), None at the end."""
+
+    async def readline(self) -> bytes:
+        while True:
+            line = self._lines.next_line()
+            if line is not None:
+                return line
+            if self._eof:
+                return self._lines.rest()
+            chunk = await self._next_chunk()
+            if chunk is None:
+                self._eof = True
+            else:
+                self._lines.feed(chunk)
+
+
 def as_user(cmd: list[str], user: str | None) -> list[str]:
     """`cmd` run as `user`, for providers whose exec has no user of its own."""
     return ["runuser", "-u", user, "--", *cmd] if user is not None else list(cmd)

@@ -28,8 +28,8 @@ from sandbox_tools.errors import EngineUnavailableError, SandboxExecError
 from sandbox_tools.sandboxes.base import (
     DEFAULT_EXEC_OUTPUT_LIMIT,
     DEFAULT_EXEC_TIMEOUT,
+    ChunkedLineStream,
     ExecOutput,
-    LineSplitter,
     OutputBudget,
     Sandbox,
     Stream,
@@ -346,13 +346,12 @@ class DockerSandbox(Sandbox):
         return _DockerStream(conn)
 
 
-class _DockerStream(Stream):
+class _DockerStream(ChunkedLineStream):
     """Lines of the exec's stdout; stderr frames are kept for diagnostics only."""
 
     def __init__(self, conn: _ExecSocket) -> None:
+        super().__init__()
         self._conn = conn
-        self._lines = LineSplitter()
-        self._eof = False
         self._write_lock = asyncio.Lock()
         self.stderr = bytearray()
 
@@ -360,26 +359,20 @@ class _DockerStream(Stream):
         async with self._write_lock:
             await _in_daemon_thread(self._conn.send, data)
 
-    async def readline(self) -> bytes:
-        while True:
-            line = self._lines.next_line()
-            if line is not None:
-                return line
-            if self._eof:
-                return self._lines.rest()
-            try:
-                frame = await _in_daemon_thread(self._conn.next_frame, self._lines.max_line)
-            except _FrameTooLarge:
-                raise StreamLineTooLong(
-                    f"the stream sent more than {self._lines.max_line} bytes without a newline"
-                ) from None
-            if frame is None:
-                self._eof = True
-            elif frame[0] == _STDOUT:
-                self._lines.feed(frame[1])
-            else:
-                self.stderr += frame[1][-_STDERR_KEPT:]
-                del self.stderr[:-_STDERR_KEPT]
+    async def _next_chunk(self) -> bytes | None:
+        try:
+            frame = await _in_daemon_thread(self._conn.next_frame, self._lines.max_line)
+        except _FrameTooLarge:
+            raise StreamLineTooLong(
+                f"the stream sent more than {self._lines.max_line} bytes without a newline"
+            ) from None
+        if frame is None:
+            return None
+        if frame[0] == _STDOUT:
+            return frame[1]
+        self.stderr += frame[1][-_STDERR_KEPT:]
+        del self.stderr[:-_STDERR_KEPT]
+        return b""
 
     async def close(self) -> None:
         await asyncio.to_thread(self._conn.close_input)

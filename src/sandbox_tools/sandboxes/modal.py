@@ -29,8 +29,8 @@ from sandbox_tools.errors import ConfigurationError, SandboxExecError, SandboxOu
 from sandbox_tools.sandboxes.base import (
     DEFAULT_EXEC_OUTPUT_LIMIT,
     DEFAULT_EXEC_TIMEOUT,
+    ChunkedLineStream,
     ExecOutput,
-    LineSplitter,
     OutputBudget,
     Sandbox,
     Stream,
@@ -440,30 +440,22 @@ class ModalSandbox(Sandbox):
             pass
 
 
-class _ModalStream(Stream):
+class _ModalStream(ChunkedLineStream):
     def __init__(self, process: Any) -> None:
+        super().__init__()
         self._process = process
-        self._lines = LineSplitter()
         self._chunks = process.stdout.__aiter__()
-        self._eof = False
 
     async def write(self, data: bytes) -> None:
         self._process.stdin.write(data)
         await self._process.stdin.drain.aio()
 
-    async def readline(self) -> bytes:
-        while True:
-            line = self._lines.next_line()
-            if line is not None:
-                return line
-            if self._eof:
-                return self._lines.rest()
-            try:
-                chunk = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                self._eof = True
-            else:
-                self._lines.feed(chunk if isinstance(chunk, bytes) else str(chunk).encode())
+    async def _next_chunk(self) -> bytes | None:
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            return None
+        return chunk if isinstance(chunk, bytes) else str(chunk).encode()
 
     async def close(self) -> None:
         self._process.stdin.write_eof()
