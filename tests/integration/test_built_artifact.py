@@ -80,3 +80,41 @@ async def test_staticx_format_stays_buildable(
         assert (await client.call("runtime_info"))["build_id"] == record.build_id
         result = await exec_remote(client, "echo from staticx", stream=False)
         assert result.stdout == "from staticx\n"
+
+
+@pytest.mark.parametrize("transport", ["exec", "stdio"])
+async def test_large_requests_and_responses_through_the_built_artifact(
+    docker_engine: Any, built_artifacts: Any, transport: str
+) -> None:
+    """Requests over 65,534 bytes once failed with -32700 through the launcher (the only
+    transport inspect sandboxes use): creates of 70 KB, 1 MB and 32 MB, and a view of a
+    file near the text_editor cap, on both transports."""
+    arch = arches_under_test()[0]
+    _, artifact = built_artifacts(arch)
+    image = ensure_target_image(docker_engine, "debian-12", arch)
+    with running_container(docker_engine, image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        exe = "/opt/st/sandbox-tools"
+        await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
+        client = (ExecRuntimeClient if transport == "exec" else StdioRuntimeClient)(sandbox, [exe])
+        try:
+            for size in (70_000, 1_000_000, 32_000_000):
+                text = ("x" * 99 + "\n") * (size // 100)
+                path = f"/tmp/big-{size}"
+                created = await text_editor(client, "create", path, file_text=text)
+                assert created == f"File created successfully at: {path}"
+                out = await sandbox.exec(["sh", "-c", f"wc -c < {path}"])
+                assert out.stdout.decode().strip() == str(len(text))
+            near_cap = "/tmp/near-cap"
+            made = await sandbox.exec(
+                [
+                    "sh",
+                    "-c",
+                    f"head -c 47000000 /dev/zero | tr '\\0' 'a' | fold -w 100 > {near_cap}",
+                ]
+            )
+            assert made.returncode == 0, made.stderr
+            view = await text_editor(client, "view", near_cap, view_range=(400_000, -1))
+            assert "400000\t" + "a" * 100 in view and "truncated" in view
+        finally:
+            await client.aclose()
