@@ -393,3 +393,27 @@ def test_a_vanished_socket_is_recovered(runtime_dir: RuntimeDir) -> None:
     os.unlink(os.path.join(runtime_dir.path, "server.sock"))
     stopped = runtime_dir.cli("stop-server", timeout=30)
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_jobs_and_sessions_are_capped(
+    runtime_dir: RuntimeDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 5: no global bound once let 20 flooding jobs add 183 MB to the server. Past
+    the cap a clear tool error; after the jobs end, starting works again."""
+    monkeypatch.setenv("SANDBOX_TOOLS_MAX_JOBS", "3")
+    monkeypatch.setenv("SANDBOX_TOOLS_MAX_SESSIONS", "2")
+    pids = [
+        runtime_dir.result("exec_remote_start", {"command": "sleep 60"})["pid"] for _ in range(3)
+    ]
+    refused = runtime_dir.call("exec_remote_start", {"command": "true"})
+    assert refused["error"]["code"] == -32099
+    assert "too many processes" in refused["error"]["message"]
+    for pid in pids:
+        runtime_dir.result("exec_remote_kill", {"pid": pid, "ack_seq": 0})
+        final = wait_for_state(runtime_dir, pid)
+        runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": final["seq"]})
+    assert runtime_dir.result("exec_remote_start", {"command": "true"})["pid"]
+    for _ in range(2):
+        runtime_dir.result("bash_session_new_session")
+    refused = runtime_dir.call("bash_session_new_session")
+    assert "too many bash sessions" in refused["error"]["message"]

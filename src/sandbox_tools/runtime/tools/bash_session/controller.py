@@ -128,6 +128,15 @@ class _Shell:
             os.close(self.master)
 
 
+def _max_sessions() -> int:
+    configured = os.environ.get("SANDBOX_TOOLS_MAX_SESSIONS", "")
+    return int(configured) if configured.isdigit() else 16
+
+
+# Shells held at once: each is a process with a PTY and its own output buffer.
+MAX_SESSIONS = _max_sessions()
+
+
 class BashSessionController:
     def __init__(self) -> None:
         self._sessions: dict[str, _Shell] = {}
@@ -135,6 +144,11 @@ class BashSessionController:
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def new_session(self, params: NewSessionParams) -> dict[str, str]:
+        if len(self._sessions) >= MAX_SESSIONS:
+            raise ToolError(
+                f"too many bash sessions: {len(self._sessions)} exist (at most {MAX_SESSIONS}); "
+                "use an existing session (restart it if needed)"
+            )
         identity = resolve_user(params.user)
         name = self._next_name()
         shell = await self._start(identity)

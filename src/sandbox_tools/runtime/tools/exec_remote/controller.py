@@ -55,6 +55,9 @@ class Limits:
     # Terminal results nobody acknowledged are dropped after this long.
     unacked_result_ttl_s: float = 1800.0
     remembered_results: int = 1024
+    # Jobs held at once (running, or finished with output not yet acknowledged); each
+    # may buffer buffer_bytes, so this bounds the server's memory for exec_remote.
+    max_jobs: int = int(_env_number("SANDBOX_TOOLS_MAX_JOBS", 32))
 
 
 READ_SIZE = 64 * 1024
@@ -176,6 +179,12 @@ class ExecRemoteController:
     # -- methods -------------------------------------------------------------------------
 
     async def start(self, params: StartParams) -> StartResult:
+        if len(self._jobs) >= self.limits.max_jobs:
+            raise ToolError(
+                f"too many processes: {len(self._jobs)} are running or have output nobody "
+                f"collected (at most {self.limits.max_jobs}); poll them to the end or kill "
+                "some first"
+            )
         identity = resolve_user(params.user)
         env = child_environment({**identity.env(), **(params.env or {})})
         argv = [self._shell, "-c", params.command]
