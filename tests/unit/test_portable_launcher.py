@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -305,3 +306,28 @@ def test_exec_forwards_requests_of_any_size(launcher: Path, tmp_path: Path, size
     finally:
         with contextlib.suppress(OSError, ValueError):
             os.kill(int((tmp_path / "run" / "server.pid").read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "echoed"),
+    [
+        ('{"jsonrpc":"2.0","id":7,"method":"version"}', 7),
+        ('{"params":{"id":5},"jsonrpc":"2.0", "id" : "abc-1" ,"method":"version"}', "abc-1"),
+        ('{"jsonrpc":"2.0","id":"a\\"b","method":"version"}', None),  # escapes: not echoed
+        ('{"jsonrpc":"2.0","method":"version","params":{"id":3}}', None),
+        ('{"jsonrpc":"2.0","id":[1],"method":"version"}', None),
+    ],
+)
+def test_launcher_errors_echo_the_request_id(
+    launcher: Path, tmp_path: Path, request_text: str, echoed: object
+) -> None:
+    """The launcher's own error responses said "id": null while the Python CLI echoed the
+    id: a client matching responses by id could not tell what failed."""
+    artifact = tmp_path / "sandbox-tools"
+    pack_portable(launcher, fake_tree(tmp_path / "tree"), TREE_ID, artifact)
+    env = {**os.environ, "SANDBOX_TOOLS_DIR": str(tmp_path / ("d" * 120))}  # too long: refused
+    out = subprocess.run(
+        [str(artifact), "exec", request_text], capture_output=True, text=True, env=env
+    )
+    response = json.loads(out.stdout)
+    assert response["id"] == echoed and "too long" in response["error"]["message"], response

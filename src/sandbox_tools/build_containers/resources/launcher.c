@@ -479,9 +479,79 @@ static void run_python(int argc, char **argv) {
 
 /* ---- the `exec` fast path ----------------------------------------------------------- */
 
+/* The request's top-level "id", echoed in our own error responses as the Python CLI does:
+ * a plain integer, or a string of printable ASCII without escapes; otherwise null. */
+static char request_id[128] = "null";
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+    return p;
+}
+
+static const char *skip_string(const char *p, const char *end) { /* p at the opening quote */
+    for (p++; p < end; p++) {
+        if (*p == '\\') p++;
+        else if (*p == '"') return p + 1;
+    }
+    return NULL;
+}
+
+static const char *skip_value(const char *p, const char *end) {
+    int depth = 0;
+    while (p < end) {
+        if (*p == '"') {
+            if (!(p = skip_string(p, end))) return NULL;
+            if (depth == 0) return p;
+            continue;
+        }
+        if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') {
+            if (depth == 0) return p;
+            if (--depth == 0) return p + 1;
+        } else if (depth == 0 && (*p == ',')) return p;
+        p++;
+    }
+    return p;
+}
+
+static void remember_request_id(const char *p, size_t len) {
+    const char *end = p + len;
+    p = skip_ws(p, end);
+    if (p >= end || *p++ != '{') return;
+    while ((p = skip_ws(p, end)) < end && *p == '"') {
+        const char *key = p;
+        if (!(p = skip_string(p, end))) return;
+        int is_id = p - key == 4 && memcmp(key, "\"id\"", 4) == 0;
+        p = skip_ws(p, end);
+        if (p >= end || *p++ != ':') return;
+        p = skip_ws(p, end);
+        const char *value = p;
+        if (!(p = skip_value(p, end))) return;
+        if (is_id) {
+            size_t n = (size_t)(p - value);
+            while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
+            int ok = n > 0 && n < sizeof request_id;
+            int quoted = ok && value[0] == '"';
+            for (size_t i = 0; ok && i < n; i++) {
+                char c = value[i];
+                ok = quoted ? (c >= 0x20 && c < 0x7f && c != '\\' && (c != '"' || i == 0 || i == n - 1))
+                            : ((c >= '0' && c <= '9') || (c == '-' && i == 0));
+            }
+            if (ok && (!quoted || (n >= 2 && value[n - 1] == '"'))) {
+                memcpy(request_id, value, n);
+                request_id[n] = 0;
+            }
+            return;
+        }
+        p = skip_ws(p, end);
+        if (p < end && *p == ',') p++;
+    }
+}
+
 static void json_error(const char *message) {
     /* A JSON-RPC error response; the message is escaped by hand. */
-    fputs("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32098,\"message\":\"", stdout);
+    printf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32098,\"message\":\"",
+           request_id);
     for (const unsigned char *p = (const unsigned char *)message; *p; p++) {
         if (*p == '"' || *p == '\\') printf("\\%c", *p);
         else if (*p < 0x20) printf("\\u%04x", *p);
@@ -670,6 +740,7 @@ static void exec_request(int argc, char **argv) {
         exit(0);
     }
     request[len++] = '\n';
+    remember_request_id(request, len);
     char dir[4096], sock_path[4200];
     server_dir(dir, sizeof dir);
     snprintf(sock_path, sizeof sock_path, "%s/server.sock", dir);
