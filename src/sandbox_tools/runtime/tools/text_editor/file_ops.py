@@ -16,6 +16,7 @@ import os
 import stat
 import sys
 import tempfile
+import threading
 from typing import Any, Protocol
 
 from sandbox_tools.runtime.child_env import Identity
@@ -218,11 +219,65 @@ class FileAccess(Protocol):
     async def call(self, op: str, **args: Any) -> Any: ...
 
 
+class _FileWorkers:
+    """At most FILE_WORKERS file operations at once, each in a daemon thread and awaited
+    for FILE_OP_TIMEOUT at most.
+
+    Not the loop's default executor: a thread stuck in the kernel (a hung network file
+    system) would hold one of its few workers for good, and the server's shutdown waits
+    for every executor thread. A stuck daemon thread keeps only its own slot, and a
+    full set of stuck ones gives a clear error instead of a queue that never moves.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._free = threading.BoundedSemaphore(size)
+
+    async def run(self, function: Any, what: object, /, **args: Any) -> Any:
+        if not self._free.acquire(blocking=False):
+            raise ToolError(
+                f"all {self.size} file workers are busy with operations that do not finish "
+                "(a stuck file system?); try again later"
+            )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(outcome: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(outcome)
+
+        def work() -> None:
+            try:
+                outcome, error = function(**args), None
+            except BaseException as exc:  # delivered to the awaiting coroutine
+                outcome, error = None, exc
+            finally:
+                self._free.release()
+            with contextlib.suppress(RuntimeError):  # the loop may be gone
+                loop.call_soon_threadsafe(settle, outcome, error)
+
+        threading.Thread(target=work, daemon=True, name="file-op").start()
+        try:
+            return await asyncio.wait_for(future, FILE_OP_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise ToolError(
+                f"the file operation on {what} did not finish within {FILE_OP_TIMEOUT:g} s "
+                "(a stuck file system?)"
+            ) from None
+
+
+FILE_WORKERS = _FileWorkers(8)
+
+
 class DirectFileAccess:
-    """Operations as the server's own user, off the event loop."""
+    """Operations as the server's own user, off the event loop, bounded in number and time."""
 
     async def call(self, op: str, **args: Any) -> Any:
-        return await asyncio.to_thread(OPERATIONS[op], **args)
+        return await FILE_WORKERS.run(OPERATIONS[op], args.get("path"), **args)
 
 
 class UserFileAccess:
