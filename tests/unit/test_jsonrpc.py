@@ -109,3 +109,13 @@ def test_encode_is_one_line_even_with_newlines_and_unicode() -> None:
 def test_string_map_names_the_bad_key() -> None:
     with pytest.raises(Exception, match=r'"env.PATH" must be a string'):
         string_map({"env": {"PATH": 3}}, "env")
+
+
+def test_a_result_that_is_not_json_becomes_an_error_for_the_same_id() -> None:
+    import json as json_module
+
+    from sandbox_tools.runtime.jsonrpc import encode
+
+    line = encode({"jsonrpc": "2.0", "id": 4, "result": {"x": float("nan")}})
+    response = json_module.loads(line, parse_constant=lambda name: 1 / 0)
+    assert response["id"] == 4 and response["error"]["code"] == -32098
