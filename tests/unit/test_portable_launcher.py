@@ -271,16 +271,17 @@ while True:
             break
         data += chunk
     request = json.loads(data)
-    answer = {"jsonrpc": "2.0", "id": request["id"], "result": len(data)}
-    connection.sendall(json.dumps(answer).encode() + b"\\n")
+    if "id" in request:  # like the real server: a notification gets no response
+        answer = {"jsonrpc": "2.0", "id": request["id"], "result": len(data)}
+        connection.sendall(json.dumps(answer).encode() + b"\\n")
+    else:
+        while connection.recv(1 << 16):  # until the client half-closes
+            pass
     connection.close()
 """
 
 
-@pytest.mark.parametrize("size", [65_533, 65_534, 65_535, 70_000, 1_000_000])
-def test_exec_forwards_requests_of_any_size(launcher: Path, tmp_path: Path, size: int) -> None:
-    """Requests of 65,534 bytes and more once failed with -32700: the read loop took a
-    zero-byte read for EOF. Every byte must reach the server."""
+def echo_server_artifact(launcher: Path, tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     (tree / "lib").mkdir(parents=True)
     (tree / "lib" / LOADER).write_text(ECHO_SERVER)
@@ -288,6 +289,19 @@ def test_exec_forwards_requests_of_any_size(launcher: Path, tmp_path: Path, size
     (tree / "runtime").write_bytes(b"boot")
     artifact = tmp_path / "sandbox-tools"
     pack_portable(launcher, tree, TREE_ID, artifact)
+    return artifact
+
+
+def kill_echo_server(tmp_path: Path) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        os.kill(int((tmp_path / "run" / "server.pid").read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("size", [65_533, 65_534, 65_535, 70_000, 1_000_000])
+def test_exec_forwards_requests_of_any_size(launcher: Path, tmp_path: Path, size: int) -> None:
+    """Requests of 65,534 bytes and more once failed with -32700: the read loop took a
+    zero-byte read for EOF. Every byte must reach the server."""
+    artifact = echo_server_artifact(launcher, tmp_path)
     head = '{"jsonrpc":"2.0","id":7,"method":"version","params":{"pad":"'
     request = head + "x" * (size - len(head) - 3) + '"}}'
     assert len(request) == size
@@ -304,8 +318,26 @@ def test_exec_forwards_requests_of_any_size(launcher: Path, tmp_path: Path, size
         assert out.returncode == 0
         assert out.stdout == f'{{"jsonrpc": "2.0", "id": 7, "result": {size + 1}}}\n', out.stdout
     finally:
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int((tmp_path / "run" / "server.pid").read_text()), signal.SIGKILL)
+        kill_echo_server(tmp_path)
+
+
+def test_a_notification_through_exec_is_answered_at_once(launcher: Path, tmp_path: Path) -> None:
+    """A request without an id gets no response from the server; the launcher used to
+    wait for one forever. It half-closes, so the server's close ends the wait."""
+    artifact = echo_server_artifact(launcher, tmp_path)
+    env = {**os.environ, "SANDBOX_TOOLS_DIR": str(tmp_path / "run")}
+    try:
+        out = subprocess.run(
+            [str(artifact), "exec", '{"jsonrpc":"2.0","method":"version"}'],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+        response = json.loads(out.stdout)
+        assert response["id"] is None and "notification" in response["error"]["message"]
+    finally:
+        kill_echo_server(tmp_path)
 
 
 @pytest.mark.parametrize(
