@@ -8,8 +8,10 @@ waited for it forever.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +49,23 @@ async def test_errors_reach_the_caller() -> None:
 
     with pytest.raises(ToolError, match="no /a"):
         await file_ops._FileWorkers(1).run(failing, "/a", path="/a")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running a child as a given uid needs root")
+async def test_a_file_operation_as_another_user_that_never_answers_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """text_editor with user= waited on its child's communicate() without a bound: the
+    host call never returned. Now the child is killed and a tool error returned."""
+    from sandbox_tools.runtime.child_env import Identity
+
+    silent = tmp_path / "runtime"
+    silent.write_text("#!/bin/sh\nexec sleep 60\n")
+    silent.chmod(0o755)
+    monkeypatch.setenv("SANDBOX_TOOLS_SELF", str(silent))
+    monkeypatch.setattr(file_ops, "FILE_OP_TIMEOUT", 0.5)
+    access = file_ops.UserFileAccess(Identity(0, 0, [0], "/root", "root"))
+    started = time.monotonic()
+    with pytest.raises(ToolError, match="did not finish"):
+        await access.call("kind", path="/tmp")
+    assert time.monotonic() - started < 5
