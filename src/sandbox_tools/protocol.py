@@ -7,7 +7,14 @@ for byte on codes and framing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
 JSONRPC_VERSION = "2.0"
+
+# `user` on the wire (PROTOCOL.md "Identities"): a name, "uid" / "uid:gid", or an
+# identity object {"uid", "gid", "groups", "home"} as inspect_ai sends it.
+User: TypeAlias = "str | Mapping[str, Any]"
 
 # Error codes (PROTOCOL.md, "Errors").
 PARSE_ERROR = -32700

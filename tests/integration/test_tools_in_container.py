@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sandbox_tools.errors import ToolError
+from sandbox_tools.errors import RuntimeRpcError, ToolError
+from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, connect_runtime
 from sandbox_tools.injector.source_runtime import mounted_source_runtime
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
@@ -55,3 +56,40 @@ async def test_text_editor_in_container_as_user(client: RuntimeClient) -> None:
     assert owner == "1000\nclean\n/etc\n"  # owned by agent; nothing touched, nothing removed
     with pytest.raises(ToolError, match="permission denied"):
         await text_editor(client, "view", "/root/.bashrc", user="agent")
+
+
+# inspect_ai sends the sandbox's default exec identity as an object of exact ids.
+NO_PASSWD = {"uid": 4242, "gid": 4343, "groups": [4343, 27], "home": "/root"}
+
+
+async def test_an_identity_object_with_no_passwd_entry_is_honoured_by_every_tool(
+    client: RuntimeClient,
+) -> None:
+    """PROTOCOL.md Identities / THREAT_MODEL rule 4: exact ids, no passwd entry needed, and
+    privileges dropped before the filesystem is touched: the home it names (/root) is
+    entered with uid 4242's rights only, so the shell stays in /."""
+    shell = await new_bash_session(client, user=NO_PASSWD)
+    assert await bash_session(client, shell, "id -u; id -g; id -G; echo $HOME; pwd\n") == (
+        "4242\n4343\n4343 27\n/root\n/\n"
+    )
+    ran = await exec_remote(
+        client, "id -u; id -G; pwd", ExecRemoteOptions(user=NO_PASSWD, cwd="/tmp"), stream=False
+    )
+    assert (ran.returncode, ran.stdout) == (0, "4242\n4343 27\n/tmp\n")
+    denied = await exec_remote(
+        client, "pwd", ExecRemoteOptions(user=NO_PASSWD, cwd="/root"), stream=False
+    )
+    assert denied.returncode != 0 and "/root" not in denied.stdout
+    await text_editor(client, "create", "/tmp/by-4242.txt", file_text="x\n", user=NO_PASSWD)
+    await text_editor(client, "create", "/tmp/by-1000.txt", file_text="y\n", user="1000")
+    owners = await exec_remote(
+        client, "stat -c %u:%g /tmp/by-4242.txt /tmp/by-1000.txt", stream=False
+    )
+    assert owners.stdout == "4242:4343\n1000:1000\n"
+    with pytest.raises(ToolError, match="permission denied"):
+        await text_editor(client, "view", "/root/.bashrc", user=NO_PASSWD)
+
+
+async def test_a_malformed_identity_is_invalid_params(client: RuntimeClient) -> None:
+    with pytest.raises(RuntimeRpcError, match=r'field "user\.uid"'):
+        await new_bash_session(client, user={"uid": "0"})

@@ -18,6 +18,7 @@ from typing import Any, Literal, overload
 
 from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
+from sandbox_tools.protocol import User
 
 DEFAULT_OUTPUT_LIMIT = 10 * 1024 * 1024
 # A poll may take its server-side wait plus this much for the transport; past that the
@@ -66,7 +67,7 @@ class ExecRemoteOptions:
     stdin_open: bool = False
     cwd: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    user: str | None = None
+    user: User | None = None
     timeout: float | None = None
     # Longest a single long poll waits server-side for news; also the sleep between
     # polls against a runtime that does not support long polling.

@@ -10,11 +10,12 @@ from typing import Any, Literal
 
 from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
+from sandbox_tools.protocol import User
 
 TextEditorCommand = Literal["view", "create", "str_replace", "insert", "undo_edit"]
 
 
-async def new_bash_session(client: RuntimeClient, user: str | None = None) -> str:
+async def new_bash_session(client: RuntimeClient, user: User | None = None) -> str:
     """Start an interactive shell; returns its session name (BashSession, BashSession_1...)."""
     params = {"user": user} if user is not None else {}
     result = await client.call("bash_session_new_session", params)
@@ -63,7 +64,7 @@ async def text_editor(
     old_str: str | None = None,
     new_str: str | None = None,
     insert_line: int | None = None,
-    user: str | None = None,
+    user: User | None = None,
 ) -> str:
     params: dict[str, Any] = {"command": command, "path": path}
     optional: dict[str, Any] = {

@@ -8,12 +8,8 @@ restored, so `bash`, `ls` or a user's program load the container's own libraries
 from __future__ import annotations
 
 import os
-import pwd
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-
-from sandbox_tools.runtime.jsonrpc import ToolError
 
 # Variables that only make sense to the runtime itself.
 _PRIVATE_PREFIXES = ("_PYI_", "_MEIPASS", "SANDBOX_TOOLS_SELF")
@@ -34,41 +30,3 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     if extra:
         env.update(extra)
     return env
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Who a child runs as; uid/gid are None when it runs as the server's own user."""
-
-    uid: int | None
-    gid: int | None
-    groups: list[int] | None
-    home: str | None
-    name: str | None
-
-    def env(self) -> dict[str, str]:
-        if self.name is None or self.home is None:
-            return {}
-        return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
-
-
-def resolve_user(user: str | None) -> Identity:
-    """Look up `user` (name or numeric uid); switching requires running as root."""
-    if user is None:
-        return Identity(None, None, None, None, None)
-    try:
-        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-    except (KeyError, ValueError):
-        raise ToolError(f"user {user!r} does not exist in this container") from None
-    if entry.pw_uid == os.geteuid():
-        return Identity(None, None, None, entry.pw_dir, entry.pw_name)
-    if os.geteuid() != 0:
-        raise ToolError(
-            f"cannot run as user {user!r}: the runtime runs as uid {os.geteuid()}, "
-            "and only root can switch users"
-        )
-    try:
-        groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
-    except OSError:
-        groups = [entry.pw_gid]
-    return Identity(entry.pw_uid, entry.pw_gid, groups, entry.pw_dir, entry.pw_name)

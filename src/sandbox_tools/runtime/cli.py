@@ -271,10 +271,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if command == "unpack":  # only the portable launcher has anything to unpack
         return 0
-    if command == "file-op":  # text_editor as another user: no server directory involved
-        from sandbox_tools.runtime.tools.text_editor.file_ops import serve_one_request
-
-        return serve_one_request()
     directory = None
     if command == "server" and rest[:1] == ["--dir"] and len(rest) >= 2:
         directory = rest[1]

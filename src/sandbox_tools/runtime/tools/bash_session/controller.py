@@ -20,6 +20,7 @@ import os
 import pty
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import struct
@@ -27,7 +28,8 @@ import termios
 import time
 from dataclasses import dataclass
 
-from sandbox_tools.runtime.child_env import Identity, child_environment, resolve_user
+from sandbox_tools.runtime.child_env import child_environment
+from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.tools.bash_session.tool_types import InteractParams, NewSessionParams
 
@@ -140,7 +142,7 @@ MAX_SESSIONS = _max_sessions()
 class BashSessionController:
     def __init__(self) -> None:
         self._sessions: dict[str, _Shell] = {}
-        self._users: dict[str, str | None] = {}
+        self._users: dict[str, UserSpec | None] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def new_session(self, params: NewSessionParams) -> dict[str, str]:
@@ -212,7 +214,6 @@ class BashSessionController:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, WINDOW)
         os.set_blocking(master, False)
         env = child_environment({**identity.env(), "TERM": "dumb", "PAGER": "cat"})
-        cwd = identity.home if identity.home and os.path.isdir(identity.home) else None
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -220,7 +221,9 @@ class BashSessionController:
                 stdout=slave,
                 stderr=slave,
                 env=env,
-                cwd=cwd if identity.uid is not None else None,
+                # Another user's shell starts in / and enters its home itself, after the
+                # switch: a home given by the host is entered with that user's rights only.
+                cwd="/" if identity.switches else None,
                 start_new_session=True,
                 preexec_fn=_take_controlling_tty,
                 user=identity.uid,
@@ -236,7 +239,14 @@ class BashSessionController:
         shell = _Shell(process, master, program, f"__ST_PS1_{nonce}__", f"__ST_PS2_{nonce}__")
         asyncio.get_running_loop().add_reader(master, shell.on_readable)
         shell.watcher = asyncio.create_task(self._watch(shell))  # held: tasks are weakly kept
-        await shell.write(f"PS1='{shell.ps1}'; PS2='{shell.ps2}'; unset PROMPT_COMMAND\n")
+        enter_home = (
+            f"cd -- {shlex.quote(identity.home)} 2>/dev/null; "
+            if identity.switches and identity.home
+            else ""
+        )
+        await shell.write(
+            f"{enter_home}PS1='{shell.ps1}'; PS2='{shell.ps2}'; unset PROMPT_COMMAND\n"
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while shell.ps1 not in shell.raw:
             if shell.exit_code is not None or time.monotonic() > deadline:

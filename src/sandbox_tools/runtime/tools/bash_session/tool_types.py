@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import (
     InvalidParams,
     Params,
@@ -18,11 +19,11 @@ DEFAULT_MAX_OUTPUT_BYTES = 100_000
 
 @dataclass(frozen=True, kw_only=True)
 class NewSessionParams:
-    user: str | None
+    user: UserSpec | None
 
     @classmethod
     def parse(cls, params: Params) -> NewSessionParams:
-        return cls(user=optional_or_none(params, "user", str))
+        return cls(user=parse_user(params))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,7 +22,8 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from sandbox_tools.runtime.child_env import child_environment, resolve_user
+from sandbox_tools.runtime.child_env import child_environment
+from sandbox_tools.runtime.identity import resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
     AckParams,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
+from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import (
     InvalidParams,
     Params,
@@ -27,7 +28,7 @@ class StartParams:
     stdin_open: bool
     env: dict[str, str] | None
     cwd: str | None
-    user: str | None
+    user: UserSpec | None
 
     @classmethod
     def parse(cls, params: Params) -> StartParams:
@@ -37,7 +38,7 @@ class StartParams:
             stdin_open=optional(params, "stdin_open", bool, False),
             env=string_map(params, "env"),
             cwd=optional_or_none(params, "cwd", str),
-            user=optional_or_none(params, "user", str),
+            user=parse_user(params),
         )
 
 

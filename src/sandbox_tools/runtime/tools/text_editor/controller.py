@@ -11,7 +11,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sandbox_tools.runtime.child_env import resolve_user
+from sandbox_tools.runtime.identity import resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.tools.text_editor.file_ops import (
     DirectFileAccess,

@@ -1,9 +1,8 @@
 """The file operations text_editor needs, with every failure turned into a ToolError.
 
 Paths are only ever passed to system calls: never to a shell, never into a command
-string. `UserFileAccess` performs the same operations as another user by running
-`<runtime> file-op` under that uid/gid with the request as JSON on stdin, so the
-kernel checks the permissions, not us.
+string. `UserFileAccess` performs the same operations as another user in a forked
+child running under that uid/gid, so the kernel checks the permissions, not us.
 """
 
 from __future__ import annotations
@@ -13,13 +12,13 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import stat
-import sys
 import tempfile
 import threading
 from typing import Any, Protocol
 
-from sandbox_tools.runtime.child_env import Identity
+from sandbox_tools.runtime.identity import Identity, become
 from sandbox_tools.runtime.jsonrpc import ToolError
 
 MAX_LISTED_ENTRIES = 1000
@@ -281,68 +280,116 @@ class DirectFileAccess:
 
 
 class UserFileAccess:
-    """Operations as another user, in a child process running under that identity."""
+    """Operations as another user, in a forked child that switches to that identity first.
+
+    A fork, not a new program: the runtime may be installed where only its own user can
+    reach it (inspect_ai's tools directory is root's, mode 0700), and the child needs
+    nothing but the code already in memory. It drops privileges before its first system
+    call on the path, so the kernel decides what that user may read or write.
+    """
 
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
 
     async def call(self, op: str, **args: Any) -> Any:
-        from sandbox_tools.runtime.client import self_command
-
-        command = self_command()
+        operation = OPERATIONS[op]
+        read_end, write_end = os.pipe()
         try:
-            process = await self._spawn(command)
+            pid = os.fork()
         except OSError as exc:
+            os.close(read_end)
+            os.close(write_end)
             raise ToolError(
-                f"cannot run the runtime as user {self.identity.name} to edit files: "
-                f"{exc.strerror or exc} ({command[0]}); the runtime must be readable and "
-                "executable by that user"
+                f"cannot start a file operation as {self.identity.describe()}: {exc}"
             ) from None
-        request = json.dumps({"op": op, "args": args}).encode()
+        if pid == 0:  # the child: never returns
+            os.close(read_end)
+            _serve_in_child(self.identity, operation, args, write_end)
+        os.close(write_end)
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(request), FILE_OP_TIMEOUT)
+            data = await asyncio.wait_for(_read_all(read_end), FILE_OP_TIMEOUT)
         except asyncio.TimeoutError:
             with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+                os.kill(pid, signal.SIGKILL)
             raise ToolError(
-                f"the file operation on {args.get('path')} as {self.identity.name} did not "
-                f"finish within {FILE_OP_TIMEOUT:g} s and was stopped"
+                f"the file operation on {args.get('path')} as {self.identity.describe()} did "
+                f"not finish within {FILE_OP_TIMEOUT:g} s and was stopped"
             ) from None
+        finally:
+            await _reap(pid)
         try:
-            reply = json.loads(stdout)
+            reply = json.loads(data)
         except ValueError:
             raise ToolError(
-                f"file operation as {self.identity.name} failed: "
-                f"{stderr.decode(errors='replace')[-500:]}"
+                f"the file operation as {self.identity.describe()} ended without an answer"
             ) from None
         if "error" in reply:
             raise ToolError(reply["error"])
         return reply["result"]
 
-    async def _spawn(self, command: list[str]) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            *command,
-            "file-op",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            user=self.identity.uid,
-            group=self.identity.gid,
-            extra_groups=self.identity.groups,
-            cwd="/",
-        )
 
-
-def serve_one_request() -> int:
-    """`<runtime> file-op`: one operation from stdin, its result as JSON on stdout."""
+def _serve_in_child(identity: Identity, operation: Any, args: dict[str, Any], out: int) -> None:
     try:
-        request = json.loads(sys.stdin.buffer.read())
-        operation = OPERATIONS[request["op"]]
-        reply: dict[str, Any] = {"result": operation(**request["args"])}
-    except ToolError as exc:
-        reply = {"error": exc.message}
-    except (ValueError, KeyError, TypeError) as exc:
-        reply = {"error": f"malformed file operation request: {exc}"}
-    sys.stdout.write(json.dumps(reply))
-    return 0
+        # Nothing the parent's event loop installed may act here: a signal would otherwise
+        # be reported to the parent's loop through its wake-up pipe.
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        try:
+            become(identity)
+            os.chdir("/")
+            reply: dict[str, Any] = {"result": operation(**args)}
+        except ToolError as exc:
+            reply = {"error": exc.message}
+        except OSError as exc:
+            reply = {"error": f"cannot act as {identity.describe()}: {exc.strerror or exc}"}
+        except BaseException as exc:  # the child must always answer, then exit
+            reply = {"error": f"the file operation failed: {type(exc).__name__}: {exc}"}
+        data = json.dumps(reply).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view) :]
+    finally:
+        os._exit(0)
+
+
+async def _read_all(fd: int) -> bytes:
+    """Everything the child writes until it exits, without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            chunk = b""
+            if not done.done():
+                done.set_exception(exc)
+        if chunk:
+            chunks.append(chunk)
+        elif not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    return b"".join(chunks)
+
+
+async def _reap(pid: int) -> None:
+    """Collect the child so it does not linger as a zombie (it exits right after answering)."""
+    for _ in range(500):
+        try:
+            finished, _status = os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - never blocks
+        except ChildProcessError:
+            return
+        if finished:
+            return
+        await asyncio.sleep(0.01)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, optional_or_none, required
 
 Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
@@ -20,7 +21,7 @@ class TextEditorParams:
     old_str: str | None
     new_str: str | None
     insert_line: int | None
-    user: str | None
+    user: UserSpec | None
 
     @classmethod
     def parse(cls, params: Params) -> TextEditorParams:
@@ -44,7 +45,7 @@ class TextEditorParams:
             old_str=optional_or_none(params, "old_str", str),
             new_str=optional_or_none(params, "new_str", str),
             insert_line=optional_or_none(params, "insert_line", int),
-            user=optional_or_none(params, "user", str),
+            user=parse_user(params),
         )
 
     def need(self, field: str) -> str:
