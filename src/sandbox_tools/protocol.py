@@ -33,5 +33,16 @@ FRAME_TERMINATOR = b"\n"
 # Upper bound for one frame; the runtime caps its own responses well below this.
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
+# inspect_ai's large-response exchange (PROTOCOL.md "Large responses"): a client whose
+# exec output is capped sets this variable on `exec`; a response that would not fit is
+# held by the server and fetched in pieces with the continuation method.
+RESPONSE_MAX_BYTES_ENV = "INSPECT_SANDBOX_JSON_RPC_RESPONSE_MAX_BYTES"
+RESPONSE_CHUNK_METHOD = "__inspect_json_rpc_response_chunk__"
+RESPONSE_CHUNK_FIELD = "__inspect_json_rpc_response_chunk__"
+RESPONSE_CHUNK_VERSION = 1
+# CLI -> server only: a line before the request carrying the caller's limit. It starts
+# with "#" so it can never be mistaken for a JSON-RPC frame.
+RESPONSE_LIMIT_OPTION = b"#max-response-bytes "
+
 SOCKET_NAME = "server.sock"
 SERVER_DIR_ENV = "SANDBOX_TOOLS_DIR"

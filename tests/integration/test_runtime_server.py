@@ -436,3 +436,63 @@ def test_an_oversized_request_on_stdio_is_answered_once(runtime_dir: RuntimeDir)
     assert len(responses) == 2, done.stdout[:500]
     assert responses[0]["error"]["code"] == -32600 and "larger" in responses[0]["error"]["message"]
     assert responses[1] == {"jsonrpc": "2.0", "id": 2, "result": responses[1]["result"]}
+
+
+def _exec_limited(rt: RuntimeDir, request: dict, limit: int) -> tuple[bytes, dict]:
+    env = {**rt.env, "INSPECT_SANDBOX_JSON_RPC_RESPONSE_MAX_BYTES": str(limit)}
+    done = subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.runtime", "exec"],
+        input=json.dumps(request).encode(),
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout, json.loads(done.stdout)
+
+
+def test_a_response_over_the_callers_limit_comes_in_pieces(
+    runtime_dir: RuntimeDir, tmp_path: Path
+) -> None:
+    """PROTOCOL.md Large responses: with inspect's limit set on `exec`, a larger response is
+    held by the server and fetched by handle and offset; every frame fits the limit, the
+    pieces make exactly the whole response, and a released handle is a -32000 error."""
+    import base64
+
+    big = tmp_path / "big.txt"
+    big.write_text("".join(f"line {n} " + "é" * 40 + "\n" for n in range(4000)))
+    view = {"command": "view", "path": str(big)}
+    whole = runtime_dir.call("text_editor", view)
+    request = {"jsonrpc": "2.0", "id": 9, "method": "text_editor", "params": view}
+    limit = 20_000
+    frame, first = _exec_limited(runtime_dir, request, limit)
+    piece = first["__inspect_json_rpc_response_chunk__"]
+    handle, data, frames = piece["handle"], b"", [frame]
+    assert first["id"] == 9 and piece["version"] == 1 and piece["offset"] == 0
+    while True:
+        data += base64.b64decode(piece["chunk"])
+        assert piece["next_offset"] == len(data) and piece["done"] == (
+            len(data) == piece["total_size"]
+        )
+        if piece["done"]:
+            break
+        fetch = {"handle": handle, "offset": len(data)}
+        continuation = {"jsonrpc": "2.0", "id": 10, "method": "__inspect_json_rpc_response_chunk__"}
+        frame, reply = _exec_limited(runtime_dir, {**continuation, "params": fetch}, limit)
+        frames.append(frame)
+        piece = reply["__inspect_json_rpc_response_chunk__"]
+    assert json.loads(data) == {**whole, "id": 9}  # the same response, its own id
+    assert len(frames) >= 3 and all(len(f) <= limit for f in frames)
+    release = {"jsonrpc": "2.0", "id": 11, "method": "__inspect_json_rpc_response_chunk__"}
+    _, released = _exec_limited(
+        runtime_dir, {**release, "params": {"handle": handle, "release": True}}, limit
+    )
+    assert released["result"] is None
+    _, gone = _exec_limited(
+        runtime_dir, {**release, "params": {"handle": handle, "offset": 0}}, limit
+    )
+    assert gone["error"]["code"] == -32000
+    _, small = _exec_limited(runtime_dir, request, 100)  # too small to carry anything
+    assert small["error"]["code"] == -32098 and "too small" in small["error"]["message"]
+    _, fits = _exec_limited(runtime_dir, {**request, "method": "version"}, limit)
+    assert "result" in fits  # small responses are untouched

@@ -18,7 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox_tools._version import __version__
-from sandbox_tools.protocol import INTERNAL_ERROR, INVALID_REQUEST, JSONRPC_VERSION, MAX_FRAME_BYTES
+from sandbox_tools.protocol import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    JSONRPC_VERSION,
+    MAX_FRAME_BYTES,
+    RESPONSE_LIMIT_OPTION,
+    RESPONSE_MAX_BYTES_ENV,
+)
 from sandbox_tools.runtime.client import (
     ServerUnavailable,
     call,
@@ -91,6 +98,10 @@ def cmd_exec(paths: ServerPaths, argv: list[str]) -> int:
         )
         _write_line(encode(error_response(None, refused)))
         return 0
+    limit = os.environ.get(RESPONSE_MAX_BYTES_ENV, "")
+    if limit.isdigit() and len(limit) < 19:
+        # The caller's exec output is capped: the server holds what would not fit.
+        frame = RESPONSE_LIMIT_OPTION + limit.encode() + b"\n" + frame
     try:
         _write_line(call(paths, frame))
     except (ServerUnavailable, ServerDirError, OSError) as exc:

@@ -60,6 +60,14 @@ class InvalidParams(RpcError):
         super().__init__(INVALID_PARAMS, message)
 
 
+class Envelope(dict[str, Any]):
+    """A method's answer given as response members instead of a `result`.
+
+    Only inspect_ai's large-response continuation needs this: its pieces travel in a
+    member of their own, beside `jsonrpc` and `id`.
+    """
+
+
 def error_response(request_id: Any, error: RpcError) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error.to_json()}
 
@@ -200,7 +208,10 @@ async def dispatch(methods: Mapping[str, Method], line: bytes) -> dict[str, Any]
                 METHOD_NOT_FOUND, f"Method not found: {request.method}", data=request.method
             )
         result = await handler(request.params)
-        response = result_response(request.id, result)
+        if isinstance(result, Envelope):
+            response = {"jsonrpc": JSONRPC_VERSION, "id": request.id, **result}
+        else:
+            response = result_response(request.id, result)
     except RpcError as exc:
         response = error_response(request.id, exc)
     except Exception as exc:

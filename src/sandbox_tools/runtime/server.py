@@ -17,7 +17,14 @@ import sys
 import time
 from typing import Any
 
-from sandbox_tools.protocol import INVALID_REQUEST, MAX_FRAME_BYTES
+from sandbox_tools.protocol import (
+    INVALID_REQUEST,
+    MAX_FRAME_BYTES,
+    RESPONSE_CHUNK_FIELD,
+    RESPONSE_CHUNK_METHOD,
+    RESPONSE_LIMIT_OPTION,
+)
+from sandbox_tools.runtime.chunks import HeldResponses
 from sandbox_tools.runtime.jsonrpc import Method, RpcError, dispatch, encode, error_response
 from sandbox_tools.runtime.methods import Controllers, all_methods
 from sandbox_tools.runtime.paths import ServerPaths
@@ -45,6 +52,7 @@ class RuntimeServer:
         self.methods: dict[str, Method] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._socket_inode: int | None = None
+        self.held = HeldResponses()
 
     def _take_lifetime_lock(self) -> None:
         fd = os.open(self.paths.running_lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -76,6 +84,7 @@ class RuntimeServer:
             handle.write(str(os.getpid()))
         self.controllers = Controllers(lost_jobs_note=note)
         self.methods = all_methods(self.paths.directory, self._stop.set, self.controllers)
+        self.methods[RESPONSE_CHUNK_METHOD] = self.held.continuation
         servers = [await self._listen()]
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -145,11 +154,15 @@ class RuntimeServer:
     ) -> None:
         write_lock = asyncio.Lock()
         pending: set[asyncio.Task[None]] = set()
+        limit: int | None = None  # the caller's exec output limit, if it told us one
 
         async def respond(message: dict[str, Any]) -> None:
+            frame = encode(message)
+            if RESPONSE_CHUNK_FIELD not in message:
+                frame = self.held.fit(frame, limit)
             async with write_lock:
                 with contextlib.suppress(ConnectionError):
-                    writer.write(encode(message))
+                    writer.write(frame)
                     await writer.drain()
 
         async def handle(line: bytes) -> None:
@@ -177,6 +190,11 @@ class RuntimeServer:
                 if not line:
                     break
                 if not line.strip():
+                    continue
+                if line.startswith(RESPONSE_LIMIT_OPTION):
+                    value = line[len(RESPONSE_LIMIT_OPTION) :].strip()
+                    limit = int(value) if value.isdigit() and 0 < len(value) < 19 else None
+                    limit = limit or None
                     continue
                 task = asyncio.create_task(handle(line))
                 pending.add(task)

@@ -749,6 +749,18 @@ static void exec_request(int argc, char **argv) {
              "a shorter directory", dir);
     ensure_private_dir(dir);
     int fd = connect_or_start(dir, sock_path);
+    /* A caller whose exec output is capped (inspect_ai) says so; the server then holds a
+     * larger response and answers with its first piece (protocol.RESPONSE_LIMIT_OPTION). */
+    const char *limit = getenv("INSPECT_SANDBOX_JSON_RPC_RESPONSE_MAX_BYTES");
+    size_t limit_len = limit ? strlen(limit) : 0;
+    int limit_ok = limit_len > 0 && limit_len < 19;
+    for (size_t i = 0; limit_ok && i < limit_len; i++) limit_ok = limit[i] >= '0' && limit[i] <= '9';
+    if (limit_ok) {
+        char option[64];
+        int n = snprintf(option, sizeof option, "#max-response-bytes %s\n", limit);
+        if (write_full(fd, option, (size_t)n) != 0)
+            FAIL("cannot send the request to the runtime server: %s", strerror(errno));
+    }
     if (write_full(fd, request, len) != 0)
         FAIL("cannot send the request to the runtime server: %s", strerror(errno));
     /* One request per connection: the half-close lets the server finish and close, so a
