@@ -9,10 +9,11 @@ loaded first; `--sandbox sandbox_tools/modal` always names this one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
-from inspect_ai.util import ExecResult, SandboxEnvironment, sandboxenv
+from inspect_ai.util import SandboxEnvironment, sandboxenv
 
+from sandbox_tools.inspect.provider_env import ProviderEnvironment
 from sandbox_tools.sandboxes.modal import (
     ModalConfig,
     ModalSandbox,
@@ -37,10 +38,8 @@ def modal_config(config: Any) -> ModalConfig:
 
 
 @sandboxenv(name="modal")
-class ModalSandboxEnvironment(SandboxEnvironment):
-    def __init__(self, sandbox: ModalSandbox) -> None:
-        super().__init__()
-        self.sandbox = sandbox
+class ModalSandboxEnvironment(ProviderEnvironment):
+    sandbox: ModalSandbox
 
     @classmethod
     def config_files(cls) -> list[str]:
@@ -68,36 +67,3 @@ class ModalSandboxEnvironment(SandboxEnvironment):
     @classmethod
     async def cli_cleanup(cls, id: str | None) -> None:
         await cleanup_leftovers(id or ModalConfig().app_name)
-
-    async def exec(
-        self,
-        cmd: list[str],
-        input: str | bytes | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        user: str | None = None,
-        timeout: int | None = None,
-        timeout_retry: bool = True,
-        concurrency: bool = True,
-    ) -> ExecResult[str]:
-        result = await self.sandbox.exec(cmd, input, cwd, env, user, timeout)
-        return ExecResult(
-            success=result.returncode == 0,
-            returncode=result.returncode,
-            stdout=result.stdout.decode(errors="replace"),
-            stderr=result.stderr.decode(errors="replace"),
-        )
-
-    async def write_file(self, file: str, contents: str | bytes) -> None:
-        data = contents.encode() if isinstance(contents, str) else contents
-        await self.sandbox.write_file(file, data)
-
-    @overload
-    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
-
-    @overload
-    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
-
-    async def read_file(self, file: str, text: bool = True) -> str | bytes:
-        data = await self.sandbox.read_file(file)
-        return data.decode() if text else data

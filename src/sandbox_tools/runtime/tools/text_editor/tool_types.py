@@ -45,7 +45,7 @@ class TextEditorParams:
             old_str=optional_or_none(params, "old_str", str),
             new_str=optional_or_none(params, "new_str", str),
             insert_line=optional_or_none(params, "insert_line", int),
-            user=parse_user(params),
+            user=_user(params),
         )
 
     def need(self, field: str) -> str:
@@ -55,3 +55,11 @@ class TextEditorParams:
                 f'Invalid params: field "{field}" is required for command "{self.command}"'
             )
         return str(value)
+
+
+def _user(params: Params) -> UserSpec | None:
+    """`user`, or `_run_as`: the name inspect_ai's text_editor host code sends it under."""
+    user, run_as = parse_user(params), parse_user(params, "_run_as")
+    if user is not None and run_as is not None and user != run_as:
+        raise InvalidParams('Invalid params: "user" and "_run_as" name different identities')
+    return user if user is not None else run_as

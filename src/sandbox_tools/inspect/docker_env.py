@@ -1,0 +1,131 @@
+"""`--sandbox docker_sdk` for inspect_ai: one container per sample through the Docker API.
+
+inspect's own `docker` sandbox drives the `docker compose` CLI; this one needs only a
+reachable engine (the `docker` Python SDK, as the rest of sandbox-tools uses), and it
+makes the cases our runtime exists for one line of config: an image with no libc, a
+read-only root with a tmpfs to install into, no network. Images are used as they are
+on the engine (never pulled implicitly: an evaluation should not depend on a registry
+at run time).
+
+Config: a `DockerSdkConfig`, a JSON or YAML file of its fields, or an image name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from inspect_ai.util import SandboxEnvironment, sandboxenv
+from pydantic import BaseModel, Field
+
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.inspect.provider_env import ProviderEnvironment
+from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client
+
+LABEL = "sandbox-tools.inspect"
+
+
+class DockerSdkConfig(BaseModel, frozen=True):
+    """How each sample's container is made (the fields mirror `docker run` options)."""
+
+    image: str
+    command: list[str] = Field(default_factory=lambda: ["sleep", "infinity"])
+    user: str | None = None
+    read_only: bool = False
+    tmpfs: dict[str, str] = Field(default_factory=dict)
+    network_mode: str = "none"
+    working_dir: str | None = None
+    environment: dict[str, str] = Field(default_factory=dict)
+    mem_limit: str | None = None
+    pids_limit: int | None = None
+
+
+def docker_sdk_config(config: Any) -> DockerSdkConfig:
+    if isinstance(config, DockerSdkConfig):
+        return config
+    if isinstance(config, str) and config:
+        path = Path(config)
+        if path.suffix in (".json", ".yaml", ".yml") and path.is_file():
+            import yaml  # inspect_ai depends on PyYAML; JSON is YAML too
+
+            try:
+                return DockerSdkConfig.model_validate(yaml.safe_load(path.read_text()))
+            except (yaml.YAMLError, ValueError) as exc:
+                raise ConfigurationError(
+                    f"{path}: not a docker_sdk sandbox config: {exc}"
+                ) from None
+        return DockerSdkConfig(image=config)
+    raise ConfigurationError(
+        f"the docker_sdk sandbox needs a DockerSdkConfig or an image name, not {config!r}"
+    )
+
+
+def _run(config: DockerSdkConfig, task_name: str) -> Any:
+    import docker
+
+    client = docker_client()
+    try:
+        client.images.get(config.image)
+    except docker.errors.ImageNotFound:
+        raise ConfigurationError(
+            f"image {config.image!r} is not on the Docker engine; pull or build it first "
+            "(the docker_sdk sandbox never pulls during an evaluation)"
+        ) from None
+    options: dict[str, Any] = {
+        "command": config.command,
+        "detach": True,
+        "read_only": config.read_only,
+        "network_mode": config.network_mode,
+        "environment": config.environment,
+        "labels": {LABEL: task_name},
+        "init": True,  # reaps orphans: processes the agent leaves behind do not pile up
+    }
+    if config.tmpfs:
+        options["tmpfs"] = config.tmpfs
+    for name in ("user", "working_dir", "mem_limit", "pids_limit"):
+        if getattr(config, name) is not None:
+            options[name] = getattr(config, name)
+    return client, client.containers.run(config.image, **options)
+
+
+def _remove(container: Any) -> None:
+    import docker
+
+    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+        container.remove(force=True)
+
+
+@sandboxenv(name="docker_sdk")
+class DockerSdkSandboxEnvironment(ProviderEnvironment):
+    sandbox: DockerSandbox
+
+    @classmethod
+    async def sample_init(
+        cls, task_name: str, config: Any, metadata: dict[str, str]
+    ) -> dict[str, SandboxEnvironment]:
+        client, container = await asyncio.to_thread(_run, docker_sdk_config(config), task_name)
+        return {"default": cls(DockerSandbox(container, client))}
+
+    @classmethod
+    async def sample_cleanup(
+        cls,
+        task_name: str,
+        config: Any,
+        environments: dict[str, SandboxEnvironment],
+        interrupted: bool,
+    ) -> None:
+        for environment in environments.values():
+            if isinstance(environment, DockerSdkSandboxEnvironment):
+                await asyncio.to_thread(_remove, environment.sandbox.container)
+
+    @classmethod
+    async def cli_cleanup(cls, id: str | None) -> None:
+        def remove_all() -> None:
+            client = docker_client()
+            for container in client.containers.list(all=True, filters={"label": LABEL}):
+                if id is None or container.labels.get(LABEL) == id:
+                    _remove(container)
+
+        await asyncio.to_thread(remove_all)
