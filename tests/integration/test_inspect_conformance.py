@@ -13,14 +13,11 @@ Proven against the inspect-ai version pinned in constraints-dev.txt (asserted be
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,32 +123,14 @@ TASK = textwrap.dedent(
 )
 
 
-def _inspect_dev_name(arch: Arch) -> str:
-    from inspect_ai.tool._sandbox_tools_utils.sandbox import _get_sandbox_tools_version
-
-    name = "amd64" if arch is Arch.AMD64 else "arm64"
-    return f"inspect-sandbox-tools-{name}-v{_get_sandbox_tools_version()}-dev"
-
-
 @pytest.fixture
 def our_runtime_as_inspects(built_artifacts: Any) -> Iterator[Any]:
-    """Our artifact in inspect's place for a dev build: a gzipped tar holding the launcher."""
+    from sandbox_tools.inspect.dropin import as_inspect_dev_runtime
+
     arch = Arch.parse(os.uname().machine)
     record, artifact = built_artifacts(arch)
-    archive = io.BytesIO()
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        info = tar.gettarinfo(str(artifact), arcname="inspect-sandbox-tools")
-        info.mode, info.uid, info.gid, info.uname, info.gname = 0o755, 0, 0, "root", "root"
-        with artifact.open("rb") as data:
-            tar.addfile(info, data)
-    binaries = Path(inspect_ai.__file__).parent / "binaries"
-    target = binaries / _inspect_dev_name(arch)
-    target.write_bytes(gzip.compress(archive.getvalue()))
-    try:
+    with as_inspect_dev_runtime(artifact, arch):
         yield record
-    finally:
-        target.unlink(missing_ok=True)
-        (binaries / f"{target.name}.tar").unlink(missing_ok=True)
 
 
 def _run_eval(tmp_path: Path, sandbox: str, extra_env: dict[str, str]) -> dict[str, Any]:

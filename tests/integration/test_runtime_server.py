@@ -496,3 +496,22 @@ def test_a_response_over_the_callers_limit_comes_in_pieces(
     assert small["error"]["code"] == -32098 and "too small" in small["error"]["message"]
     _, fits = _exec_limited(runtime_dir, {**request, "method": "version"}, limit)
     assert "result" in fits  # small responses are untouched
+
+
+def test_a_poll_without_wait_ms_waits_briefly_for_the_end(runtime_dir: RuntimeDir) -> None:
+    """inspect_ai's client polls without wait_ms and sleeps at least 5 s between polls: a
+    command ending 0.3 s after start must be reported by the first poll, not 5 s later."""
+    pid = runtime_dir.result("exec_remote_start", {"command": "sleep 0.3; echo end"})["pid"]
+    first = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": 0})
+    if first["state"] == "running":  # the output came first: one more poll sees the end
+        assert first["stdout"] == "end\n"
+        first = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": first["seq"]})
+    assert first["state"] == "completed" and first["exit_code"] == 0
+    immediate = runtime_dir.result("exec_remote_start", {"command": "sleep 5"})["pid"]
+    assert (
+        runtime_dir.result("exec_remote_poll", {"pid": immediate, "ack_seq": 0, "wait_ms": 0})[
+            "state"
+        ]
+        == "running"
+    )
+    runtime_dir.result("exec_remote_kill", {"pid": immediate, "ack_seq": 0})

@@ -19,6 +19,10 @@ JobState = Literal["running", "completed", "killed"]
 
 # Long polls are capped so a forgotten client cannot pin a connection forever.
 MAX_WAIT_MS = 60_000
+# A poll without `wait_ms` still waits this long for news (output or the end). inspect_ai's
+# client sleeps at least 5 s between polls, so without it a command ending 10 ms after a
+# quick poll was reported 5 s late; its own slower runtime hid this. Explicit 0: no wait.
+DEFAULT_WAIT_MS = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +65,7 @@ class PollParams:
 
     @classmethod
     def parse(cls, params: Params) -> PollParams:
-        wait_ms = optional(params, "wait_ms", int, 0)
+        wait_ms = optional(params, "wait_ms", int, DEFAULT_WAIT_MS)
         if wait_ms < 0:
             raise InvalidParams('Invalid params: field "wait_ms" must be >= 0')
         return cls(pid=_pid(params), ack_seq=_ack_seq(params), wait_ms=min(wait_ms, MAX_WAIT_MS))
