@@ -359,10 +359,12 @@ class ExecRemoteController:
                 "stdout": "",
                 "stderr": "",
             }
+        # "No job found with pid N" is the phrase inspect_ai's client looks for to explain
+        # a poll that timed out and lost a result.
         if self._lost_jobs_note:
-            raise ToolError(f"no process with pid {pid}: {self._lost_jobs_note}")
+            raise ToolError(f"No job found with pid {pid}: {self._lost_jobs_note}")
         raise ToolError(
-            f"no process with pid {pid} was started by this runtime server "
+            f"No job found with pid {pid}: this runtime server did not start it "
             "(or its result was acknowledged long ago)"
         )
 
