@@ -329,15 +329,14 @@ def test_refuses_a_socket_it_does_not_own(runtime_dir: RuntimeDir) -> None:
             -32602,
             "surrogate",
         ),
-        ('{"jsonrpc":"2.0","method":"version"}', -32600, "notification"),
     ],
 )
 def test_hostile_json_gets_one_clear_error(
     runtime_dir: RuntimeDir, request_text: str, code: int, words: str
 ) -> None:
-    """Rule 5: deep nesting, non-finite numbers, NUL and lone surrogates, notifications
-    through `exec`: each once gave a traceback, a -32098 with the server's traceback, or
-    no answer at all. Now one error response, at once; the server keeps serving."""
+    """Rule 5: deep nesting, non-finite numbers, NUL and lone surrogates: each once gave a
+    traceback, a -32098 with the server's traceback, or no answer at all. Now one error
+    response, at once; the server keeps serving."""
     done = runtime_dir.cli("exec", input=request_text, timeout=30)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     response = json.loads(done.stdout)
@@ -517,3 +516,17 @@ def test_a_poll_without_wait_ms_waits_briefly_for_the_end(runtime_dir: RuntimeDi
         == "running"
     )
     runtime_dir.result("exec_remote_kill", {"pid": immediate, "ack_seq": 0})
+
+
+def test_a_notification_through_exec_is_delivered_and_prints_nothing(
+    runtime_dir: RuntimeDir,
+) -> None:
+    """JSON-RPC: a notification gets no response. `exec` once hung waiting for one, then
+    answered with an error; inspect_ai's exec_notification takes any output for a failure.
+    Now it is delivered (the server has handled it when exec returns) and nothing printed."""
+    pid = runtime_dir.result("exec_remote_start", {"command": "sleep 60"})["pid"]
+    notification = {"jsonrpc": "2.0", "method": "exec_remote_kill", "params": {"pid": pid}}
+    done = runtime_dir.cli("exec", input=json.dumps(notification), timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    final = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": 0, "wait_ms": 5000})
+    assert final["state"] == "killed"  # the notification was acted on

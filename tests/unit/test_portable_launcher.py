@@ -321,9 +321,12 @@ def test_exec_forwards_requests_of_any_size(launcher: Path, tmp_path: Path, size
         kill_echo_server(tmp_path)
 
 
-def test_a_notification_through_exec_is_answered_at_once(launcher: Path, tmp_path: Path) -> None:
+def test_a_notification_through_exec_is_delivered_and_answered_with_nothing(
+    launcher: Path, tmp_path: Path
+) -> None:
     """A request without an id gets no response from the server; the launcher used to
-    wait for one forever. It half-closes, so the server's close ends the wait."""
+    wait for one forever. It half-closes, so the server's close ends the wait, and prints
+    nothing, exit 0 (inspect_ai's exec_notification takes any output for a failure)."""
     artifact = echo_server_artifact(launcher, tmp_path)
     env = {**os.environ, "SANDBOX_TOOLS_DIR": str(tmp_path / "run")}
     try:
@@ -334,8 +337,7 @@ def test_a_notification_through_exec_is_answered_at_once(launcher: Path, tmp_pat
             env=env,
             timeout=30,
         )
-        response = json.loads(out.stdout)
-        assert response["id"] is None and "notification" in response["error"]["message"]
+        assert (out.returncode, out.stdout) == (0, "")
     finally:
         kill_echo_server(tmp_path)
 

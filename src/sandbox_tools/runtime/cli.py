@@ -20,7 +20,6 @@ from typing import Any
 from sandbox_tools._version import __version__
 from sandbox_tools.protocol import (
     INTERNAL_ERROR,
-    INVALID_REQUEST,
     JSONRPC_VERSION,
     MAX_FRAME_BYTES,
     RESPONSE_LIMIT_OPTION,
@@ -30,6 +29,7 @@ from sandbox_tools.runtime.client import (
     ServerUnavailable,
     call,
     connect,
+    notify,
     read_frame,
     server_is_running,
     try_connect,
@@ -90,13 +90,14 @@ def cmd_exec(paths: ServerPaths, argv: list[str]) -> int:
         assert error is not None
         _write_line(error)
         return 0
-    if request_id is None:  # a notification gets no response: waiting for one would hang
-        refused = RpcError(
-            INVALID_REQUEST,
-            'Invalid Request: `exec` answers requests; give it an "id" (a notification gets '
-            "no response)",
-        )
-        _write_line(encode(error_response(None, refused)))
+    if request_id is None:
+        # A notification: delivered, and answered with nothing, as JSON-RPC says (inspect_ai's
+        # exec_notification takes any output for a failure).
+        try:
+            notify(paths, frame)
+        except (ServerUnavailable, ServerDirError, OSError) as exc:
+            print(f"sandbox-tools: notification not delivered: {exc}", file=sys.stderr)
+            return 1
         return 0
     limit = os.environ.get(RESPONSE_MAX_BYTES_ENV, "")
     if limit.isdigit() and len(limit) < 19:

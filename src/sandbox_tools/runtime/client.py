@@ -166,3 +166,15 @@ def call(paths: ServerPaths, frame: bytes) -> bytes:
             f"the runtime server closed the connection without answering; see {paths.log}"
         )
     return response
+
+
+def notify(paths: ServerPaths, frame: bytes) -> None:
+    """Deliver a notification and wait until the server has handled it (it then closes)."""
+    sock = connect(paths)
+    try:
+        sock.sendall(frame)
+        sock.shutdown(socket.SHUT_WR)
+        while sock.recv(1 << 16):
+            pass  # nothing is expected; a server would only ever close
+    finally:
+        sock.close()

@@ -482,6 +482,10 @@ static void run_python(int argc, char **argv) {
 /* The request's top-level "id", echoed in our own error responses as the Python CLI does:
  * a plain integer, or a string of printable ASCII without escapes; otherwise null. */
 static char request_id[128] = "null";
+/* Whether the request has an "id" member at all: without one it is a notification, which
+ * the server answers with nothing, and `exec` then prints nothing (inspect_ai's
+ * exec_notification treats any output as a failure). */
+static int request_has_id = 0;
 
 static const char *skip_ws(const char *p, const char *end) {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
@@ -528,6 +532,7 @@ static void remember_request_id(const char *p, size_t len) {
         const char *value = p;
         if (!(p = skip_value(p, end))) return;
         if (is_id) {
+            request_has_id = 1;
             size_t n = (size_t)(p - value);
             while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
             int ok = n > 0 && n < sizeof request_id;
@@ -786,9 +791,9 @@ static void exec_request(int argc, char **argv) {
         }
     }
     close(fd);
+    if (n == 0 && !request_has_id) exit(0); /* a notification, delivered: no response */
     if (n == 0 || response[n - 1] != '\n')
-        FAIL("the runtime server sent no response (a notification, a request without an "
-             "\"id\", gets none; otherwise see %s/server.log)", dir);
+        FAIL("the runtime server sent no response; see %s/server.log", dir);
     write_full(1, response, n);
     exit(0);
 }
