@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from sandbox_tools.errors import (
@@ -105,7 +105,105 @@ def result_fields(result: Any, method: str, **fields: type | tuple[type, ...]) -
     return result
 
 
+# Sandbox -> host messages (PROTOCOL.md) waiting for a slow listener, at most; past that
+# the listener fails loudly instead of the host buffering without limit.
+LISTENER_QUEUE = 1024
+# One long poll of host_messages_poll on exec-per-call transports.
+HOST_POLL_WAIT_MS = 5000
+HOST_POLL_SLACK = 15.0
+
+MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Listener:
+    """Delivers one kind of sandbox -> host message to `handler`, in order, off the reader.
+
+    `failed` holds the reason once the listener stopped (it fell more than
+    LISTENER_QUEUE messages behind, or its transport ended); `on_failure` hears it.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        handler: MessageHandler,
+        on_failure: Callable[[str], Awaitable[None]] | None,
+        release: Callable[[Listener], None],
+    ) -> None:
+        self.method = method
+        self.failed: str | None = None
+        self._handler = handler
+        self._on_failure = on_failure
+        self._release = release
+        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(LISTENER_QUEUE)
+        self._task = asyncio.create_task(self._consume())
+
+    def deliver(self, params: dict[str, Any]) -> None:
+        if self.failed is not None:
+            return
+        try:
+            self._queue.put_nowait(params)
+        except asyncio.QueueFull:
+            self.fail(f"the host fell {LISTENER_QUEUE} messages behind the sandbox")
+
+    def fail(self, reason: str) -> None:
+        if self.failed is None:
+            self.failed = reason
+            with contextlib.suppress(asyncio.QueueFull):
+                self._queue.put_nowait(None)
+
+    async def _consume(self) -> None:
+        while (params := await self._queue.get()) is not None:
+            await self._handler(params)
+        if self._on_failure is not None and self.failed is not None:
+            await self._on_failure(self.failed)
+
+    async def aclose(self) -> None:
+        self._release(self)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+
+
 class RuntimeClient(abc.ABC):
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    async def listen(
+        self,
+        method: str,
+        handler: MessageHandler,
+        on_failure: Callable[[str], Awaitable[None]] | None = None,
+    ) -> Listener:
+        """Hear the sandbox -> host messages named `method` (their params), until closed."""
+        listener = Listener(method, handler, on_failure, self._listeners.remove)
+        self._listeners.append(listener)
+        try:
+            await self._start_listening()
+        except BaseException:
+            await listener.aclose()
+            raise
+        return listener
+
+    async def _start_listening(self) -> None:
+        raise RuntimeTransportError(
+            f"{type(self).__name__} cannot receive messages from the sandbox"
+        )
+
+    def _dispatch(self, message: Any) -> None:
+        """Route one sandbox -> host notification (untrusted: checked before use)."""
+        if not isinstance(message, dict):
+            return
+        method, params = message.get("method"), message.get("params")
+        if not isinstance(method, str) or not isinstance(params, dict):
+            return
+        for listener in list(self._listeners):
+            if listener.method == method:
+                listener.deliver(params)
+
+    def _fail_listeners(self, reason: str) -> None:
+        for listener in list(self._listeners):
+            listener.fail(reason)
+
     @abc.abstractmethod
     async def call(
         self,
@@ -148,6 +246,7 @@ class _SandboxRuntimeClient(RuntimeClient):
         env: Mapping[str, str] | None = None,
         user: str | None = None,
     ) -> None:
+        super().__init__()
         self.sandbox = sandbox
         self.runtime_command = list(runtime_command)
         self.env = dict(env or {})
@@ -156,6 +255,38 @@ class _SandboxRuntimeClient(RuntimeClient):
 
 
 class ExecRuntimeClient(_SandboxRuntimeClient):
+    """One exec per call; sandbox -> host messages are long-polled by one background task."""
+
+    _poller: asyncio.Task[None] | None = None
+
+    async def _start_listening(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll_host_messages())
+
+    async def _poll_host_messages(self) -> None:
+        ack = 0
+        try:
+            while self._listeners:
+                result = await self.call(
+                    "host_messages_poll",
+                    {"ack_seq": ack, "wait_ms": HOST_POLL_WAIT_MS},
+                    timeout=HOST_POLL_WAIT_MS / 1000 + HOST_POLL_SLACK,
+                )
+                fields = result_fields(result, "host_messages_poll", seq=int, messages=list)
+                for message in fields["messages"]:
+                    seq = message.get("seq") if isinstance(message, dict) else None
+                    if type(seq) is int and seq > ack:  # a retried poll repeats nothing
+                        self._dispatch(message)
+                ack = max(ack, fields["seq"])
+        except Exception as exc:
+            self._fail_listeners(f"polling the sandbox for its messages failed: {exc}")
+
+    async def aclose(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._poller
+
     async def call(
         self,
         method: str,
@@ -202,6 +333,13 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._open_lock = asyncio.Lock()
+        self._subscribed = False
+
+    async def _start_listening(self) -> None:
+        # Pushed on this channel from now on: no polling (PROTOCOL.md).
+        if not self._subscribed:
+            await self.call("host_messages_subscribe")
+            self._subscribed = True
 
     async def _ensure_stream(self) -> Stream:
         async with self._open_lock:
@@ -230,6 +368,9 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                 # response means the channel cannot be trusted any more (it might be
                 # desynchronised), so it is declared failed rather than skipped.
                 response = parse_response_line(line, "stdio channel")
+                if isinstance(response, dict) and "method" in response and "id" not in response:
+                    self._dispatch(response)  # a message the sandbox sends first
+                    continue
                 request_id = response.get("id") if isinstance(response, dict) else None
                 future = self._pending.pop(request_id, None) if type(request_id) is int else None
                 if future is None:
@@ -249,6 +390,8 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                 if not future.done():
                     future.set_exception(RuntimeTransportError(reason))
             self._pending.clear()
+            self._subscribed = False
+            self._fail_listeners(reason)
 
     async def call(
         self,

@@ -8,11 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox_tools.runtime.build_info import build_info
+from sandbox_tools.runtime.host_messages import HostMessages
 from sandbox_tools.runtime.jsonrpc import Method, Params
 from sandbox_tools.runtime.tools.bash_session import json_rpc_methods as bash_session_methods
 from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
 from sandbox_tools.runtime.tools.exec_remote import json_rpc_methods as exec_remote_methods
 from sandbox_tools.runtime.tools.exec_remote.controller import ExecRemoteController
+from sandbox_tools.runtime.tools.mcp import json_rpc_methods as mcp_methods
+from sandbox_tools.runtime.tools.mcp.controller import McpController
 from sandbox_tools.runtime.tools.text_editor import json_rpc_methods as text_editor_methods
 from sandbox_tools.runtime.tools.text_editor.controller import TextEditorController
 
@@ -46,8 +49,12 @@ class Controllers:
         self.exec_remote = ExecRemoteController(lost_jobs_note=lost_jobs_note)
         self.bash_session = BashSessionController()
         self.text_editor = TextEditorController()
+        self.host_messages = HostMessages()
+        self.mcp = McpController(self.host_messages)
 
     async def shutdown(self) -> None:
+        self.host_messages.stop()
+        await self.mcp.shutdown()
         await self.exec_remote.shutdown()
         await self.bash_session.shutdown()
 
@@ -60,4 +67,6 @@ def all_methods(
         **exec_remote_methods.methods(controllers.exec_remote),
         **bash_session_methods.methods(controllers.bash_session),
         **text_editor_methods.methods(controllers.text_editor),
+        **mcp_methods.methods(controllers.mcp),
+        **controllers.host_messages.methods(),
     }

@@ -25,6 +25,7 @@ from sandbox_tools.protocol import (
     RESPONSE_LIMIT_OPTION,
 )
 from sandbox_tools.runtime.chunks import HeldResponses
+from sandbox_tools.runtime.host_messages import CURRENT_PUSH
 from sandbox_tools.runtime.jsonrpc import Method, RpcError, dispatch, encode, error_response
 from sandbox_tools.runtime.methods import Controllers, all_methods
 from sandbox_tools.runtime.paths import ServerPaths
@@ -164,6 +165,20 @@ class RuntimeServer:
                 with contextlib.suppress(ConnectionError):
                     writer.write(frame)
                     await writer.drain()
+
+        async def push(message: dict[str, Any]) -> bool:
+            """A message the sandbox sends first, on this connection (host_messages)."""
+            if writer.is_closing():
+                return False
+            async with write_lock:
+                try:
+                    writer.write(encode(message))
+                    await writer.drain()
+                except ConnectionError:
+                    return False
+            return True
+
+        CURRENT_PUSH.set(push)  # for host_messages_subscribe, in this connection's tasks
 
         async def handle(line: bytes) -> None:
             response = await dispatch(self.methods, line)

@@ -1,0 +1,1 @@
+"""MCP bridge: stdio MCP servers inside the sandbox, spoken to from the host."""

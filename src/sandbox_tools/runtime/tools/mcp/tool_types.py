@@ -1,0 +1,105 @@
+"""Typed parameters of the MCP bridge methods (PROTOCOL.md "MCP bridge")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_tools.runtime.identity import UserSpec, parse_user
+from sandbox_tools.runtime.jsonrpc import (
+    InvalidParams,
+    Params,
+    optional,
+    optional_or_none,
+    required,
+    string_map,
+)
+
+MAX_ARGS = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchParams:
+    """`server_params` as the `mcp` SDK's StdioServerParameters dumps it, and `user`."""
+
+    command: str
+    args: list[str]
+    env: dict[str, str] | None
+    cwd: str | None
+    encoding: str
+    encoding_error_handler: str
+    user: UserSpec | None
+
+    @classmethod
+    def parse(cls, params: Params) -> LaunchParams:
+        server = required(params, "server_params", dict)
+        args = optional(server, "args", list, [])
+        if len(args) > MAX_ARGS or not all(isinstance(a, str) for a in args):
+            raise InvalidParams(
+                f'Invalid params: field "server_params.args" must be at most {MAX_ARGS} strings'
+            )
+        encoding = optional(server, "encoding", str, "utf-8")
+        handler = optional(server, "encoding_error_handler", str, "strict")
+        if handler not in ("strict", "ignore", "replace"):
+            raise InvalidParams(
+                'Invalid params: field "server_params.encoding_error_handler" must be '
+                "strict, ignore or replace"
+            )
+        try:
+            "".encode(encoding)
+        except LookupError:
+            raise InvalidParams(f"Invalid params: unknown encoding {encoding!r}") from None
+        command = required(server, "command", str)
+        if not command:
+            raise InvalidParams('Invalid params: field "server_params.command" is empty')
+        return cls(
+            command=command,
+            args=args,
+            env=string_map(server, "env"),
+            cwd=optional_or_none(server, "cwd", str),
+            encoding=encoding,
+            encoding_error_handler=handler,
+            user=parse_user(params),
+        )
+
+
+def _session(params: Params) -> int:
+    return required(params, "session_id", int)
+
+
+def _message(params: Params, field: str) -> dict[str, Any]:
+    message = required(params, field, dict)
+    if message.get("jsonrpc") != "2.0":
+        raise InvalidParams(f'Invalid params: field "{field}" must be a JSON-RPC 2.0 message')
+    return message
+
+
+@dataclass(frozen=True)
+class SendParams:
+    session_id: int
+    message: dict[str, Any]
+
+    @classmethod
+    def request(cls, params: Params) -> SendParams:
+        message = _message(params, "request")
+        if not isinstance(message.get("method"), str) or "id" not in message:
+            raise InvalidParams('Invalid params: "request" needs a "method" and an "id"')
+        return cls(_session(params), message)
+
+    @classmethod
+    def notification(cls, params: Params) -> SendParams:
+        message = _message(params, "notification")
+        if not isinstance(message.get("method"), str) or "id" in message:
+            raise InvalidParams('Invalid params: "notification" needs a "method" and no "id"')
+        return cls(_session(params), message)
+
+    @classmethod
+    def response(cls, params: Params) -> SendParams:
+        message = _message(params, "response")
+        if "id" not in message or ("result" in message) == ("error" in message):
+            raise InvalidParams('Invalid params: "response" needs an "id" and a result or error')
+        return cls(_session(params), message)
+
+
+def session_id(params: Params) -> int:
+    return _session(params)
