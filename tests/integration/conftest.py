@@ -120,3 +120,61 @@ def arches_under_test() -> list[Arch]:
     if os.environ.get("SANDBOX_TOOLS_TEST_ARM64") == "1" and Arch.ARM64 not in arches:
         arches.append(Arch.ARM64)
     return arches
+
+
+MCP_SITE_MOUNT = "/opt/mcp-site"
+MCP_SERVERS_MOUNT = "/opt/mcp-servers"
+
+
+@pytest.fixture(scope="session")
+def mcp_site() -> Any:
+    """The `mcp` package for containers, installed on the host (containers have no HTTPS)
+    into a directory mounted read-only as PYTHONPATH: a wheelhouse, unpacked. Built for
+    the offline Debian image's Python (3.11), so only with a host Python 3.11."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the container's Python is 3.11; the host's must match to share wheels")
+    root = Path(__file__).parents[2]
+    constraints = root / "constraints-dev.txt"
+    pin = next(line for line in constraints.read_text().splitlines() if line.startswith("mcp=="))
+    cache = Path.home() / ".cache" / "sandbox-tools" / f"mcp-site-{pin.split('==')[1]}"
+    if not cache.is_dir():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=cache.parent, prefix=".mcp-site-"))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--target",
+                str(staging),
+                "-c",
+                str(constraints),
+                pin,
+            ],
+            check=True,
+        )
+        staging.chmod(0o755)  # mkdtemp made it private: other uids in containers read it
+        try:
+            staging.rename(cache)
+        except OSError:  # another session won the race
+            shutil.rmtree(staging, ignore_errors=True)
+    return cache
+
+
+@pytest.fixture
+def mcp_volumes(mcp_site: Any) -> dict[str, dict[str, str]]:
+    from pathlib import Path
+
+    servers = Path(__file__).parents[1] / "mcp_servers"
+    return {
+        str(mcp_site): {"bind": MCP_SITE_MOUNT, "mode": "ro"},
+        str(servers): {"bind": MCP_SERVERS_MOUNT, "mode": "ro"},
+    }

@@ -1,13 +1,27 @@
 """inspect_ai integration (optional extra `[inspect]`).
 
-- `bash_session()`, `text_editor()`, `exec_remote()`: inspect's tools and exec_remote,
-  same parameters and events, backed by our runtime injected into any inspect sandbox.
+- `bash_session()`, `text_editor()`, `exec_remote()`, `mcp_server_sandbox()`: inspect's
+  tools, exec_remote and sandbox MCP servers, same parameters and events, backed by our
+  runtime injected into any inspect sandbox.
 - `docker_sdk` and `modal` sandbox environments, registered with inspect_ai through the
   package's `inspect_ai` entry point (`--sandbox docker_sdk`, `--sandbox modal`).
 - `adapter.InspectSandbox`: any inspect_ai sandbox environment as our provider.
 """
 
 from sandbox_tools.inspect.docker_env import DockerSdkConfig
-from sandbox_tools.inspect.tools import ExecRemoteProcess, bash_session, exec_remote, text_editor
+from sandbox_tools.inspect.tools import (
+    ExecRemoteProcess,
+    bash_session,
+    exec_remote,
+    mcp_server_sandbox,
+    text_editor,
+)
 
-__all__ = ["DockerSdkConfig", "ExecRemoteProcess", "bash_session", "exec_remote", "text_editor"]
+__all__ = [
+    "DockerSdkConfig",
+    "ExecRemoteProcess",
+    "bash_session",
+    "exec_remote",
+    "mcp_server_sandbox",
+    "text_editor",
+]

@@ -40,6 +40,7 @@ class DockerSdkConfig(BaseModel, frozen=True):
     environment: dict[str, str] = Field(default_factory=dict)
     mem_limit: str | None = None
     pids_limit: int | None = None
+    volumes: list[str] = Field(default_factory=list)  # "host:container[:ro]", as docker -v
 
 
 def docker_sdk_config(config: Any) -> DockerSdkConfig:
@@ -84,6 +85,8 @@ def _run(config: DockerSdkConfig, task_name: str) -> Any:
     }
     if config.tmpfs:
         options["tmpfs"] = config.tmpfs
+    if config.volumes:
+        options["volumes"] = config.volumes
     for name in ("user", "working_dir", "mem_limit", "pids_limit"):
         if getattr(config, name) is not None:
             options[name] = getattr(config, name)

@@ -14,12 +14,13 @@ runtime runs as the default user itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from inspect_ai.tool import Tool, ToolError, tool
+from inspect_ai.tool import MCPServer, Tool, ToolError, tool
 from inspect_ai.util import (
     ExecCompleted,
     ExecRemoteAwaitableOptions,
@@ -321,4 +322,48 @@ async def exec_remote(
         returncode=completed.exit_code,
         stdout=completed.stdout,
         stderr=completed.stderr,
+    )
+
+
+# -- MCP servers inside the sandbox, as inspect tools -------------------------------------
+
+
+def mcp_server_sandbox(
+    *,
+    name: str | None = None,
+    command: str,
+    args: list[str] | None = None,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    sandbox: str | None = None,
+    timeout: int | None = None,
+    user: str | None = None,
+) -> MCPServer:
+    """inspect's `mcp_server_sandbox()`, through our runtime: use with `mcp_tools()`.
+
+    Unlike inspect's own, what the server sends on its own reaches inspect: its log
+    messages and progress, and sampling requests, which inspect answers with the task's
+    model. `user` runs the server as that user instead of the sandbox's default user.
+    """
+    from inspect_ai.tool._mcp._local import MCPServerLocal
+    from mcp import StdioServerParameters
+
+    from sandbox_tools.injector.mcp_client import sandbox_mcp_client
+
+    parameters = StdioServerParameters(command=command, args=args or [], cwd=cwd, env=env)
+    request_timeout = float(timeout or 600)
+
+    @contextlib.asynccontextmanager
+    async def client() -> AsyncIterator[Any]:
+        support, default_user = await runtime_for(sandbox)
+        async with sandbox_mcp_client(
+            support, parameters, user=user or default_user, request_timeout=request_timeout
+        ) as streams:
+            yield streams
+
+    return MCPServerLocal(
+        client,
+        name=name or " ".join([command, *(args or [])]),
+        events=True,
+        timeout=timeout,
     )
