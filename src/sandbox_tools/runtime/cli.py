@@ -55,6 +55,8 @@ commands:
   stop-server      ask the server to shut down and wait until it has
   healthcheck      exit 0 only if this CLI and the server both answer `version`
   unpack           make the runtime ready to run (the portable launcher unpacks itself)
+  model_proxy [--port N] [--timeout S]
+                   serve HTTP on 127.0.0.1:N (13131) inside the sandbox, answered by the host
   --version        print the runtime version
 """
 
@@ -283,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if command == "unpack":  # only the portable launcher has anything to unpack
         return 0
+    if command == "model_proxy":  # HTTP inside the sandbox, answered by the host
+        from sandbox_tools.runtime.model_proxy import run
+
+        return run(rest)
     directory = None
     if command == "server" and rest[:1] == ["--dir"] and len(rest) >= 2:
         directory = rest[1]

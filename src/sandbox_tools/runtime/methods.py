@@ -14,6 +14,7 @@ from sandbox_tools.runtime.tools.bash_session import json_rpc_methods as bash_se
 from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
 from sandbox_tools.runtime.tools.exec_remote import json_rpc_methods as exec_remote_methods
 from sandbox_tools.runtime.tools.exec_remote.controller import ExecRemoteController
+from sandbox_tools.runtime.tools.http_tunnel.controller import HttpTunnelController
 from sandbox_tools.runtime.tools.mcp import json_rpc_methods as mcp_methods
 from sandbox_tools.runtime.tools.mcp.controller import McpController
 from sandbox_tools.runtime.tools.text_editor import json_rpc_methods as text_editor_methods
@@ -51,6 +52,7 @@ class Controllers:
         self.text_editor = TextEditorController()
         self.host_messages = HostMessages()
         self.mcp = McpController(self.host_messages)
+        self.http_tunnel = HttpTunnelController(self.host_messages)
 
     async def shutdown(self) -> None:
         self.host_messages.stop()
@@ -69,4 +71,5 @@ def all_methods(
         **text_editor_methods.methods(controllers.text_editor),
         **mcp_methods.methods(controllers.mcp),
         **controllers.host_messages.methods(),
+        **controllers.http_tunnel.methods(),
     }

@@ -1,0 +1,347 @@
+"""Model calls from inside an offline sandbox, answered on the host.
+
+`ModelProxy` starts the runtime's `model_proxy` (HTTP on 127.0.0.1:13131 inside the
+sandbox) with exec_remote and answers each request it receives with `handler`, the
+moment it arrives (pushed on the persistent channel, long-polled over exec): no network,
+no credentials and no Python in the sandbox. A handler returns a `ProxyResponse` whose
+body may be an async iterator: each chunk goes to the agent as it is produced, so a
+streamed (SSE) answer starts at once.
+
+    async def handler(request: ProxyRequest) -> ProxyResponse: ...
+
+    async with ModelProxy(support, forward_to("http://127.0.0.1:8000")) as proxy:
+        await exec_remote(support.client, "my-agent", ExecRemoteOptions(env=proxy.env))
+
+Everything the sandbox sends is untrusted: requests are checked before the handler sees
+them, and at most `max_concurrent` handlers run at once (more wait), so an agent cannot
+make the host spend without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox_tools.errors import SandboxToolsError
+from sandbox_tools.injector.exec_remote import (
+    Completed,
+    ExecRemoteOptions,
+    ExecRemoteProcess,
+    StderrChunk,
+    StdoutChunk,
+    start_exec_remote,
+)
+from sandbox_tools.injector.inject import ToolSupport
+from sandbox_tools.injector.jsonrpc_client import Listener
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 13131
+DEFAULT_TIMEOUT = 300.0
+DEFAULT_MAX_CONCURRENT = 32
+START_TIMEOUT = 30.0
+MAX_BODY_CALL_BYTES = 1024 * 1024  # body bytes per call to the runtime
+PLACEHOLDER_KEY = "sandbox-tools-proxy"  # SDKs insist on a key; the host holds the real one
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    method: str
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        lowered = name.lower()
+        return next((v for k, v in self.headers if k.lower() == lowered), None)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class ProxyResponse:
+    status: int = 200
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes | AsyncIterator[bytes] = b""
+
+    @classmethod
+    def json(cls, payload: Any, status: int = 200) -> ProxyResponse:
+        return cls(status, [("Content-Type", "application/json")], json.dumps(payload).encode())
+
+
+Handler = Callable[[ProxyRequest], Awaitable[ProxyResponse]]
+
+
+def _request_from(params: Mapping[str, Any]) -> tuple[str, ProxyRequest] | None:
+    """The sandbox's request, or None if it is malformed (untrusted input)."""
+    try:
+        request_id, method, path = params["request_id"], params["method"], params["path"]
+        headers = [(str(k), str(v)) for k, v in params["headers"]]
+        body = base64.b64decode(params["body"], validate=True)
+    except (KeyError, TypeError, ValueError, binascii.Error):
+        return None
+    if not all(isinstance(x, str) for x in (request_id, method, path)):
+        return None
+    return request_id, ProxyRequest(method, path, headers, body)
+
+
+class ModelProxy:
+    def __init__(
+        self,
+        support: ToolSupport,
+        handler: Handler,
+        *,
+        port: int = DEFAULT_PORT,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    ) -> None:
+        self.support = support
+        self.handler = handler
+        self.port = port
+        self.timeout = timeout
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._listeners: list[Listener] = []
+        self._process: ExecRemoteProcess | None = None
+        self._watcher: asyncio.Task[None] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What to give the agent so its SDK or CLI calls the proxy."""
+        return {
+            "OPENAI_BASE_URL": f"{self.base_url}/v1",
+            "OPENAI_API_KEY": PLACEHOLDER_KEY,
+            "ANTHROPIC_BASE_URL": self.base_url,
+            "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
+            "GOOGLE_GEMINI_BASE_URL": self.base_url,
+            "GEMINI_API_KEY": PLACEHOLDER_KEY,
+            "SANDBOX_TOOLS_MODEL_PROXY": self.base_url,
+        }
+
+    async def __aenter__(self) -> ModelProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        client = self.support.client
+        self._listeners = [
+            await client.listen("http_request", self._on_request),
+            await client.listen("http_cancel", self._on_cancel),
+        ]
+        command = [self.support.exe, "model_proxy", "--port", str(self.port)]
+        command += ["--timeout", str(self.timeout)]
+        options = ExecRemoteOptions(env=self.support.env, poll_interval=5.0)
+        self._process = await start_exec_remote(client, command, options)
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watcher = asyncio.create_task(self._watch(self._process, ready))
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT)
+        except asyncio.TimeoutError:
+            await self.aclose()
+            raise SandboxToolsError(
+                f"the model proxy did not start within {START_TIMEOUT:g} s"
+            ) from None
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _watch(self, process: ExecRemoteProcess, ready: asyncio.Future[None]) -> None:
+        """Follow the proxy process for its whole life (leaving its events would kill it)."""
+        stderr = ""
+        async for event in process.events():
+            if isinstance(event, StdoutChunk) and "listening" in event.data and not ready.done():
+                ready.set_result(None)
+            elif isinstance(event, StderrChunk):
+                stderr = (stderr + event.data)[-4000:]
+            elif isinstance(event, Completed):
+                reason = (stderr or event.stderr).strip() or f"exit code {event.exit_code}"
+                if not ready.done():
+                    ready.set_exception(
+                        SandboxToolsError(f"the model proxy did not start: {reason}")
+                    )
+                else:
+                    log.warning("model proxy in the sandbox ended: %s", reason)
+
+    async def aclose(self) -> None:
+        if self._process is not None:
+            with contextlib.suppress(Exception):
+                await self._process.kill()
+            self._process = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watcher
+            self._watcher = None
+        for listener in self._listeners:
+            await listener.aclose()
+        self._listeners = []
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- serving -------------------------------------------------------------------------
+
+    async def _on_request(self, params: dict[str, Any]) -> None:
+        parsed = _request_from(params)
+        if parsed is None:
+            log.warning("model proxy: ignored a malformed request from the sandbox")
+            return
+        request_id, request = parsed
+        if request_id in self._tasks:
+            return
+        task = asyncio.create_task(self._serve(request_id, request))
+        self._tasks[request_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(request_id, None))
+
+    async def _on_cancel(self, params: dict[str, Any]) -> None:
+        task = self._tasks.get(str(params.get("request_id")))
+        if task is not None:
+            task.cancel()
+
+    async def _serve(self, request_id: str, request: ProxyRequest) -> None:
+        client = self.support.client
+        async with self._slots:
+            try:
+                response = await self.handler(request)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("model proxy handler failed")
+                response = ProxyResponse.json(
+                    {"error": {"type": "handler_error", "message": f"{type(exc).__name__}: {exc}"}},
+                    status=502,
+                )
+            try:
+                await client.call(
+                    "http_tunnel_respond",
+                    {
+                        "request_id": request_id,
+                        "status": response.status,
+                        "headers": [[k, v] for k, v in response.headers],
+                    },
+                )
+                await self._send_body(request_id, response.body)
+            except SandboxToolsError as exc:
+                log.info("model proxy: %s ended early: %s", request_id, exc)
+
+    async def _send_body(self, request_id: str, body: bytes | AsyncIterator[bytes]) -> None:
+        client = self.support.client
+
+        async def send(chunks: list[bytes], end: bool, error: str | None = None) -> None:
+            params: dict[str, Any] = {
+                "request_id": request_id,
+                "chunks": [base64.b64encode(c).decode("ascii") for c in chunks],
+                "end": end,
+            }
+            if error is not None:
+                params["error"] = error
+            await client.call("http_tunnel_body", params)
+
+        if isinstance(body, bytes):
+            pieces = [
+                body[i : i + MAX_BODY_CALL_BYTES] for i in range(0, len(body), MAX_BODY_CALL_BYTES)
+            ]
+            for piece in pieces[:-1]:
+                await send([piece], end=False)
+            await send(pieces[-1:] if pieces else [], end=True)
+            return
+        # A stream: each chunk is sent as soon as it exists; chunks produced while a call
+        # is on its way go together in the next one (cheap transports send each alone).
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(64)
+
+        async def produce() -> None:
+            try:
+                async for chunk in body:
+                    await queue.put(chunk)
+            finally:
+                await queue.put(None)
+
+        producer = asyncio.create_task(produce())
+        try:
+            finished = False
+            while not finished:
+                batch = [await queue.get()]
+                while not queue.empty() and sum(len(c) for c in batch if c) < MAX_BODY_CALL_BYTES:
+                    batch.append(queue.get_nowait())
+                finished = batch[-1] is None
+                chunks = [c for c in batch if c]
+                if finished and producer.done() and producer.exception() is not None:
+                    error = f"the handler failed mid-answer: {producer.exception()}"
+                    await send(chunks, end=True, error=error)
+                    return
+                await send(chunks, end=finished)
+        finally:
+            producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await producer
+
+
+# -- a ready-made handler: forward to an upstream with the host's credentials -------------
+
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "te",
+    "trailer",
+    "upgrade",
+    "host",
+    "proxy-connection",
+    "accept-encoding",
+}
+SANDBOX_CREDENTIALS = {"authorization", "x-api-key", "api-key", "x-goog-api-key"}
+
+
+def forward_to(
+    base_url: str, headers: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT
+) -> Handler:
+    """A handler sending each request to `base_url` (e.g. a vLLM server or a provider API),
+    with `headers` (the host's credentials) in place of whatever the sandbox sent; the
+    answer streams back as the upstream produces it."""
+    import httpx
+
+    client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0))
+    extra = dict(headers or {})
+
+    async def handler(request: ProxyRequest) -> ProxyResponse:
+        forwarded = [
+            (k, v)
+            for k, v in request.headers
+            if k.lower() not in HOP_BY_HOP and k.lower() not in SANDBOX_CREDENTIALS
+        ]
+        outgoing = client.build_request(
+            request.method,
+            base_url.rstrip("/") + request.path,
+            headers=[*forwarded, *extra.items()],
+            content=request.body,
+        )
+        upstream = await client.send(outgoing, stream=True)
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in upstream.aiter_bytes():
+                    yield chunk
+            finally:
+                await upstream.aclose()
+
+        kept = [(k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP]
+        return ProxyResponse(upstream.status_code, kept, body())
+
+    return handler
