@@ -111,3 +111,33 @@ async def test_a_host_that_does_not_answer_gives_504(sandbox: DockerSandbox) -> 
     async with proxy:
         status, [(_, body)] = await run_client(sandbox, "chat")
         assert status == 504 and "did not answer within 2 s" in json.loads(body)["error"]["message"]
+
+
+async def test_an_inspect_model_answers_openai_and_anthropic_requests(
+    sandbox: DockerSandbox,
+) -> None:
+    inspect_model = pytest.importorskip("inspect_ai.model", reason="needs the [inspect] extra")
+    from sandbox_tools.inspect.model_handler import inspect_model_handler
+
+    outputs = []
+    for n in range(4):
+        output = inspect_model.ModelOutput.from_content("mockllm/model", f"answer {n}")
+        output.usage = inspect_model.ModelUsage(input_tokens=3, output_tokens=2, total_tokens=5)
+        outputs.append(output)
+    model = inspect_model.get_model("mockllm/model", custom_outputs=outputs)
+    support = await tool_support_sandbox(sandbox)
+    async with ModelProxy(support, inspect_model_handler(model)):
+        _, [(_, body)] = await run_client(sandbox, "chat")
+        assert json.loads(body)["choices"][0]["message"]["content"] == "answer 0"
+        _, events = await run_client(sandbox, "chat-stream")
+        text = "".join(
+            json.loads(e)["choices"][0]["delta"].get("content", "") for _, e in events[:-1]
+        )
+        assert text == "answer 1" and events[-1][1] == "[DONE]"
+        _, [(_, body)] = await run_client(sandbox, "messages")
+        assert json.loads(body)["content"][0]["text"] == "answer 2"
+        _, events = await run_client(sandbox, "messages-stream")
+        kinds = [json.loads(e)["type"] for _, e in events]
+        assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+        deltas = [json.loads(e)["delta"]["text"] for _, e in events if "text_delta" in e]
+        assert deltas == ["answer 3"]
