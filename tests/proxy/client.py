@@ -68,6 +68,14 @@ def main() -> None:
         first = raw.recv(4096)
         raw.close()
         print(json.dumps({"first": first.decode(errors="replace")[:200]}))
+    elif scenario == "bench":  # latency of plain requests, time to the first streamed event
+        runs = int(sys.argv[3])
+        latency = [post("/v1/chat/completions", chat)[1][0][0] * 1000 for _ in range(runs)]
+        stream = {**chat, "stream": True}
+        ttft = [
+            post("/v1/chat/completions", stream, stream=True)[1][0][0] * 1000 for _ in range(runs)
+        ]
+        print(json.dumps({"latency_ms": latency, "ttft_ms": ttft}))
     elif scenario == "malformed":
         raw = socket.create_connection(("127.0.0.1", PORT))
         raw.sendall(b"THIS IS NOT HTTP\r\n\r\n")

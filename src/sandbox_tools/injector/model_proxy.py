@@ -194,6 +194,10 @@ class ModelProxy:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        close = getattr(self.handler, "aclose", None)
+        if close is not None:  # a handler holding connections (forward_to)
+            with contextlib.suppress(Exception):
+                await close()
 
     # -- serving -------------------------------------------------------------------------
 
@@ -215,7 +219,6 @@ class ModelProxy:
             task.cancel()
 
     async def _serve(self, request_id: str, request: ProxyRequest) -> None:
-        client = self.support.client
         async with self._slots:
             try:
                 response = await self.handler(request)
@@ -228,41 +231,42 @@ class ModelProxy:
                     status=502,
                 )
             try:
-                await client.call(
-                    "http_tunnel_respond",
-                    {
-                        "request_id": request_id,
-                        "status": response.status,
-                        "headers": [[k, v] for k, v in response.headers],
-                    },
-                )
-                await self._send_body(request_id, response.body)
+                await self._send(request_id, response)
             except SandboxToolsError as exc:
                 log.info("model proxy: %s ended early: %s", request_id, exc)
 
-    async def _send_body(self, request_id: str, body: bytes | AsyncIterator[bytes]) -> None:
+    async def _send(self, request_id: str, response: ProxyResponse) -> None:
+        """The head with the body's first chunks in one call, then the rest as produced.
+
+        Chunks produced while a call is on its way go together in the next one, so a
+        cheap transport sends each at once and a slow one is not flooded.
+        """
         client = self.support.client
+        head: dict[str, Any] | None = {
+            "request_id": request_id,
+            "status": response.status,
+            "headers": [[k, v] for k, v in response.headers],
+        }
 
         async def send(chunks: list[bytes], end: bool, error: str | None = None) -> None:
+            nonlocal head
             params: dict[str, Any] = {
-                "request_id": request_id,
+                **(head or {"request_id": request_id}),
                 "chunks": [base64.b64encode(c).decode("ascii") for c in chunks],
                 "end": end,
             }
             if error is not None:
                 params["error"] = error
-            await client.call("http_tunnel_body", params)
+            await client.call("http_tunnel_respond" if head else "http_tunnel_body", params)
+            head = None
 
+        body = response.body
         if isinstance(body, bytes):
-            pieces = [
-                body[i : i + MAX_BODY_CALL_BYTES] for i in range(0, len(body), MAX_BODY_CALL_BYTES)
-            ]
-            for piece in pieces[:-1]:
-                await send([piece], end=False)
-            await send(pieces[-1:] if pieces else [], end=True)
+            size = MAX_BODY_CALL_BYTES
+            pieces = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+            for n, piece in enumerate(pieces):
+                await send([piece], end=n == len(pieces) - 1)
             return
-        # A stream: each chunk is sent as soon as it exists; chunks produced while a call
-        # is on its way go together in the next one (cheap transports send each alone).
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(64)
 
         async def produce() -> None:
@@ -277,15 +281,15 @@ class ModelProxy:
             finished = False
             while not finished:
                 batch = [await queue.get()]
+                await asyncio.sleep(0)  # a body that is already complete goes in one call
                 while not queue.empty() and sum(len(c) for c in batch if c) < MAX_BODY_CALL_BYTES:
                     batch.append(queue.get_nowait())
                 finished = batch[-1] is None
                 chunks = [c for c in batch if c]
+                error = None
                 if finished and producer.done() and producer.exception() is not None:
                     error = f"the handler failed mid-answer: {producer.exception()}"
-                    await send(chunks, end=True, error=error)
-                    return
-                await send(chunks, end=finished)
+                await send(chunks, end=finished, error=error)
         finally:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -309,30 +313,36 @@ HOP_BY_HOP = {
 SANDBOX_CREDENTIALS = {"authorization", "x-api-key", "api-key", "x-goog-api-key"}
 
 
-def forward_to(
-    base_url: str, headers: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT
-) -> Handler:
+class forward_to:
     """A handler sending each request to `base_url` (e.g. a vLLM server or a provider API),
     with `headers` (the host's credentials) in place of whatever the sandbox sent; the
-    answer streams back as the upstream produces it."""
-    import httpx
+    answer streams back as the upstream produces it. `ModelProxy` closes it."""
 
-    client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0))
-    extra = dict(headers or {})
+    def __init__(
+        self,
+        base_url: str,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        import httpx
 
-    async def handler(request: ProxyRequest) -> ProxyResponse:
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers or {})
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0))
+
+    async def __call__(self, request: ProxyRequest) -> ProxyResponse:
         forwarded = [
             (k, v)
             for k, v in request.headers
             if k.lower() not in HOP_BY_HOP and k.lower() not in SANDBOX_CREDENTIALS
         ]
-        outgoing = client.build_request(
+        outgoing = self._client.build_request(
             request.method,
-            base_url.rstrip("/") + request.path,
-            headers=[*forwarded, *extra.items()],
+            self.base_url + request.path,
+            headers=[*forwarded, *self.headers.items()],
             content=request.body,
         )
-        upstream = await client.send(outgoing, stream=True)
+        upstream = await self._client.send(outgoing, stream=True)
 
         async def body() -> AsyncIterator[bytes]:
             try:
@@ -344,4 +354,5 @@ def forward_to(
         kept = [(k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP]
         return ProxyResponse(upstream.status_code, kept, body())
 
-    return handler
+    async def aclose(self) -> None:
+        await self._client.aclose()

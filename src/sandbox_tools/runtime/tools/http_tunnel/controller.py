@@ -3,10 +3,11 @@
 The `model_proxy` process accepts HTTP inside the sandbox and hands each request to the
 server (`http_tunnel_open`), which sends it to the host as a sandbox -> host message
 (`http_request`) the moment it arrives. The host answers with `http_tunnel_respond`
-(status and headers) and `http_tunnel_body` (chunks, as its handler produces them; the
-last one says `end`); the proxy reads them with `http_tunnel_read` and writes them to its
-client at once, so a streamed (SSE) answer is never buffered whole. A client that goes
-away becomes `http_cancel` for the host.
+(status and headers, and optionally the body's first chunks) and `http_tunnel_body`
+(chunks, as its handler produces them; the last one says `end`); the proxy reads them
+with `http_tunnel_read` and writes them to its client at once, so a streamed (SSE)
+answer is never buffered whole. A client that goes away becomes `http_cancel` for the
+host.
 
 Bounded: each exchange holds at most MAX_BUFFERED_CHUNKS chunks the proxy has not read;
 the host's body call then waits (backpressure), at most BODY_WAIT seconds.
@@ -138,6 +139,8 @@ class HttpTunnelController:
         if exchange.head.done():
             raise InvalidParams(f"Invalid params: {exchange.id} was already answered")
         exchange.head.set_result(head)
+        if "chunks" in params or "end" in params:  # the body's start in the same call
+            await self.body({**params, "chunks": params.get("chunks", [])})
 
     async def body(self, params: Params) -> None:
         exchange = self._exchange(required(params, "request_id", str))
