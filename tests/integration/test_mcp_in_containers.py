@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 
 from mcp import ClientSession, StdioServerParameters
+from mcp.shared.exceptions import McpError
 from mcp.types import (
     CreateMessageRequestParams,
     CreateMessageResult,
@@ -92,6 +93,10 @@ async def test_a_fastmcp_server_in_a_container_through_the_built_runtime(
                 asked = await session.call_tool("ask_client", {"question": "?"})
                 assert text(asked) == "the client said: from the host"
                 assert text(await session.call_tool("whoami", {})) == "0:0 /"
+                with pytest.raises(McpError, match="not a JSON-RPC message"):
+                    await session.call_tool("garbage", {})
+                with pytest.raises(McpError, match=r"(?s)exited with code 3.*about to crash"):
+                    await session.call_tool("crash", {})
             as_nobody = StdioServerParameters(**{**DEMO.model_dump(), "cwd": "/tmp"})
             async with (
                 sandbox_mcp_client(support, as_nobody, user={"uid": 4242, "gid": 4242}) as (
