@@ -125,6 +125,12 @@ class ReleaseVerificationError(SandboxToolsError):
     )
 
 
+class NothingValidatedError(SandboxToolsError):
+    """`tools validate` ran, nothing failed, but nothing (of what was asked for) passed."""
+
+    exit_code = 15
+
+
 class FetchError(SandboxToolsError):
     """No mirror or source yielded an artifact with the manifest's size and SHA-256."""
 

@@ -46,9 +46,12 @@ def test_validate_offline_rows_and_reports(built_artifacts: Any, tmp_path: Path)
         "--junit",
         str(junit),
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    # ubuntu was asked for and every one of its cells was skipped (no registry here): the
+    # run fails with its own code even though nothing failed.
+    assert done.returncode == 15, done.stdout + done.stderr
+    assert "nothing passed for: ubuntu-24.04" in done.stderr
     document = json.loads(report.read_text())
-    assert document["passed"] is True
+    assert document["passed"] is False and document["unvalidated"] == ["ubuntu-24.04"]
     assert document["artifacts"] == [
         {
             "name": record.name,
@@ -85,3 +88,25 @@ def test_static_checks_refuse_a_broken_artifact(built_artifacts: Any, tmp_path: 
     done = tools("validate", "--static", "--dist", str(dist))
     assert done.returncode != 0
     assert "does not match its record" in done.stdout + done.stderr
+
+
+def test_validate_never_goes_green_having_validated_nothing(
+    built_artifacts: Any, tmp_path: Path
+) -> None:
+    """Issue 18: `--only ubuntu` with the registry unreachable exited 0 with a report saying
+    "passed": true; an early error left the previous green report in place."""
+    arch = arches_under_test()[0]
+    _record, artifact = built_artifacts(arch)
+    report, junit = tmp_path / "deep" / "report.json", tmp_path / "deep" / "junit.xml"
+    common = ["validate", "--dist", str(artifact.parent), "--arch", arch.value, "--only", "ubuntu"]
+    paths = ["--report", str(report), "--junit", str(junit)]
+    skipped_only = tools(*common, *paths)
+    assert skipped_only.returncode == 15, skipped_only.stdout + skipped_only.stderr
+    assert json.loads(report.read_text())["passed"] is False  # parents were created
+    allowed = tools(*common, *paths, "--allow-skipped")
+    assert allowed.returncode == 0 and json.loads(report.read_text())["passed"] is True
+    early = tools(*common, *paths, "--jobs", "0")
+    assert early.returncode == 2 and "Traceback" not in early.stderr
+    bad_arch = tools("validate", "--dist", str(artifact.parent), "--arch", "sparc", *paths)
+    assert bad_arch.returncode == 2 and "Traceback" not in bad_arch.stderr
+    assert not report.exists() and not junit.exists()  # no stale green report stands

@@ -22,7 +22,7 @@ from sandbox_tools.distro_matrix.runner import (
     static_checks,
     write_reports,
 )
-from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.errors import ConfigurationError, NothingValidatedError
 from sandbox_tools.injector.acquire import Artifact, verified_artifact
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.engines import connect_engines
@@ -84,7 +84,7 @@ def validate_command(
     static: Annotated[
         bool, typer.Option("--static", help="Only the static ELF checks, no containers.")
     ] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Cells in parallel.")] = (
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Cells in parallel.")] = (
         os.cpu_count() or 2
     ),
     report: Annotated[Path, typer.Option(help="JSON report.")] = Path("validate-report.json"),
@@ -97,8 +97,27 @@ def validate_command(
             "docker context; repeatable, rows are spread across them.",
         ),
     ] = None,
+    allow_skipped: Annotated[
+        bool,
+        typer.Option(
+            "--allow-skipped",
+            help="Succeed even if nothing (or nothing of an --only selection) passed, "
+            "e.g. every cell skipped because the registry is unreachable.",
+        ),
+    ] = False,
 ) -> None:
-    """Run every artifact through the distribution matrix with real tool calls."""
+    """Run every artifact through the distribution matrix with real tool calls.
+
+    Exit codes: 0 passed; 1 a cell failed; 2 bad input; 15 nothing of what was asked
+    for passed (all skipped), unless --allow-skipped.
+    """
+    # Reports of an earlier run must never stand for this one, whatever happens next.
+    for stale in (report, junit):
+        stale.unlink(missing_ok=True)
+        try:
+            stale.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write {stale}: {exc.strerror or exc}") from None
     try:
         arches = [Arch.parse(a) for a in arch or []]
     except ValueError as exc:
@@ -140,7 +159,9 @@ def validate_command(
 
         outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
         console.print(_table(outcome, len(engines)))
-    write_reports(outcome, report, junit, [record for record, _ in artifacts], engines)
+    unvalidated = [] if allow_skipped else _unvalidated(outcome, only)
+    records = [record for record, _ in artifacts]
+    write_reports(outcome, report, junit, records, engines, unvalidated)
     counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
     console.print(
         f"[bold]{counts['passed']} passed, {counts['failed']} failed, "
@@ -148,3 +169,23 @@ def validate_command(
     )
     if counts["failed"]:
         raise typer.Exit(1)
+    if unvalidated:
+        raise NothingValidatedError(
+            f"nothing passed for: {', '.join(unvalidated)} (every cell was skipped)",
+            remedy="make the images available (see the skip reasons above), or pass "
+            "--allow-skipped if skipping is what you want",
+        )
+
+
+def _unvalidated(results: list[CellResult], only: list[str] | None) -> list[str]:
+    """What was asked for and has no passing cell: each --only selector, or everything."""
+    passed = [r for r in results if r.status == "passed"]
+    if not only:
+        return [] if passed else ["the whole matrix"]
+    missing = []
+    for selector in only:
+        selected = load_matrix().select([selector]).distros
+        names = {d.name for d in selected}
+        if not any(r.distro in names for r in passed):
+            missing.append(selector)
+    return missing

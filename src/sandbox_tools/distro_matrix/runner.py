@@ -346,7 +346,9 @@ def write_reports(
     junit_path: Path,
     artifacts: list[ArtifactRecord],
     engines: Sequence[Engine] = (),
+    unvalidated: Sequence[str] = (),
 ) -> None:
+    """`unvalidated`: what was asked for but had no passing cell; it makes the run fail."""
     summary = {
         status: sum(r.status == status for r in results)
         for status in ("passed", "failed", "skipped")
@@ -363,9 +365,11 @@ def write_reports(
             for e in engines
         ],
         "summary": summary,
-        "passed": summary["failed"] == 0,
+        "passed": summary["failed"] == 0 and not unvalidated,
+        "unvalidated": list(unvalidated),
         "results": [{**asdict(r), "id": r.cell_id} for r in results],
     }
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(document, indent=2) + "\n")
     suite = ElementTree.Element(
         "testsuite",
@@ -388,4 +392,5 @@ def write_reports(
             ).text = result.detail
         elif result.status == "skipped":
             ElementTree.SubElement(case, "skipped", message=result.detail)
+    junit_path.parent.mkdir(parents=True, exist_ok=True)
     ElementTree.ElementTree(suite).write(junit_path, encoding="utf-8", xml_declaration=True)
