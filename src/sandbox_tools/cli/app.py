@@ -242,7 +242,20 @@ def _say(label: str, text: str) -> None:
     err_console.print(f"[bold]{label}[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
+INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug of ours, not bad input
+INTERRUPTED_EXIT = 130
+DEBUG_ENV = "SANDBOX_TOOLS_DEBUG"
+
+
 def main() -> None:
+    """The console script: every failure is one clear line and a documented exit code.
+
+    Exit codes: 0 ok; 1 a check failed; 2 bad input; 3 no Docker engine; 4-8 sandbox,
+    injection and runtime errors; 10 build; 11, 12, 14 release; 13 fetch; 15 validate
+    passed nothing; 70 an internal error (a bug: rerun with SANDBOX_TOOLS_DEBUG=1 for the
+    traceback); 124 a timeout; 130 interrupted.
+    """
+    debug = os.environ.get(DEBUG_ENV) == "1"
     try:
         app()
     except SandboxToolsError as exc:
@@ -253,3 +266,16 @@ def main() -> None:
     except TimeoutError as exc:
         _say("[red]error:[/]", str(exc))
         raise SystemExit(124) from None
+    except KeyboardInterrupt:
+        _say("[yellow]interrupted[/]", "")
+        raise SystemExit(INTERRUPTED_EXIT) from None
+    except Exception as exc:
+        if debug:
+            raise
+        _say("[red]internal error:[/]", f"{type(exc).__name__}: {exc}")
+        _say(
+            "what to do:",
+            f"this is a bug in sandbox-tools; rerun with {DEBUG_ENV}=1 for the traceback and "
+            "report it",
+        )
+        raise SystemExit(INTERNAL_ERROR_EXIT) from None

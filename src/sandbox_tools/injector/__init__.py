@@ -1,4 +1,8 @@
-"""Host side: put the runtime into a sandbox, then talk to it."""
+"""Host side: put the runtime into a sandbox, then talk to it.
+
+The main names, in one place. The MCP transport needs the optional `mcp` package and is
+imported from its module: `from sandbox_tools.injector.mcp_client import sandbox_mcp_client`.
+"""
 
 from sandbox_tools.injector.exec_remote import (
     Completed,
@@ -10,12 +14,20 @@ from sandbox_tools.injector.exec_remote import (
     StdoutChunk,
     exec_remote,
 )
+from sandbox_tools.injector.inject import (
+    Injector,
+    ToolSupport,
+    forget_sandbox,
+    prepare_tool_support,
+    tool_support_sandbox,
+)
 from sandbox_tools.injector.jsonrpc_client import (
     ExecRuntimeClient,
     RuntimeClient,
     StdioRuntimeClient,
     connect_runtime,
 )
+from sandbox_tools.injector.model_proxy import ModelProxy, ProxyRequest, ProxyResponse, forward_to
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 
 __all__ = [
@@ -25,13 +37,22 @@ __all__ = [
     "ExecRemoteProcess",
     "ExecResult",
     "ExecRuntimeClient",
+    "Injector",
+    "ModelProxy",
+    "ProxyRequest",
+    "ProxyResponse",
     "RuntimeClient",
     "StderrChunk",
     "StdioRuntimeClient",
     "StdoutChunk",
+    "ToolSupport",
     "bash_session",
     "connect_runtime",
     "exec_remote",
+    "forget_sandbox",
+    "forward_to",
     "new_bash_session",
+    "prepare_tool_support",
     "text_editor",
+    "tool_support_sandbox",
 ]

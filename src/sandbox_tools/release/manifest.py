@@ -85,21 +85,32 @@ class Manifest:
     @classmethod
     def loads(cls, text: str) -> Manifest:
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
         if data.get("schema") != MANIFEST_SCHEMA:
             raise ConfigurationError(f"unsupported manifest schema {data.get('schema')!r}")
+
+        def field(where: dict[str, Any], name: str, context: str) -> Any:
+            if name not in where:
+                raise ValueError(f"{context} has no {name!r}")
+            return where[name]
+
+        entries = data.get("artifacts", [])
+        if not isinstance(entries, list) or not all(isinstance(a, dict) for a in entries):
+            raise ValueError("'artifacts' must be a list of objects")
         return cls(
-            version=str(data["version"]),
+            version=str(field(data, "version", "the manifest")),
             artifacts=tuple(
                 ManifestArtifact(
-                    platform=str(a["platform"]),
-                    name=str(a["name"]),
-                    format=str(a["format"]),
-                    size=int(a["size"]),
-                    sha256=str(a["sha256"]),
-                    build_id=str(a["build_id"]),
+                    platform=str(field(a, "platform", f"artifact {n}")),
+                    name=str(field(a, "name", f"artifact {n}")),
+                    format=str(field(a, "format", f"artifact {n}")),
+                    size=int(field(a, "size", f"artifact {n}")),
+                    sha256=str(field(a, "sha256", f"artifact {n}")),
+                    build_id=str(field(a, "build_id", f"artifact {n}")),
                     urls=tuple(str(u) for u in a.get("urls", [])),
                 )
-                for a in data.get("artifacts", [])
+                for n, a in enumerate(entries, 1)
             ),
         )
 
@@ -109,6 +120,10 @@ def read_manifest(path: Path) -> Manifest:
         return Manifest.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigurationError(f"no manifest at {path}") from None
+    except IsADirectoryError:
+        raise ConfigurationError(f"{path} is a directory; give the manifest file") from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigurationError(f"{path} is not a valid manifest: {exc}") from None
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
-from sandbox_tools.errors import EngineUnavailableError, SandboxExecError
+from sandbox_tools.errors import ConfigurationError, EngineUnavailableError, SandboxExecError
 from sandbox_tools.sandboxes.base import (
     DEFAULT_EXEC_OUTPUT_LIMIT,
     DEFAULT_EXEC_TIMEOUT,
@@ -149,9 +149,15 @@ class _MissingDirectory(Exception):
 class DockerSandbox(Sandbox):
     def __init__(self, container: Any, client: Any | None = None) -> None:
         self.client = client or docker_client()
-        self.container = (
-            self.client.containers.get(container) if isinstance(container, str) else container
-        )
+        if isinstance(container, str):
+            try:
+                container = self.client.containers.get(container)
+            except docker.errors.NotFound:
+                raise ConfigurationError(
+                    f"no container {container!r} on the Docker engine",
+                    remedy="Check the name or id with `docker ps -a`.",
+                ) from None
+        self.container = container
         self.name = f"docker:{self.container.name}"
 
     # -- exec ----------------------------------------------------------------------------

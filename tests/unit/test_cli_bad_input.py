@@ -1,0 +1,103 @@
+"""Issue 18: bad input anywhere gets one clear line and a documented exit code, never a
+traceback; an unexpected error is one line, exit 70, with the traceback only on request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def tools(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    (tmp_path / "list.json").write_text("[]")
+    (tmp_path / "schema-only.json").write_text(json.dumps({"schema": 1}))
+    (tmp_path / "not-json.json").write_text("{")
+    (tmp_path / "a-directory").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["validate", "--jobs", "-3"], 2, "--jobs"),
+        (["validate", "--jobs", "0"], 2, "--jobs"),
+        (["validate", "--arch", "sparc"], 2, "sparc"),
+        (["fetch", "--manifest", "list.json", "--dest", "out"], 2, "expected a JSON object"),
+        (["fetch", "--manifest", "a-directory", "--dest", "out"], 2, "is a directory"),
+        (["fetch", "--manifest", "schema-only.json", "--dest", "out"], 2, "has no 'version'"),
+        (["fetch", "--manifest", "not-json.json", "--dest", "out"], 2, "not a valid manifest"),
+        (["fetch", "--manifest", "missing.json", "--dest", "out"], 2, "no manifest at"),
+        (["cleanup"], 2, "say what to clean up"),
+        (["no-such-command"], 2, "No such command"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_a_documented_code(
+    inputs: Path, args: list[str], code: int, words: str
+) -> None:
+    done = tools(*args, cwd=inputs)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert words in done.stdout + done.stderr
+
+
+def test_an_unexpected_error_is_one_line_and_exit_70(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sandbox_tools.cli import app as cli
+
+    def broken() -> None:
+        raise RuntimeError("something we did not foresee")
+
+    monkeypatch.setattr(cli, "app", broken)
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == cli.INTERNAL_ERROR_EXIT
+    err = capsys.readouterr().err
+    assert "internal error: RuntimeError: something we did not foresee" in err
+    assert "SANDBOX_TOOLS_DEBUG=1" in err and "Traceback" not in err
+    monkeypatch.setenv(cli.DEBUG_ENV, "1")  # on request, the traceback itself
+    with pytest.raises(RuntimeError):
+        cli.main()
+
+
+def test_ctrl_c_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sandbox_tools.cli import app as cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 130 and "interrupted" in capsys.readouterr().err
+
+
+def test_a_container_that_does_not_exist_is_a_configuration_error() -> None:
+    from sandbox_tools.errors import ConfigurationError, EngineUnavailableError
+    from sandbox_tools.sandboxes.docker import DockerSandbox
+
+    try:
+        with pytest.raises(ConfigurationError, match="no container 'no-such-container-here'"):
+            DockerSandbox("no-such-container-here")
+    except EngineUnavailableError:
+        pytest.skip("no Docker engine")
