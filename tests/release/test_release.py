@@ -261,8 +261,14 @@ def test_refuses_bytes_that_were_not_validated(fake_release: FakeRelease, s3: S3
     fake_release.report.write_text(json.dumps(report))
     assert "validation failed for" in refusal(fake_release, s3)
 
+    fake_release.report.write_text("[]")  # once a traceback (issue 18)
+    assert "is not a `tools validate` report" in refusal(fake_release, s3)
+
     fake_release.report.unlink()
     assert "no validation report" in refusal(fake_release, s3)
+    fake_release.report.mkdir()
+    assert "is a directory" in refusal(fake_release, s3)
+    fake_release.report.rmdir()
 
 
 def test_refuses_a_dirty_tree(fake_release: FakeRelease, s3: S3Server) -> None:

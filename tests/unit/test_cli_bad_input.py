@@ -4,11 +4,14 @@ traceback; an unexpected error is one line, exit 70, with the traceback only on 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+GOLDEN = str(Path(__file__).parent / "golden" / "manifest.json")
 
 
 def tools(
@@ -44,6 +47,10 @@ def inputs(tmp_path: Path) -> Path:
         (["fetch", "--manifest", "schema-only.json", "--dest", "out"], 2, "has no 'version'"),
         (["fetch", "--manifest", "not-json.json", "--dest", "out"], 2, "not a valid manifest"),
         (["fetch", "--manifest", "missing.json", "--dest", "out"], 2, "no manifest at"),
+        (["release", "--s3-bucket", "b", "--s3-prefix", "x/{vers}", "--dry-run"], 2, "{version}"),
+        (["release", "--github-repo", "o/r", "--github-tag", "{ver}", "--dry-run"], 2, "{version}"),
+        (["fetch", "--manifest", GOLDEN, "--dest", "/proc/no/such"], 2, "cannot create"),
+        (["fetch", "--manifest", GOLDEN, "--dest", "list.json"], 2, "is a file"),
         (["cleanup"], 2, "say what to clean up"),
         (["no-such-command"], 2, "No such command"),
     ],
@@ -51,7 +58,7 @@ def inputs(tmp_path: Path) -> Path:
 def test_bad_input_is_one_clear_line_and_a_documented_code(
     inputs: Path, args: list[str], code: int, words: str
 ) -> None:
-    done = tools(*args, cwd=inputs)
+    done = tools(*args, cwd=inputs, env={**os.environ, "GITHUB_TOKEN": "t"})
     assert done.returncode == code, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert words in done.stdout + done.stderr

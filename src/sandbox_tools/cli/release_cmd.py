@@ -166,7 +166,7 @@ def release_command(
         targets.append(
             S3Target(
                 bucket=s3_bucket,
-                prefix=s3_prefix.format(version=__version__),
+                prefix=_expand(s3_prefix, "--s3-prefix"),
                 region=s3_region,
                 endpoint_url=s3_endpoint_url,
                 public_read=s3_public_read,
@@ -182,7 +182,7 @@ def release_command(
         targets.append(
             GitHubTarget(
                 repo=github_repo,
-                tag=github_tag.format(version=__version__),
+                tag=_expand(github_tag, "--github-tag"),
                 token=token,
                 api_url=github_api_url,
                 web_url=github_web_url,
@@ -227,6 +227,31 @@ def release_command(
         )
 
 
+def _usable_directory(path: Path, option: str) -> None:
+    """A directory we can create and write into, checked before any download starts."""
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(f"{option} {path} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"{option} {path}: cannot create the directory ({exc.strerror or exc})"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"{option} {path}: not writable")
+
+
+def _expand(template: str, option: str) -> str:
+    """`{version}` in an option's value; any other placeholder is a clear error."""
+    try:
+        return template.format(version=__version__)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigurationError(
+            f"{option} {template!r}: only {{version}} may be used ({exc!s} is not known)",
+            remedy=f"Write {option} with {{version}} or no placeholder at all.",
+        ) from None
+
+
 def fetch_command(
     platform: Annotated[
         list[str] | None,
@@ -250,6 +275,7 @@ def fetch_command(
     """Obtain the manifest's artifacts, verified (size and SHA-256), where the injector looks."""
     manifest = _trusted_manifest(manifest_path)
     target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
+    _usable_directory(target_dir, "--dest")
     platforms = [p if p.startswith("linux/") else f"linux/{p}" for p in platform or []]
     started = time.monotonic()
     with transfer_reporter() as reporter:
@@ -289,6 +315,8 @@ def bundle_create(
     """Write one tarball with the manifest, SHA256SUMS and the artifacts."""
     manifest = read_manifest(manifest_path or dist / MANIFEST_FILE)
     target = out if out is not None else dist / bundle_name(manifest.version)
+    if target.is_dir():  # like cp: a directory receives the file under its usual name
+        target = target / bundle_name(manifest.version)
     path = create_bundle(dist, manifest, target)
     console.print(
         f"wrote {path} ({path.stat().st_size:,} bytes, {len(manifest.artifacts)} artifacts); "

@@ -133,10 +133,21 @@ def _check_validated(request: ReleaseRequest, manifest: Manifest) -> None:
         raise ReleaseRefusedError(
             f"no validation report at {request.validate_report}", remedy=remedy
         ) from None
+    except IsADirectoryError:
+        raise ReleaseRefusedError(
+            f"{request.validate_report} is a directory, not a validation report", remedy=remedy
+        ) from None
     except ValueError as exc:
         raise ReleaseRefusedError(f"{request.validate_report}: {exc}", remedy=remedy) from None
-    validated = {(a.get("name"), a.get("sha256")) for a in report.get("artifacts", [])}
-    results = report.get("results", [])
+    artifacts = report.get("artifacts") if isinstance(report, dict) else None
+    results = report.get("results") if isinstance(report, dict) else None
+    if not isinstance(artifacts, list) or not isinstance(results, list):
+        raise ReleaseRefusedError(
+            f"{request.validate_report} is not a `tools validate` report (no artifacts/results)",
+            remedy=remedy,
+        )
+    validated = {(a.get("name"), a.get("sha256")) for a in artifacts if isinstance(a, dict)}
+    results = [r for r in results if isinstance(r, dict)]
     for artifact in manifest.artifacts:
         if (artifact.name, artifact.sha256) not in validated:
             raise ReleaseRefusedError(
