@@ -148,3 +148,17 @@ def test_offline_injector_uses_what_tools_fetch_placed(
         found = acquire.acquire_artifact(arch)
         assert found.source == "cache"
         assert found.sha256 == sha256_of(found.path)
+
+
+def test_wheel_refuses_a_manifest_missing_a_platform(
+    fake_release: FakeRelease, tmp_path: Path
+) -> None:
+    """Issue 18: the wheel promises every platform offline; one missing failed only later,
+    at injection on that platform."""
+    assert run_tools("manifest", "write", "--dist", str(fake_release.dist)).returncode == 0
+    manifest_file = fake_release.dist / "manifest.json"
+    document = json.loads(manifest_file.read_text())
+    document["artifacts"] = [a for a in document["artifacts"] if a["platform"] != "linux/arm64"]
+    manifest_file.write_text(json.dumps(document))
+    built = wheel_cli(fake_release, tmp_path / "wheel")
+    assert built.returncode == 2 and "no artifact for linux/arm64" in built.stderr

@@ -165,7 +165,8 @@ def manifest_from_records(
 
 
 def sha256sums(manifest: Manifest) -> str:
-    lines = sorted(f"{a.sha256}  {a.name}" for a in manifest.artifacts)
+    """`sha256sum -c` format, one line per artifact, sorted by file name."""
+    lines = [f"{a.sha256}  {a.name}" for a in sorted(manifest.artifacts, key=lambda a: a.name)]
     return "".join(line + "\n" for line in lines)
 
 

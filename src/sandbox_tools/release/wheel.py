@@ -21,6 +21,7 @@ from sandbox_tools.build_containers.records import (
     write_records,
 )
 from sandbox_tools.errors import BuildError, ConfigurationError
+from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import (
     PUBLISHED_DIR,
     Manifest,
@@ -49,6 +50,13 @@ def _bundled_records(dist: Path, manifest: Manifest) -> list[ArtifactRecord]:
 
 
 def build_wheel(checkout: Path, dist: Path, manifest: Manifest, out: Path) -> Path:
+    missing = sorted({a.platform for a in Arch} - {a.platform for a in manifest.artifacts})
+    if missing:
+        # The wheel promises every platform offline: one missing would fail at injection.
+        raise ConfigurationError(
+            f"the manifest has no artifact for {', '.join(missing)}",
+            remedy="Release every platform (`tools build --all`) before building the wheel.",
+        )
     problems = verify_local(dist, manifest)
     if problems:
         raise ConfigurationError(
