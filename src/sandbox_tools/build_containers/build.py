@@ -8,8 +8,11 @@ artifact answers `version` and `runtime_info` in a container of its architecture
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,7 +43,11 @@ from sandbox_tools.build_containers.records import (
 )
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import run_to_completion, running_container
+from sandbox_tools.sandboxes.docker import (
+    remove_live_containers,
+    run_to_completion,
+    running_container,
+)
 from sandbox_tools.sandboxes.engines import Engine
 from sandbox_tools.sandboxes.images import (
     build_rootfs,
@@ -174,6 +181,20 @@ def _pinned_versions(fmt: ArtifactFormat) -> dict[str, str]:
     return dict(pin.split("==", 1) for pin in pins)
 
 
+# Set while an interrupted build winds down: workers stop at their next stage.
+_CANCELLED = threading.Event()
+
+
+class BuildCancelled(Exception):
+    pass
+
+
+def _stage(reporter: BuildReporter, arch: Arch, name: str) -> None:
+    if _CANCELLED.is_set():
+        raise BuildCancelled(f"{arch.value}: interrupted before {name}")
+    reporter.stage(arch, name)
+
+
 def build_arch(
     client: Any, arch: Arch, request: BuildRequest, reporter: BuildReporter
 ) -> ArtifactRecord:
@@ -185,26 +206,26 @@ def build_arch(
         reporter.finished(arch, existing, skipped=True)
         return existing
 
-    reporter.stage(arch, "base image")
+    _stage(reporter, arch, "base image")
     image = recipe.image_tag
     missing = not image_exists(client, image)
     rootfs = build_rootfs(recipe, log=lambda line: reporter.log(arch, line)) if missing else None
-    reporter.stage(arch, "builder image")
+    _stage(reporter, arch, "builder image")
     if rootfs is not None:
         import_rootfs(client, rootfs, image, arch)
-    reporter.stage(arch, "dependencies")
+    _stage(reporter, arch, "dependencies")
     cache = cache_dir()
     wheelhouses = {"/wheelhouse": ensure_wheelhouse(arch, FREEZE_LOCK, cache)}
     if request.format is ArtifactFormat.STATICX:
         wheelhouses["/wheelhouse-staticx"] = ensure_wheelhouse(arch, STATICX_LOCK, cache)
 
-    reporter.stage(arch, "freeze")
+    _stage(reporter, arch, "freeze")
     work = cache / "build" / f"{arch.value}-{request.format.value}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     _freeze(client, arch, request.format, image, build_id, work, wheelhouses, reporter)
 
-    reporter.stage(arch, "package")
+    _stage(reporter, arch, "package")
     request.out_dir.mkdir(parents=True, exist_ok=True)
     output = request.out_dir / name
     if request.format is ArtifactFormat.PORTABLE:
@@ -215,7 +236,7 @@ def build_arch(
         partial.chmod(0o755)
         partial.replace(output)
 
-    reporter.stage(arch, "smoke test")
+    _stage(reporter, arch, "smoke test")
     try:
         _smoke_test(client, image, arch, output, build_id)
     except BaseException:
@@ -236,6 +257,18 @@ def build_arch(
     )
     reporter.finished(arch, record, skipped=False)
     return record
+
+
+def _remove_unrecorded(request: BuildRequest, records: list[ArtifactRecord], since: float) -> None:
+    """Outputs this run wrote but did not record (interrupted mid-way) are not artifacts."""
+    recorded = {record.name for record in records}
+    for arch in request.arches:
+        output = request.out_dir / artifact_name(arch, request.format)
+        with contextlib.suppress(FileNotFoundError):
+            if output.name not in recorded and output.stat().st_mtime >= since:
+                output.unlink()
+        for partial in request.out_dir.glob(f".{output.name}*"):
+            partial.unlink(missing_ok=True)
 
 
 def _on_engine(
@@ -272,7 +305,9 @@ def build(
     engines = client if isinstance(client, list) else [client]
     records: list[ArtifactRecord] = []
     errors: list[tuple[Arch, BaseException]] = []
-    with ThreadPoolExecutor(max_workers=len(request.arches)) as pool:
+    started = time.time()
+    pool = ThreadPoolExecutor(max_workers=len(request.arches))
+    try:
         futures = {
             arch: pool.submit(_on_engine, engines[i % len(engines)], arch, request, reporter)
             for i, arch in enumerate(request.arches)
@@ -280,10 +315,22 @@ def build(
         for arch, future in futures.items():
             try:
                 records.append(future.result())
-            except BaseException as exc:  # report every architecture, then fail
+            except Exception as exc:  # report every architecture, then fail
                 errors.append((arch, exc))
                 if on_error is not None:
                     on_error(arch, exc)
+    except KeyboardInterrupt:
+        # Stop now, not at the end: the builder containers go (which ends the threads
+        # waiting on them), and nothing half-made is left in the output directory.
+        _CANCELLED.set()
+        remove_live_containers()
+        pool.shutdown(wait=True, cancel_futures=True)
+        _CANCELLED.clear()
+        _remove_unrecorded(request, records, started)
+        if records:
+            write_records(request.out_dir, records)
+        raise
+    pool.shutdown(wait=True)
     if records:
         write_records(request.out_dir, records)
     if errors:

@@ -269,6 +269,10 @@ def main() -> None:
     except KeyboardInterrupt:
         _say("[yellow]interrupted[/]", "")
         raise SystemExit(INTERRUPTED_EXIT) from None
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED_EXIT:  # Typer turned Ctrl-C into a silent exit 130
+            _say("[yellow]interrupted[/]", "")
+        raise
     except Exception as exc:
         if debug:
             raise

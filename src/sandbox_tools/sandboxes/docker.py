@@ -388,6 +388,34 @@ class _DockerStream(ChunkedLineStream):
 KEEP_CONTAINERS_ENV = "SANDBOX_TOOLS_KEEP_CONTAINERS"
 
 
+# Containers made by running_container/run_to_completion and not yet removed: a build or
+# validate interrupted with Ctrl-C removes them from the main thread, which also ends the
+# worker threads waiting on them.
+_LIVE: set[Any] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _track(container: Any) -> None:
+    with _LIVE_LOCK:
+        _LIVE.add(container)
+
+
+def _untrack(container: Any) -> None:
+    with _LIVE_LOCK:
+        _LIVE.discard(container)
+
+
+def remove_live_containers() -> int:
+    """Remove every container this process started and still runs; how many."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+        _LIVE.clear()
+    for container in live:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+    return len(live)
+
+
 @contextlib.contextmanager
 def running_container(
     client: Any, image: str, *, command: list[str] | None = None, **kwargs: Any
@@ -400,9 +428,11 @@ def running_container(
     container = client.containers.run(
         image, command=command or ["sleep", "infinity"], detach=True, **kwargs
     )
+    _track(container)
     try:
         yield container
     finally:
+        _untrack(container)
         if os.environ.get(KEEP_CONTAINERS_ENV) != "1":
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
@@ -453,6 +483,7 @@ def run_to_completion(
     bind mounts, so the engine may be on another machine.
     """
     container = client.containers.create(image, command=command, **kwargs)
+    _track(container)
     lines: list[str] = []
     try:
         if copy_in:
@@ -473,6 +504,7 @@ def run_to_completion(
             chunks, _ = container.get_archive(copy_out[0])
             _extract_into(chunks, copy_out[1])
     finally:
+        _untrack(container)
         if os.environ.get(KEEP_CONTAINERS_ENV) != "1":
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)

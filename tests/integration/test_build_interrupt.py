@@ -1,0 +1,57 @@
+"""Ctrl-C during `tools build` (issue 18): it once kept building to the end, then printed
+`KeyboardInterrupt()` and left an artifact without its record. Now it stops at once: the
+builder container is removed, nothing half-made stays in the output, one line, exit 130."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import arches_under_test
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+
+
+def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
+    docker_engine: Any, built_artifacts: Any, tmp_path: Path
+) -> None:
+    arch = arches_under_test()[0]
+    built_artifacts(arch)  # the builder image and wheelhouse exist: freeze starts quickly
+    out = tmp_path / "dist"
+    before = {c.id for c in docker_engine.containers.list(all=True)}
+    build = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sandbox_tools.cli",
+            "build",
+            "--arch",
+            arch.value,
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert build.stdout is not None
+    for line in build.stdout:
+        if "freeze ..." in line:
+            break
+    time.sleep(3)  # inside PyInstaller, in the builder container
+    started = time.monotonic()
+    build.send_signal(signal.SIGINT)
+    stdout, stderr = build.communicate(timeout=120)
+    assert build.returncode == 130, stdout + stderr
+    assert time.monotonic() - started < 60  # it stopped; a full build takes minutes
+    assert "interrupted" in stderr and "KeyboardInterrupt" not in stdout + stderr
+    left = {c.id for c in docker_engine.containers.list(all=True)} - before
+    assert not left, "builder containers were left behind"
+    leftovers = [p.name for p in out.iterdir()] if out.exists() else []
+    assert leftovers in ([], ["build.json"]), leftovers
