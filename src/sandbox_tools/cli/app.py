@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -107,11 +108,14 @@ async def _exec_remote_local(command: str, timeout: float | None, server_dir: st
     try:
         info = await client.call("runtime_info")
         pid, completed, elapsed = await _stream(client, command, timeout)
-        await client.call("sandbox_tools_shutdown")
     finally:
+        # Whatever ended the run (done, --timeout, Ctrl-C), the server and its processes
+        # go with it: its directory is about to be deleted.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(client.call("sandbox_tools_shutdown")), 10)
         await client.aclose()
     transport = "persistent stdio" if isinstance(client, StdioRuntimeClient) else "exec per call"
-    console.print(
+    err_console.print(
         _summary(
             "exec_remote via the local runtime server",
             [
@@ -156,7 +160,7 @@ async def _exec_remote_in_container(command: str, timeout: float | None, target:
             await support.aclose()
             await forget_sandbox(sandbox)
     recon = support.recon
-    console.print(
+    err_console.print(
         _summary(
             f"exec_remote injected into a fresh {target} container",
             [

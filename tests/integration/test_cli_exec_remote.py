@@ -1,0 +1,70 @@
+"""`tools exec-remote` on this machine (issue 18): stdout carries only the command's own
+output (the summary goes to stderr), and a timeout or Ctrl-C leaves neither the command
+nor the runtime server running."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+
+def tools(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sandbox_tools.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def running(marker: str) -> bool:
+    # Anchored: the CLI's own command line contains the marker too.
+    found = subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True)
+    return bool(found.stdout.strip())
+
+
+def test_stdout_is_only_the_commands_output() -> None:
+    done = tools("exec-remote", "echo hello; echo oops >&2")
+    stdout, stderr = done.communicate(timeout=120)
+    assert done.returncode == 0, stderr
+    assert stdout == "hello\n"
+    assert "oops" in stderr and "exit code" in stderr
+
+
+def test_timeout_leaves_nothing_running() -> None:
+    marker = f"sleep 3{uuid.uuid4().int % 1000:03d}"
+    done = tools("exec-remote", marker, "--timeout", "1")
+    _, stderr = done.communicate(timeout=120)
+    assert done.returncode == 124, stderr
+    assert "did not finish within 1" in stderr
+    time.sleep(1)
+    assert not running(marker), "the command outlived the CLI"
+
+
+def servers() -> set[str]:
+    found = subprocess.run(
+        ["pgrep", "-f", "sandbox_tools.runtime server"], capture_output=True, text=True
+    )
+    return set(found.stdout.split())
+
+
+def test_ctrl_c_leaves_nothing_running() -> None:
+    before = servers()
+    marker = f"sleep 4{uuid.uuid4().int % 1000:03d}"
+    done = tools("exec-remote", marker)
+    deadline = time.monotonic() + 60
+    while not running(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running(marker)
+    done.send_signal(signal.SIGINT)
+    _, stderr = done.communicate(timeout=120)
+    assert done.returncode == 130 and "interrupted" in stderr, stderr
+    time.sleep(1)
+    assert not running(marker), "the command outlived the CLI"
+    servers = subprocess.run(
+        ["pgrep", "-f", "sandbox_tools.runtime server --dir"], capture_output=True
+    )
+    assert not servers.stdout.strip(), "the runtime server outlived the CLI"
