@@ -175,7 +175,7 @@ class GitHubReleasesServer(_Running):
             "id": release["id"],
             "tag_name": release["tag"],
             "name": release["name"],
-            "draft": False,
+            "draft": release.get("draft", False),
             "prerelease": False,
             "html_url": f"{self.url}/{owner_repo}/releases/tag/{release['tag']}",
             "upload_url": f"{self.url}/uploads/repos/{owner_repo}/releases/{release['id']}"
@@ -201,6 +201,10 @@ class GitHubReleasesServer(_Running):
             for a in self.assets.values()
             if a.state == "uploaded" and self.releases[a.release_id]["tag"] == tag
         }
+
+    def published(self, tag: str) -> bool:
+        """Whether a release for `tag` exists and is no longer a draft."""
+        return any(r["tag"] == tag and not r.get("draft") for r in self.releases.values())
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -245,11 +249,14 @@ class _GitHubHandler(_Handler):
         routes: list[tuple[str, str, Callable[..., None]]] = [
             ("GET", r"/repos/([^/]+/[^/]+)/releases/tags/([^/]+)", self.get_release_by_tag),
             ("POST", r"/repos/([^/]+/[^/]+)/releases", self.create_release),
+            ("GET", r"/repos/([^/]+/[^/]+)/releases", self.list_releases),
+            ("PATCH", r"/repos/([^/]+/[^/]+)/releases/(\d+)", self.update_release),
             ("GET", r"/repos/([^/]+/[^/]+)/releases/(\d+)/assets", self.list_assets),
             ("GET", r"/repos/([^/]+/[^/]+)/releases/assets/(\d+)", self.get_asset),
             ("DELETE", r"/repos/([^/]+/[^/]+)/releases/assets/(\d+)", self.delete_asset),
             ("POST", r"/uploads/repos/([^/]+/[^/]+)/releases/(\d+)/assets", self.upload_asset),
             ("GET", r"/([^/]+/[^/]+)/releases/download/([^/]+)/([^/]+)", self.download),
+            ("GET", r"/signed/(\d+)", self.signed_download),
         ]
         path = urlparse(self.path).path
         for verb, pattern, handler in routes:
@@ -275,16 +282,38 @@ class _GitHubHandler(_Handler):
     def do_DELETE(self) -> None:
         self._dispatch("DELETE")
 
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
     # -- endpoints
 
     def get_release_by_tag(self, repo: str, tag: str) -> None:
         if not self._authorised():
             return
         for release in self.gh.releases.values():
-            if release["repo"] == repo and release["tag"] == tag:
+            # As on GitHub: a draft has no tag yet, so it is not found by one.
+            if release["repo"] == repo and release["tag"] == tag and not release.get("draft"):
                 self._json(200, self.gh.release_json(release))
                 return
         self._json(404, {"message": "Not Found"})
+
+    def list_releases(self, repo: str) -> None:
+        if not self._authorised():
+            return
+        mine = [self.gh.release_json(r) for r in self.gh.releases.values() if r["repo"] == repo]
+        self._json(200, mine)
+
+    def update_release(self, repo: str, release_id: str) -> None:
+        if not self._authorised():
+            return
+        request = json.loads(read_body(self))
+        release = self.gh.releases.get(int(release_id))
+        if release is None or release["repo"] != repo:
+            self._json(404, {"message": "Not Found"})
+            return
+        if "draft" in request:
+            release["draft"] = bool(request["draft"])
+        self._json(200, self.gh.release_json(release))
 
     def create_release(self, repo: str) -> None:
         if not self._authorised():
@@ -302,6 +331,7 @@ class _GitHubHandler(_Handler):
             "repo": repo,
             "tag": request["tag_name"],
             "name": request.get("name") or request["tag_name"],
+            "draft": bool(request.get("draft", False)),
         }
         self.gh.releases[release["id"]] = release
         self._json(201, self.gh.release_json(release))
@@ -323,8 +353,9 @@ class _GitHubHandler(_Handler):
         if asset is None:
             self._json(404, {"message": "Not Found"})
         elif self.headers.get("Accept") == "application/octet-stream":
+            # As GitHub does: a short-lived signed URL, which serves drafts' assets too.
             self.send_response(302)
-            self.send_header("Location", self.gh.asset_json(asset)["browser_download_url"])
+            self.send_header("Location", f"{self.gh.url}/signed/{asset.id}")
             self.send_header("Content-Length", "0")
             self.end_headers()
         else:
@@ -368,11 +399,18 @@ class _GitHubHandler(_Handler):
         asset.data, asset.state = data, "uploaded"
         self._json(201, self.gh.asset_json(asset))
 
+    def signed_download(self, asset_id: str) -> None:
+        asset = self.gh.assets.get(int(asset_id))
+        if asset is None or asset.state != "uploaded":
+            self._json(404, {"message": "Not Found"})
+            return
+        send_payload(self, asset.data, self.gh.faults, asset.name, "application/octet-stream")
+
     def download(self, repo: str, tag: str, name: str) -> None:
         for asset in self.gh.assets.values():
             release = self.gh.releases[asset.release_id]
             wanted = (release["repo"], release["tag"], asset.name) == (repo, tag, name)
-            if wanted and asset.state == "uploaded":
+            if wanted and asset.state == "uploaded" and not release.get("draft"):
                 send_payload(self, asset.data, self.gh.faults, name, "application/octet-stream")
                 return
         self._json(404, {"message": "Not Found"})

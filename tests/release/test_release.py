@@ -58,12 +58,15 @@ def s3_objects(s3: S3Server) -> dict[str, bytes]:
 def test_round_trip_to_s3_and_github(
     fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
 ) -> None:
-    result = run_tools(*release_args(fake_release, s3, github))
+    # Public-read is asked for explicitly: it is off by default (new buckets disable ACLs).
+    result = run_tools(*release_args(fake_release, s3, github), "--s3-public-read")
     assert result.returncode == 0, result.stderr + result.stdout
 
     local = published_files(fake_release)
     assert s3_objects(s3) == local
     assert github.uploaded(TAG) == local
+    assert github.published(TAG)  # created as a draft, published after verification
+    assert any(line.startswith("PATCH") for line in github.faults.log)
     assert outcomes(result, "uploaded") == 8 and outcomes(result, "verified") == 8
     # sha256sum itself accepts the SHA256SUMS written next to the artifacts.
     subprocess.run(["sha256sum", "-c", SUMS_FILE], cwd=fake_release.dist, check=True)
@@ -149,6 +152,13 @@ def test_crash_after_second_upload_then_rerun_completes(
         assert [a.state for a in github.assets.values()].count("starter") == 1
     faults.hold_after = None
     faults.release_hold.set()
+    if where == "github":
+        # A dry run changes nothing remotely: the leftover half-upload stays (issue 18),
+        # and the interrupted release is still a draft nobody can download from.
+        dry = run_tools(*args, "--dry-run")
+        assert dry.returncode == 0, dry.stderr + dry.stdout
+        assert [a.state for a in github.assets.values()].count("starter") == 1
+        assert not github.published(TAG)
 
     rerun = run_tools(*args)
     assert rerun.returncode == 0, rerun.stderr + rerun.stdout
@@ -194,8 +204,9 @@ def test_dry_run_uploads_nothing(
     assert outcomes(result, "would upload") == 8
     assert s3_objects(s3) == {}
     assert github.releases == {} and github.faults.uploads == 0
-    # The manifest and SHA256SUMS are written even so: a dry run shows what would go up.
-    assert (fake_release.dist / MANIFEST_FILE).exists()
+    # Nothing changes locally either (issue 18): no manifest or SHA256SUMS in dist/.
+    assert not (fake_release.dist / MANIFEST_FILE).exists()
+    assert not (fake_release.dist / SUMS_FILE).exists()
 
 
 # -- preconditions (in process: nothing reaches a server before they hold) ------------------
@@ -286,3 +297,18 @@ def test_refuses_outside_a_checkout(
     fake_release: FakeRelease, s3: S3Server, tmp_path: Path
 ) -> None:
     assert "not in a git checkout" in refusal(fake_release, s3, checkout=None)
+
+
+def test_the_s3_region_comes_from_the_environment_or_the_bucket(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18: the region was hard-coded to us-east-1 and written into the manifest's
+    public URLs whatever the bucket's real region."""
+    from sandbox_tools.release.targets import _bucket_region
+
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    target = S3Target(bucket="releases", prefix="p")
+    assert target.public_base_url == "https://releases.s3.eu-west-3.amazonaws.com/p"
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    assert _bucket_region(s3.bucket, s3.endpoint) == "us-east-1"  # what the bucket says

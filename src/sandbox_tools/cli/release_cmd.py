@@ -124,11 +124,20 @@ def release_command(
     s3_prefix: Annotated[
         str, typer.Option(help="Key prefix; {version} is replaced.")
     ] = "releases/{version}",
-    s3_region: Annotated[str, typer.Option(help="Bucket region.")] = "us-east-1",
+    s3_region: Annotated[
+        str | None,
+        typer.Option(help="Bucket region (default: AWS_REGION, else the bucket's own)."),
+    ] = None,
     s3_endpoint_url: Annotated[
         str | None, typer.Option(help="S3-compatible endpoint (MinIO, moto, ...).")
     ] = None,
-    s3_public_read: Annotated[bool, typer.Option(help="Upload with the public-read ACL.")] = True,
+    s3_public_read: Annotated[
+        bool,
+        typer.Option(
+            help="Upload with the public-read ACL (new buckets disable ACLs: prefer a bucket "
+            "policy or --s3-public-url)."
+        ),
+    ] = False,
     s3_public_url: Annotated[
         str | None, typer.Option(help="Public base URL of the prefix (e.g. a CDN).")
     ] = None,

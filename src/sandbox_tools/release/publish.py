@@ -16,6 +16,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,8 +272,10 @@ def publish(
     _check_validated(request, manifest)
     _check_clean(request)
 
-    write_release_files(request.dist, manifest)
-    # Artifacts first, the files that point at them last.
+    # A dry run writes the manifest and SHA256SUMS aside: it changes nothing in dist/.
+    scratch = tempfile.TemporaryDirectory(prefix="sandbox-tools-dry-run-")
+    release_dir = Path(scratch.name) if request.dry_run else request.dist
+    write_release_files(release_dir, manifest)
     # The artifacts were verified against the manifest above; the two small files are
     # hashed here. Artifacts first, the files that point at them last.
     files = {
@@ -280,7 +283,7 @@ def publish(
         for a in sorted(manifest.artifacts, key=lambda a: a.name)
     }
     for name in (SUMS_FILE, MANIFEST_FILE):
-        path = request.dist / name
+        path = release_dir / name
         files[name] = _Local(path, path.stat().st_size, sha256_of(path))
     result = ReleaseResult(manifest=manifest, files=list(files))
 
@@ -313,9 +316,16 @@ def publish(
             reporter.outcome(target.label, name, "uploaded")
             result.actions.append((target.label, name, "uploaded"))
     if request.dry_run:
+        scratch.cleanup()
         return result
+    scratch.cleanup()
 
     _verify_published(targets, files, reporter, result)
+    try:
+        for target in targets:
+            target.finalize()  # a GitHub draft becomes public only now
+    except TargetError as exc:
+        raise ReleaseFailedError(f"publishing failed after verification: {exc}") from None
     if request.publish_manifest_to is not None:
         request.publish_manifest_to.mkdir(parents=True, exist_ok=True)
         for name in (MANIFEST_FILE, SUMS_FILE):

@@ -50,6 +50,9 @@ class Target(Protocol):
 
     def download(self, name: str) -> Iterator[bytes]: ...
 
+    def finalize(self) -> None:
+        """Make what was uploaded and verified public (a GitHub draft is published)."""
+
 
 class _Reading:
     """A file for an HTTP body that reports progress once per byte, however often the
@@ -85,7 +88,9 @@ class _Reading:
 class S3Target:
     bucket: str
     prefix: str = ""
-    region: str = "us-east-1"
+    # None: AWS_REGION / AWS_DEFAULT_REGION, else the bucket's own (asked once): the public
+    # URLs in the manifest must name the region the bucket is really in.
+    region: str | None = None
     endpoint_url: str | None = None
     public_read: bool = False
     public_url: str | None = None  # e.g. a CDN in front of the bucket
@@ -107,8 +112,15 @@ class S3Target:
         if self.endpoint_url:
             base = f"{self.endpoint_url.rstrip('/')}/{self.bucket}"
         else:
-            base = f"https://{self.bucket}.s3.{self.region}.amazonaws.com"
+            base = f"https://{self.bucket}.s3.{self._region()}.amazonaws.com"
         return f"{base}/{quote(prefix)}" if prefix else base
+
+    def _region(self) -> str:
+        if self.region is None:
+            self.region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if self.region is None:
+            self.region = _bucket_region(self.bucket, self.endpoint_url)
+        return self.region
 
     def prepare(self, create: bool) -> None:
         try:
@@ -118,7 +130,8 @@ class S3Target:
                 "publishing to S3 needs boto3",
                 remedy="pip install 'sandbox-tools[release]'",
             ) from None
-        self._client = boto3.client("s3", region_name=self.region, endpoint_url=self.endpoint_url)
+        region = self._region() if not self.endpoint_url else self.region
+        self._client = boto3.client("s3", region_name=region, endpoint_url=self.endpoint_url)
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -178,9 +191,16 @@ class S3Target:
             # botocore checks the CRC S3 returns: corruption on the wire lands here.
             raise TargetError(f"{self.label}/{name}: {exc}") from None
 
+    def finalize(self) -> None:
+        """Objects are public as they land; the manifest, uploaded last, points at them."""
+
 
 @dataclass
 class GitHubTarget:
+    """A GitHub release, created as a draft and published only once every asset is
+    uploaded and verified (goreleaser's order): nobody downloads a half-made release.
+    """
+
     repo: str  # owner/name
     tag: str
     token: str
@@ -190,6 +210,7 @@ class GitHubTarget:
     _release: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _assets: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     _session: requests.Session = field(default_factory=requests.Session, init=False, repr=False)
+    _writable: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.repo.count("/") != 1:
@@ -226,8 +247,15 @@ class GitHubTarget:
         return response
 
     def prepare(self, create: bool) -> None:
+        self._writable = create
         response = self._api("GET", f"/repos/{self.repo}/releases/tags/{quote(self.tag)}")
         if response.status_code == 404:
+            # Drafts have no tag yet: an interrupted release left one to continue.
+            draft = self._find_draft()
+            if draft is not None:
+                self._release = draft
+                self._load_assets()
+                return
             if not create:
                 self._release, self._assets = None, {}
                 return
@@ -237,13 +265,38 @@ class GitHubTarget:
                 json={
                     "tag_name": self.tag,
                     "name": self.release_name or self.tag,
-                    "draft": False,
+                    "draft": True,
                     "prerelease": False,
                 },
             )
         _check(response, self.label)
         self._release = response.json()
         self._load_assets()
+
+    def _find_draft(self) -> dict[str, Any] | None:
+        page = 1
+        while True:
+            response = self._api(
+                "GET", f"/repos/{self.repo}/releases", params={"per_page": 100, "page": page}
+            )
+            _check(response, self.label)
+            batch = response.json()
+            for release in batch:
+                if release.get("draft") and release.get("tag_name") == self.tag:
+                    found: dict[str, Any] = release
+                    return found
+            if len(batch) < 100:
+                return None
+            page += 1
+
+    def finalize(self) -> None:
+        if self._release is None or not self._release.get("draft"):
+            return
+        response = self._api(
+            "PATCH", f"/repos/{self.repo}/releases/{self._release['id']}", json={"draft": False}
+        )
+        _check(response, f"{self.label}: publishing the draft")
+        self._release = response.json()
 
     def _load_assets(self) -> None:
         assert self._release is not None
@@ -269,9 +322,11 @@ class GitHubTarget:
             return None
         if asset.get("state") != "uploaded":
             # An upload cut off mid-way leaves a "starter" asset that blocks the name and
-            # has no complete bytes: it was never published, so it is removed and redone.
-            self._api("DELETE", f"/repos/{self.repo}/releases/assets/{asset['id']}")
-            del self._assets[name]
+            # has no complete bytes: it was never published, so it is removed and redone
+            # (not in a dry run, which changes nothing anywhere).
+            if self._writable:
+                self._api("DELETE", f"/repos/{self.repo}/releases/assets/{asset['id']}")
+                del self._assets[name]
             return None
         return int(asset["size"])
 
@@ -312,6 +367,26 @@ class GitHubTarget:
                 yield from response.iter_content(CHUNK)
         except requests.RequestException as exc:
             raise TargetError(f"{self.label}/{name}: download: {exc}") from None
+
+
+def _bucket_region(bucket: str, endpoint_url: str | None) -> str:
+    """The region a bucket lives in, as S3 reports it (us-east-1 answers None)."""
+    try:
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        raise ConfigurationError(
+            "publishing to S3 needs boto3", remedy="pip install 'sandbox-tools[release]'"
+        ) from None
+    try:
+        client = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint_url)
+        location = client.get_bucket_location(Bucket=bucket).get("LocationConstraint")
+    except (ClientError, BotoCoreError) as exc:
+        raise ReleaseRefusedError(
+            f"cannot find the region of S3 bucket {bucket!r}: {exc}",
+            remedy="Give --s3-region, or set AWS_REGION.",
+        ) from None
+    return str(location or "us-east-1")
 
 
 def _check(response: requests.Response, what: str) -> None:
