@@ -13,8 +13,10 @@ class Arch(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: str) -> Arch:
-        """Accept the spellings that `uname -m`, Docker and Python report."""
-        normalized = _ALIASES.get(value.strip().lower())
+        """Accept the spellings that `uname -m`, Docker and Python report, with or without
+        Docker's `linux/` prefix."""
+        text = value.strip().lower()
+        normalized = _ALIASES.get(text.removeprefix("linux/"))
         if normalized is None:
             supported = ", ".join(a.value for a in cls)
             raise ValueError(f"unsupported architecture {value!r} (supported: {supported})")
@@ -33,3 +35,14 @@ _ALIASES = {
     "aarch64": Arch.ARM64,
     "arm64/v8": Arch.ARM64,
 }
+
+
+def parse_arches(values: list[str] | tuple[str, ...]) -> list[Arch]:
+    """Every command's --arch/--platform: repeatable and comma lists, any known spelling,
+    duplicates dropped, order kept. Raises ValueError naming the first unknown one."""
+    found: dict[Arch, None] = {}
+    for value in values:
+        for part in value.split(","):
+            if part.strip():
+                found[Arch.parse(part)] = None
+    return list(found)

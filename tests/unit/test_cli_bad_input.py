@@ -51,6 +51,8 @@ def inputs(tmp_path: Path) -> Path:
         (["release", "--github-repo", "o/r", "--github-tag", "{ver}", "--dry-run"], 2, "{version}"),
         (["fetch", "--manifest", GOLDEN, "--dest", "/proc/no/such"], 2, "cannot create"),
         (["fetch", "--manifest", GOLDEN, "--dest", "list.json"], 2, "is a file"),
+        (["fetch", "--manifest", GOLDEN, "--platform", "sparc", "--dest", "out"], 2, "sparc"),
+        (["validate", "--dist", ".", "--only", "ubunt"], 2, "did you mean ubuntu"),
         (["cleanup"], 2, "say what to clean up"),
         (["no-such-command"], 2, "No such command"),
     ],

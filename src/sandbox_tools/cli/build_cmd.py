@@ -17,7 +17,7 @@ from rich.table import Table
 from sandbox_tools.build_containers.build import STAGES, BuildRequest, build
 from sandbox_tools.build_containers.records import ArtifactFormat, ArtifactRecord
 from sandbox_tools.errors import ConfigurationError
-from sandbox_tools.platforms import Arch
+from sandbox_tools.platforms import Arch, parse_arches
 from sandbox_tools.sandboxes.docker import docker_client
 from sandbox_tools.sandboxes.engines import connect_engines
 
@@ -102,7 +102,9 @@ def _result_table(records: list[ArtifactRecord], out_dir: Path, seconds: float) 
 def build_command(
     arch: Annotated[
         list[str] | None,
-        typer.Option("--arch", help="Architecture to build (amd64, arm64); repeatable."),
+        typer.Option(
+            "--arch", help="Architecture to build (amd64, arm64, x86_64, ...); repeatable or a,b."
+        ),
     ] = None,
     all_arches: Annotated[bool, typer.Option("--all", help="Build every architecture.")] = False,
     fmt: Annotated[
@@ -123,11 +125,7 @@ def build_command(
     if all_arches and arch:
         raise ConfigurationError("--all and --arch exclude each other")
     try:
-        arches = (
-            tuple(Arch)
-            if all_arches
-            else tuple(dict.fromkeys(Arch.parse(a) for a in (arch or [os.uname().machine])))
-        )
+        arches = tuple(Arch) if all_arches else tuple(parse_arches(arch or [os.uname().machine]))
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     client: Any = connect_engines(engine) if engine else docker_client()

@@ -27,6 +27,7 @@ from sandbox_tools._version import __version__
 from sandbox_tools.cache import artifact_cache_dir
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.injector.acquire import checkout_root
+from sandbox_tools.platforms import parse_arches
 from sandbox_tools.release.bundle import bundle_name, create_bundle
 from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import (
@@ -264,7 +265,10 @@ def _expand(template: str, option: str) -> str:
 def fetch_command(
     platform: Annotated[
         list[str] | None,
-        typer.Option("--platform", help="linux/amd64 or linux/arm64; repeatable (default: all)."),
+        typer.Option(
+            "--platform",
+            help="linux/amd64, arm64, x86_64, ...; repeatable or a,b (default: all).",
+        ),
     ] = None,
     mirror: Annotated[
         list[str] | None, typer.Option(help="Base URL tried before the manifest's (repeatable).")
@@ -285,7 +289,10 @@ def fetch_command(
     manifest = _trusted_manifest(manifest_path)
     target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
     _usable_directory(target_dir, "--dest")
-    platforms = [p if p.startswith("linux/") else f"linux/{p}" for p in platform or []]
+    try:
+        platforms = [arch.platform for arch in parse_arches(platform or [])]
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     started = time.monotonic()
     with transfer_reporter() as reporter:
         outcomes = fetch(manifest, target_dir, platforms, mirror or [], origin, reporter)

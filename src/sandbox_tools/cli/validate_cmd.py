@@ -24,7 +24,7 @@ from sandbox_tools.distro_matrix.runner import (
 )
 from sandbox_tools.errors import ConfigurationError, NothingValidatedError
 from sandbox_tools.injector.acquire import Artifact, verified_artifact
-from sandbox_tools.platforms import Arch
+from sandbox_tools.platforms import Arch, parse_arches
 from sandbox_tools.sandboxes.engines import connect_engines
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -74,11 +74,16 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[tuple[ArtifactRecord, Art
 def validate_command(
     only: Annotated[
         list[str] | None,
-        typer.Option("--only", help="Distributions to run, e.g. debian:12 or debian (repeatable)."),
+        typer.Option(
+            "--only",
+            help="Distributions to run, e.g. debian:12 or debian (repeatable or a,b).",
+        ),
     ] = None,
     arch: Annotated[
         list[str] | None,
-        typer.Option("--arch", help="Architectures to run (repeatable); default: all built."),
+        typer.Option(
+            "--arch", help="Architectures to run (repeatable or a,b); default: all built."
+        ),
     ] = None,
     dist: Annotated[Path, typer.Option("--dist", help="Artifacts and build.json.")] = Path("dist"),
     static: Annotated[
@@ -119,9 +124,12 @@ def validate_command(
         except OSError as exc:
             raise ConfigurationError(f"cannot write {stale}: {exc.strerror or exc}") from None
     try:
-        arches = [Arch.parse(a) for a in arch or []]
+        arches = parse_arches(arch or [])
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
+    # Every input is checked before anything runs.
+    only = [part for value in only or [] for part in value.split(",") if part.strip()] or None
+    matrix = load_matrix().select(only)
     artifacts = _artifacts(dist, arches)
     problems = {record.name: static_checks(art.path, record) for record, art in artifacts}
     for name, found in problems.items():
@@ -131,9 +139,6 @@ def validate_command(
         raise typer.Exit(1)
     if static:
         return
-    matrix = load_matrix().select(only)
-    if not matrix.distros:
-        raise ConfigurationError(f"--only {only} matches no distribution in the matrix")
     engines = connect_engines(engine or ["default"])
     for each in engines:
         state = "ready" if each.available else f"[bold red]unavailable[/]: {escape(each.error)}"

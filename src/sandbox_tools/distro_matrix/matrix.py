@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+
+from sandbox_tools.errors import ConfigurationError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,6 +45,15 @@ class Matrix:
         if not only:
             return self
         wanted = [o.replace(":", "-") for o in only]
+        names = [d.name for d in self.distros]
+        for selector in wanted:
+            if not any(n == selector or n.startswith(selector + "-") for n in names):
+                close = difflib.get_close_matches(selector, names, n=3, cutoff=0.5)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise ConfigurationError(
+                    f"--only {selector!r} matches no distribution in the matrix{hint}",
+                    remedy="Choose from: " + ", ".join(names),
+                )
         return Matrix(
             tuple(
                 d
