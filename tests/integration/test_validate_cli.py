@@ -110,3 +110,51 @@ def test_validate_never_goes_green_having_validated_nothing(
     bad_arch = tools("validate", "--dist", str(artifact.parent), "--arch", "sparc", *paths)
     assert bad_arch.returncode == 2 and "Traceback" not in bad_arch.stderr
     assert not report.exists() and not junit.exists()  # no stale green report stands
+
+
+def test_ctrl_c_writes_a_partial_report_and_leaves_no_containers(
+    docker_engine: Any, built_artifacts: Any, tmp_path: Path
+) -> None:
+    """Issue 18: validate exited 130 silently with no report (and the previous one left)."""
+    import signal
+
+    arch = arches_under_test()[0]
+    _record, artifact = built_artifacts(arch)
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    report.write_text('{"passed": true}')  # a stale green report must not survive
+    before = {c.id for c in docker_engine.containers.list(all=True)}
+    validate = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sandbox_tools.cli",
+            "validate",
+            "--dist",
+            str(artifact.parent),
+            "--arch",
+            arch.value,
+            "--only",
+            "debian",
+            "--jobs",
+            "1",
+            "--report",
+            str(report),
+            "--junit",
+            str(junit),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert validate.stdout is not None
+    for line in validate.stdout:
+        if line.startswith("passed"):  # one cell done, others still to run
+            break
+    validate.send_signal(signal.SIGINT)
+    _, stderr = validate.communicate(timeout=300)
+    assert validate.returncode == 130 and "interrupted" in stderr, stderr
+    document = json.loads(report.read_text())
+    assert document["interrupted"] is True and document["passed"] is False
+    assert document["summary"]["passed"] >= 1
+    left = {c.id for c in docker_engine.containers.list(all=True)} - before
+    assert not left, "validate left containers behind"

@@ -25,6 +25,7 @@ from sandbox_tools.distro_matrix.runner import (
 from sandbox_tools.errors import ConfigurationError, NothingValidatedError
 from sandbox_tools.injector.acquire import Artifact, verified_artifact
 from sandbox_tools.platforms import Arch, parse_arches
+from sandbox_tools.sandboxes.docker import remove_live_containers
 from sandbox_tools.sandboxes.engines import connect_engines
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -144,28 +145,36 @@ def validate_command(
         state = "ready" if each.available else f"[bold red]unavailable[/]: {escape(each.error)}"
         console.print(f"engine {escape(each.label)}: {state}")
     results: list[CellResult] = []
-    if console.is_terminal:
-        with Live(_table(results), console=console, refresh_per_second=2) as live:
-
-            def show(result: CellResult) -> None:
-                results.append(result)
-                live.update(_table(results, len(engines)))
-
-            outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, show))
-    else:
-
-        def log(result: CellResult) -> None:
-            where = f" [{result.engine}]" if len(engines) > 1 else ""
-            print(
-                f"{result.status:7} {result.cell_id}{where} {result.seconds:.1f}s "
-                f"{result.detail[:200]}",
-                flush=True,
-            )
-
-        outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
-        console.print(_table(outcome, len(engines)))
-    unvalidated = [] if allow_skipped else _unvalidated(outcome, only)
     records = [record for record, _ in artifacts]
+    try:
+        if console.is_terminal:
+            with Live(_table(results), console=console, refresh_per_second=2) as live:
+
+                def show(result: CellResult) -> None:
+                    results.append(result)
+                    live.update(_table(results, len(engines)))
+
+                outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, show))
+        else:
+
+            def log(result: CellResult) -> None:
+                results.append(result)
+                where = f" [{result.engine}]" if len(engines) > 1 else ""
+                print(
+                    f"{result.status:7} {result.cell_id}{where} {result.seconds:.1f}s "
+                    f"{result.detail[:200]}",
+                    flush=True,
+                )
+
+            outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
+            console.print(_table(outcome, len(engines)))
+    except KeyboardInterrupt:
+        # What ran so far is reported (marked interrupted, never "passed"); the cells'
+        # containers go; main() says "interrupted" and exits 130.
+        remove_live_containers()
+        write_reports(results, report, junit, records, engines, interrupted=True)
+        raise
+    unvalidated = [] if allow_skipped else _unvalidated(outcome, only)
     write_reports(outcome, report, junit, records, engines, unvalidated)
     counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
     console.print(

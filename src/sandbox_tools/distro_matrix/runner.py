@@ -347,6 +347,7 @@ def write_reports(
     artifacts: list[ArtifactRecord],
     engines: Sequence[Engine] = (),
     unvalidated: Sequence[str] = (),
+    interrupted: bool = False,
 ) -> None:
     """`unvalidated`: what was asked for but had no passing cell; it makes the run fail."""
     summary = {
@@ -365,7 +366,8 @@ def write_reports(
             for e in engines
         ],
         "summary": summary,
-        "passed": summary["failed"] == 0 and not unvalidated,
+        "passed": summary["failed"] == 0 and not unvalidated and not interrupted,
+        "interrupted": interrupted,
         "unvalidated": list(unvalidated),
         "results": [{**asdict(r), "id": r.cell_id} for r in results],
     }
