@@ -24,7 +24,6 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
     arch = arches_under_test()[0]
     built_artifacts(arch)  # the builder image and wheelhouse exist: freeze starts quickly
     out = tmp_path / "dist"
-    before = {c.id for c in docker_engine.containers.list(all=True)}
     build = subprocess.Popen(
         [
             sys.executable,
@@ -51,7 +50,10 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
     assert build.returncode == 130, stdout + stderr
     assert time.monotonic() - started < 60  # it stopped; a full build takes minutes
     assert "interrupted" in stderr and "KeyboardInterrupt" not in stdout + stderr
-    left = {c.id for c in docker_engine.containers.list(all=True)} - before
+    from sandbox_tools.sandboxes.docker import OWNER_LABEL
+
+    mine = {"label": f"{OWNER_LABEL}={build.pid}"}  # only what this process made
+    left = docker_engine.containers.list(all=True, filters=mine)
     assert not left, "builder containers were left behind"
     leftovers = [p.name for p in out.iterdir()] if out.exists() else []
     assert leftovers in ([], ["build.json"]), leftovers

@@ -122,7 +122,6 @@ def test_ctrl_c_writes_a_partial_report_and_leaves_no_containers(
     _record, artifact = built_artifacts(arch)
     report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
     report.write_text('{"passed": true}')  # a stale green report must not survive
-    before = {c.id for c in docker_engine.containers.list(all=True)}
     validate = subprocess.Popen(
         [
             sys.executable,
@@ -156,5 +155,8 @@ def test_ctrl_c_writes_a_partial_report_and_leaves_no_containers(
     document = json.loads(report.read_text())
     assert document["interrupted"] is True and document["passed"] is False
     assert document["summary"]["passed"] >= 1
-    left = {c.id for c in docker_engine.containers.list(all=True)} - before
+    from sandbox_tools.sandboxes.docker import OWNER_LABEL
+
+    mine = {"label": f"{OWNER_LABEL}={validate.pid}"}  # only what this process made
+    left = docker_engine.containers.list(all=True, filters=mine)
     assert not left, "validate left containers behind"

@@ -395,6 +395,16 @@ _LIVE: set[Any] = set()
 _LIVE_LOCK = threading.Lock()
 
 
+OWNER_LABEL = "sandbox-tools.owner-pid"
+
+
+def _owned(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Label a container with the process that made it: what it left behind is findable."""
+    labels = dict(kwargs.pop("labels", None) or {})
+    labels.setdefault(OWNER_LABEL, str(os.getpid()))
+    return {**kwargs, "labels": labels}
+
+
 def _track(container: Any) -> None:
     with _LIVE_LOCK:
         _LIVE.add(container)
@@ -426,7 +436,7 @@ def running_container(
     to keep it for debugging.
     """
     container = client.containers.run(
-        image, command=command or ["sleep", "infinity"], detach=True, **kwargs
+        image, command=command or ["sleep", "infinity"], detach=True, **_owned(kwargs)
     )
     _track(container)
     try:
@@ -482,7 +492,7 @@ def run_to_completion(
     Files travel by copy (`copy_in` before the start, `copy_out` after the exit), not by
     bind mounts, so the engine may be on another machine.
     """
-    container = client.containers.create(image, command=command, **kwargs)
+    container = client.containers.create(image, command=command, **_owned(kwargs))
     _track(container)
     lines: list[str] = []
     try:
