@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,13 @@ from tests.integration.conftest import arches_under_test
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 
-def tools(*args: str) -> subprocess.CompletedProcess[str]:
+def tools(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sandbox_tools.cli", *args],
         capture_output=True,
         text=True,
         timeout=1500,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -100,8 +102,15 @@ def test_validate_never_goes_green_having_validated_nothing(
     report, junit = tmp_path / "deep" / "report.json", tmp_path / "deep" / "junit.xml"
     common = ["validate", "--dist", str(artifact.parent), "--arch", arch.value, "--only", "ubuntu"]
     paths = ["--report", str(report), "--junit", str(junit)]
-    skipped_only = tools(*common, *paths)
+    summary = tmp_path / "summary.md"
+    skipped_only = tools(
+        *common, *paths, env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    )
     assert skipped_only.returncode == 15, skipped_only.stdout + skipped_only.stderr
+    # On GitHub Actions: cell lines grouped, the verdict as an error annotation, a summary.
+    assert "::group::tools validate: cells" in skipped_only.stdout
+    assert "::error title=tools validate::nothing passed for ubuntu" in skipped_only.stdout
+    assert summary.read_text().startswith("## tools validate: failed")
     assert json.loads(report.read_text())["passed"] is False  # parents were created
     allowed = tools(*common, *paths, "--allow-skipped")
     assert allowed.returncode == 0 and json.loads(report.read_text())["passed"] is True

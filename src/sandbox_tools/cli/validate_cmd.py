@@ -165,8 +165,14 @@ def validate_command(
                     f"{result.detail[:200]}",
                     flush=True,
                 )
+                if result.status == "failed" and _on_github():
+                    print(f"::error title=validate {result.cell_id}::{_one_line(result.detail)}")
 
+            if _on_github():
+                print("::group::tools validate: cells", flush=True)
             outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
+            if _on_github():
+                print("::endgroup::", flush=True)
             console.print(_table(outcome, len(engines)))
     except KeyboardInterrupt:
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
@@ -181,6 +187,9 @@ def validate_command(
         f"[bold]{counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['skipped']} skipped[/]  reports: {report}, {junit}"
     )
+    _github_summary(outcome, counts, unvalidated)
+    if unvalidated and _on_github():
+        print(f"::error title=tools validate::nothing passed for {', '.join(unvalidated)}")
     if counts["failed"]:
         raise typer.Exit(1)
     if unvalidated:
@@ -203,3 +212,35 @@ def _unvalidated(results: list[CellResult], only: list[str] | None) -> list[str]
         if not any(r.distro in names for r in passed):
             missing.append(selector)
     return missing
+
+
+def _on_github() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500] or "(no detail)"
+
+
+def _github_summary(
+    results: list[CellResult], counts: dict[str, int], unvalidated: list[str]
+) -> None:
+    """On GitHub Actions: a Markdown summary of the run, failures first."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    verdict = "failed" if counts["failed"] or unvalidated else "passed"
+    lines = [
+        f"## tools validate: {verdict}",
+        "",
+        f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped",
+    ]
+    if unvalidated:
+        lines += ["", f"Nothing passed for: {', '.join(unvalidated)}"]
+    order = {"failed": 0, "passed": 1, "skipped": 2}
+    lines += ["", "| cell | status | seconds | detail |", "|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: (order.get(r.status, 3), r.cell_id)):
+        detail = _one_line(r.detail).replace("|", "\\|")[:200]
+        lines.append(f"| {r.cell_id} | {r.status} | {r.seconds:.1f} | {detail} |")
+    with open(path, "a", encoding="utf-8") as summary:
+        summary.write("\n".join(lines) + "\n")
