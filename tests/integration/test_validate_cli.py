@@ -112,8 +112,9 @@ def test_validate_never_goes_green_having_validated_nothing(
     assert "::error title=tools validate::nothing passed for ubuntu" in skipped_only.stdout
     assert summary.read_text().startswith("## tools validate: failed")
     assert json.loads(report.read_text())["passed"] is False  # parents were created
-    allowed = tools(*common, *paths, "--allow-skipped")
+    allowed = tools(*common, *paths, "--allow-skipped", "--json")
     assert allowed.returncode == 0 and json.loads(report.read_text())["passed"] is True
+    assert json.loads(allowed.stdout) == json.loads(report.read_text())  # stdout: JSON only
     early = tools(*common, *paths, "--jobs", "0")
     assert early.returncode == 2 and "Traceback" not in early.stderr
     bad_arch = tools("validate", "--dist", str(artifact.parent), "--arch", "sparc", *paths)

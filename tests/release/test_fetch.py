@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -82,8 +83,11 @@ def test_fetch_from_the_s3_url_then_reverify(
     assert all(f"from {s3.endpoint}/{s3.bucket}/releases/" in line for line in fetched)
     assert_holds_exactly(dest, published)
 
-    again = fetch_cli(fake_release, dest)
-    assert again.returncode == 0 and len(reported(again, "present")) == 2
+    again = fetch_cli(fake_release, dest, "--json")  # stdout: the outcome as JSON only
+    assert again.returncode == 0, again.stderr
+    document = json.loads(again.stdout)
+    assert [a["result"] for a in document["artifacts"]] == ["present", "present"]
+    assert {a["sha256"] for a in document["artifacts"]} == {a.sha256 for a in published.artifacts}
 
 
 def test_fetch_from_the_github_url(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -124,3 +125,25 @@ def test_written_sums_pass_sha256sum_and_verify_catches_changes(tmp_path: Path) 
     problems = verify_local(tmp_path, manifest)
     assert any("amd64: sha256" in p for p in problems)
     assert any("arm64: missing" in p for p in problems)
+
+
+def test_manifest_show_json_is_the_manifest(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sandbox_tools.cli",
+            "manifest",
+            "show",
+            "--json",
+            "--manifest",
+            str(GOLDEN / "manifest.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(shown.stdout) == json.loads((GOLDEN / "manifest.json").read_text())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -28,14 +29,15 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 class PlainReporter:
     """One line per stage with the time the previous stage took (CI logs, pipes)."""
 
-    def __init__(self, verbose: bool) -> None:
+    def __init__(self, verbose: bool, stream: Any = None) -> None:
         self.verbose = verbose
+        self.stream = stream
         self._lock = threading.Lock()
         self._current: dict[Arch, tuple[str, float]] = {}
 
     def _emit(self, text: str) -> None:
         with self._lock:
-            print(text, flush=True)
+            print(text, flush=True, file=self.stream)
 
     def _close_stage(self, arch: Arch) -> None:
         if arch in self._current:
@@ -112,6 +114,10 @@ def build_command(
     ] = ArtifactFormat.PORTABLE,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("dist"),
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show build output.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the records as JSON on stdout; progress on stderr."),
+    ] = False,
     engine: Annotated[
         list[str] | None,
         typer.Option(
@@ -131,6 +137,8 @@ def build_command(
     client: Any = connect_engines(engine) if engine else docker_client()
     request = BuildRequest(arches=arches, format=fmt, out_dir=out)
     started = time.monotonic()
+    if as_json:
+        console.file = sys.stderr  # stdout carries the JSON only
     if console.is_terminal:
         with Progress(
             SpinnerColumn(),
@@ -144,5 +152,7 @@ def build_command(
                 reporter.add(target)
             records = build(client, request, reporter)
     else:
-        records = build(client, request, PlainReporter(verbose))
+        records = build(client, request, PlainReporter(verbose, stream=console.file))
     console.print(_result_table(records, out, time.monotonic() - started))
+    if as_json:
+        print(json.dumps({"artifacts": [r.to_json() for r in records]}, indent=2))

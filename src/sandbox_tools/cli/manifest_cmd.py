@@ -72,9 +72,16 @@ def write(
 
 
 @manifest_app.command("show")
-def show(dist: DistOption = Path("dist"), manifest_path: ManifestOption = None) -> None:
-    """Print the manifest as a table."""
+def show(
+    dist: DistOption = Path("dist"),
+    manifest_path: ManifestOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
+) -> None:
+    """Print the manifest as a table (or JSON)."""
     manifest = _load(dist, manifest_path)
+    if as_json:
+        print(manifest.dumps())
+        return
     table = Table(title=f"sandbox-tools {manifest.version}: one artifact per platform")
     for column in ("platform", "artifact", "format", "size", "sha256", "build id", "urls"):
         table.add_column(column, overflow="fold")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -68,7 +69,7 @@ class TransferReporter:
     def finish(self, label: str) -> None:
         began = self.started.pop(label, None)
         if self.progress is None and began is not None:
-            print(f"{label}: {time.monotonic() - began:.2f}s", flush=True)
+            print(f"{label}: {time.monotonic() - began:.2f}s", flush=True, file=console.file)
 
     def note(self, message: str) -> None:
         (self.progress.console if self.progress else console).print(message, highlight=False)
@@ -76,7 +77,7 @@ class TransferReporter:
     def outcome(self, target: str, name: str, action: str) -> None:
         self.outcomes.append((target, name, action))
         if self.progress is None:
-            print(f"{target}/{name}: {action}", flush=True)
+            print(f"{target}/{name}: {action}", flush=True, file=console.file)
 
 
 @contextlib.contextmanager
@@ -284,8 +285,14 @@ def fetch_command(
     dest: Annotated[
         Path | None, typer.Option(help="Where to place them (default: the injector's cache).")
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the outcome as JSON on stdout; the rest on stderr."),
+    ] = False,
 ) -> None:
     """Obtain the manifest's artifacts, verified (size and SHA-256), where the injector looks."""
+    if as_json:
+        console.file = sys.stderr
     manifest = _trusted_manifest(manifest_path)
     target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
     _usable_directory(target_dir, "--dest")
@@ -312,9 +319,26 @@ def fetch_command(
             outcome.artifact.name,
             "present, re-verified" if outcome.action == "present" else outcome.action,
             outcome.source or "-",
-            outcome.artifact.sha256[:16] + "…",
+            outcome.artifact.sha256,
         )
     console.print(table)
+    if as_json:
+        document = {
+            "version": manifest.version,
+            "dest": str(target_dir),
+            "artifacts": [
+                {
+                    "platform": o.artifact.platform,
+                    "name": o.artifact.name,
+                    "path": str(target_dir / o.artifact.name),
+                    "sha256": o.artifact.sha256,
+                    "result": o.action,
+                    "source": o.source,
+                }
+                for o in outcomes
+            ],
+        }
+        print(json.dumps(document, indent=2))
 
 
 bundle_app = typer.Typer(help="Carry artifacts into an air-gapped network.", no_args_is_help=True)

@@ -103,6 +103,10 @@ def validate_command(
             "docker context; repeatable, rows are spread across them.",
         ),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the JSON report on stdout; tables and logs on stderr."),
+    ] = False,
     allow_skipped: Annotated[
         bool,
         typer.Option(
@@ -117,6 +121,8 @@ def validate_command(
     Exit codes: 0 passed; 1 a cell failed; 2 bad input; 15 nothing of what was asked
     for passed (all skipped), unless --allow-skipped.
     """
+    if as_json:
+        console.file = sys.stderr  # stdout carries the report only
     # Reports of an earlier run must never stand for this one, whatever happens next.
     for stale in (report, junit):
         stale.unlink(missing_ok=True)
@@ -164,15 +170,19 @@ def validate_command(
                     f"{result.status:7} {result.cell_id}{where} {result.seconds:.1f}s "
                     f"{result.detail[:200]}",
                     flush=True,
+                    file=console.file,
                 )
                 if result.status == "failed" and _on_github():
-                    print(f"::error title=validate {result.cell_id}::{_one_line(result.detail)}")
+                    print(
+                        f"::error title=validate {result.cell_id}::{_one_line(result.detail)}",
+                        file=console.file,
+                    )
 
             if _on_github():
-                print("::group::tools validate: cells", flush=True)
+                print("::group::tools validate: cells", flush=True, file=console.file)
             outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
             if _on_github():
-                print("::endgroup::", flush=True)
+                print("::endgroup::", flush=True, file=console.file)
             console.print(_table(outcome, len(engines)))
     except KeyboardInterrupt:
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
@@ -188,8 +198,13 @@ def validate_command(
         f"{counts['skipped']} skipped[/]  reports: {report}, {junit}"
     )
     _github_summary(outcome, counts, unvalidated)
+    if as_json:
+        print(report.read_text(), end="")
     if unvalidated and _on_github():
-        print(f"::error title=tools validate::nothing passed for {', '.join(unvalidated)}")
+        print(
+            f"::error title=tools validate::nothing passed for {', '.join(unvalidated)}",
+            file=console.file,
+        )
     if counts["failed"]:
         raise typer.Exit(1)
     if unvalidated:
