@@ -15,6 +15,14 @@ import pytest
 
 from tests.integration.conftest import arches_under_test
 
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """A job started in the background of a non-interactive shell (as CI may run us)
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: restore
+    what a terminal gives the child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 
@@ -38,6 +46,7 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     assert build.stdout is not None
     for line in build.stdout:

@@ -12,12 +12,20 @@ import uuid
 from pathlib import Path
 
 
+def ctrl_c_as_in_a_terminal() -> None:
+    """A job started in the background of a non-interactive shell (as CI may run us)
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: restore
+    what a terminal gives the child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def tools(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "sandbox_tools.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,14 @@ from xml.etree import ElementTree
 import pytest
 
 from tests.integration.conftest import arches_under_test
+
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """A job started in the background of a non-interactive shell (as CI may run us)
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: restore
+    what a terminal gives the child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -126,7 +135,6 @@ def test_ctrl_c_writes_a_partial_report_and_leaves_no_containers(
     docker_engine: Any, built_artifacts: Any, tmp_path: Path
 ) -> None:
     """Issue 18: validate exited 130 silently with no report (and the previous one left)."""
-    import signal
 
     arch = arches_under_test()[0]
     _record, artifact = built_artifacts(arch)
@@ -154,6 +162,7 @@ def test_ctrl_c_writes_a_partial_report_and_leaves_no_containers(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     assert validate.stdout is not None
     for line in validate.stdout:
