@@ -9,5 +9,5 @@ bash scripts/setup.sh
 arch=$(uname -m)
 .venv/bin/tools build --arch "$arch"
 .venv/bin/tools validate --arch "$arch"
-.venv/bin/tools exec-remote --image debian-12 \
+.venv/bin/tools exec-remote --distro debian-12 \
   'echo "hello from exec_remote in $(. /etc/os-release; echo "$PRETTY_NAME") on $(uname -m)"'

@@ -85,3 +85,33 @@ def test_ctrl_c_leaves_nothing_running() -> None:
     time.sleep(1)
     assert not running(marker), "the command outlived the CLI"
     assert not orphaned_servers(), "the runtime server outlived the CLI"
+
+
+def test_distro_and_image_choose_the_container(
+    docker_engine: object, python_image: str, built_artifacts: object, tmp_path: Path
+) -> None:
+    """Issue 18: --image took only matrix names. Now --distro takes those, --image a real
+    image on the engine (never pulled), and a wrong one is a clear error."""
+    import os
+
+    from tests.integration.conftest import arches_under_test
+
+    _record, artifact = built_artifacts(arches_under_test()[0])  # type: ignore[operator]
+    env = {**os.environ, "SANDBOX_TOOLS_DIST": str(artifact.parent)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sandbox_tools.cli", "exec-remote", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+
+    real = run("cat /etc/debian_version", "--image", python_image)
+    assert real.returncode == 0, real.stderr
+    assert real.stdout.strip()[:2].isdigit() and python_image in real.stderr
+    missing = run("true", "--image", "no-such-image:here")
+    assert missing.returncode == 2 and "not on the Docker engine" in missing.stderr
+    unknown = run("true", "--distro", "debain-12")
+    assert unknown.returncode == 2 and "did you mean debian-12" in unknown.stderr

@@ -46,7 +46,7 @@ app = typer.Typer(
     help="Build, validate, release and inject sandbox-tools' in-container runtime.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
 )
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -132,23 +132,37 @@ async def _exec_remote_local(command: str, timeout: float | None, server_dir: st
     return completed.exit_code
 
 
-async def _exec_remote_in_container(command: str, timeout: float | None, target: str) -> int:
+async def _exec_remote_in_container(
+    command: str, timeout: float | None, distro: str | None, real_image: str | None
+) -> int:
     from sandbox_tools.distro_matrix.matrix import load_matrix
     from sandbox_tools.distro_matrix.runner import resolve_image
     from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
     from sandbox_tools.platforms import Arch
     from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
 
-    distros = {d.name: d for d in load_matrix().distros}
-    if target not in distros:
-        raise ConfigurationError(
-            f"unknown image {target!r}; choose one of: " + ", ".join(sorted(distros))
-        )
     engine = docker_client()
-    arch = Arch.parse(os.uname().machine)
-    image, source = await asyncio.to_thread(resolve_image, engine, distros[target], arch, {})
-    if image is None:
-        raise ConfigurationError(f"no image for {target} here: {source}")
+    if real_image is not None:
+        import docker
+
+        try:
+            engine.images.get(real_image)
+        except docker.errors.ImageNotFound:
+            raise ConfigurationError(
+                f"image {real_image!r} is not on the Docker engine",
+                remedy=f"docker pull {real_image} (or build it), then run again",
+            ) from None
+        image, source, target = real_image, "the engine", real_image
+    else:
+        assert distro is not None
+        (chosen,) = load_matrix().select([distro]).distros[:1] or [None]
+        if chosen is None:
+            raise ConfigurationError(f"unknown distribution {distro!r}")
+        arch = Arch.parse(os.uname().machine)
+        resolved, source = await asyncio.to_thread(resolve_image, engine, chosen, arch, {})
+        if resolved is None:
+            raise ConfigurationError(f"no image for {distro} here: {source}")
+        image, target = resolved, chosen.name
     with running_container(engine, image) as container:
         sandbox = DockerSandbox(container, engine)
         started = time.monotonic()
@@ -194,17 +208,26 @@ def exec_remote_command(
     timeout: Annotated[
         float | None, typer.Option(help="Kill the command after this many seconds.")
     ] = None,
+    distro: Annotated[
+        str | None,
+        typer.Option(
+            help="Run in a fresh container of this matrix distribution (e.g. debian-12), "
+            "injecting the built artifact."
+        ),
+    ] = None,
     image: Annotated[
         str | None,
         typer.Option(
-            help="Run in a fresh container of this matrix image (e.g. debian-12), injecting the "
-            "built artifact; default: a runtime server on this machine."
+            help="Run in a fresh container of this image (present on the engine: never "
+            "pulled), injecting the built artifact. Default: a runtime server on this machine."
         ),
     ] = None,
 ) -> None:
     """Stream COMMAND through exec_remote: locally, or injected into a fresh container."""
-    if image is not None:
-        code = asyncio.run(_exec_remote_in_container(command, timeout, image))
+    if distro is not None and image is not None:
+        raise ConfigurationError("--distro and --image exclude each other")
+    if distro is not None or image is not None:
+        code = asyncio.run(_exec_remote_in_container(command, timeout, distro, image))
     else:
         with tempfile.TemporaryDirectory(prefix="sandbox-tools-") as server_dir:
             code = asyncio.run(_exec_remote_local(command, timeout, server_dir))

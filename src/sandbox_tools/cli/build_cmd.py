@@ -87,16 +87,17 @@ class RichReporter(PlainReporter):
 
 def _result_table(records: list[ArtifactRecord], out_dir: Path, seconds: float) -> Table:
     table = Table(title=f"tools build: {len(records)} artifact(s) in {out_dir} ({seconds:.1f}s)")
+    # Names and digests are never cut: they are copied into scripts and compared.
     for column in ("artifact", "platform", "format", "size", "sha256", "build id"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold", no_wrap=column not in ("sha256", "build id"))
     for record in sorted(records, key=lambda r: r.platform):
         table.add_row(
             record.name,
             record.platform,
             record.format,
             f"{record.size / 1e6:.1f} MB",
-            record.sha256[:16] + "…",
-            record.build_id.removeprefix("sha256:")[:16] + "…",
+            record.sha256,
+            record.build_id.removeprefix("sha256:"),
         )
     return table
 

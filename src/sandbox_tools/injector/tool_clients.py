@@ -66,6 +66,15 @@ async def text_editor(
     insert_line: int | None = None,
     user: User | None = None,
 ) -> str:
+    """Run one text_editor command on `path` in the sandbox; the runtime's text answer.
+
+    view: the file with line numbers (or a directory listing), `view_range` to narrow it;
+    create: write `file_text` as a new file; str_replace: `old_str` must occur exactly
+    once; insert: `new_str` after line `insert_line` (0: at the top); undo_edit: the file
+    as it was before the last edit made through the runtime. `user` acts as that identity.
+    An expected failure (no such file, ambiguous old_str) raises ToolError with the
+    sentence to show the model.
+    """
     params: dict[str, Any] = {"command": command, "path": path}
     optional: dict[str, Any] = {
         "view_range": list(view_range) if view_range is not None else None,
