@@ -32,14 +32,28 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
 
-def _table(results: list[CellResult], engines: int = 1) -> Table:
-    table = Table(title="tools validate")
+ORDER = {"failed": 0, "passed": 1, "skipped": 2}
+
+
+def _table(
+    results: list[CellResult], engines: int = 1, total: int | None = None, rows: int | None = None
+) -> Table:
+    """Failures first. `total`: cells planned (a done/total count); `rows`: the most the
+    screen holds (the live view): the newest results beyond that are summarised in a line."""
+    done = f"{len(results)}/{total} done" if total else f"{len(results)} cells"
+    table = Table(title=f"tools validate: {done}")
     columns = ["distribution", "platform", "scenario", "status", "seconds", "detail"]
     if engines > 1:
         columns.insert(3, "engine")
     for column in columns:
         table.add_column(column, overflow="fold")
-    for r in sorted(results, key=lambda r: (r.platform, r.distro, r.scenario)):
+    ordered = sorted(
+        results, key=lambda r: (ORDER.get(r.status, 3), r.platform, r.distro, r.scenario)
+    )
+    hidden = 0
+    if rows is not None and len(ordered) > rows:
+        hidden, ordered = len(ordered) - rows, ordered[:rows]
+    for r in ordered:
         detail = ", ".join(r.checks) if r.status == "passed" and r.checks else r.detail
         cells = [
             r.distro,
@@ -52,6 +66,8 @@ def _table(results: list[CellResult], engines: int = 1) -> Table:
         if engines > 1:
             cells.insert(3, r.engine)
         table.add_row(*cells)
+    if hidden:
+        table.caption = f"... and {hidden} more (all in the reports)"
     return table
 
 
@@ -154,11 +170,15 @@ def validate_command(
     records = [record for record, _ in artifacts]
     try:
         if console.is_terminal:
-            with Live(_table(results), console=console, refresh_per_second=2) as live:
+            planned = len(artifacts) * len(matrix.distros) * len(matrix.scenarios)
+            fits = max(5, console.size.height - 8)  # the live view never outgrows the screen
+            with Live(
+                _table(results, total=planned, rows=fits), console=console, refresh_per_second=2
+            ) as live:
 
                 def show(result: CellResult) -> None:
                     results.append(result)
-                    live.update(_table(results, len(engines)))
+                    live.update(_table(results, len(engines), planned, fits))
 
                 outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, show))
         else:
