@@ -49,7 +49,7 @@ def inputs(tmp_path: Path) -> Path:
         (["fetch", "--manifest", "missing.json", "--dest", "out"], 2, "no manifest at"),
         (["release", "--s3-bucket", "b", "--s3-prefix", "x/{vers}", "--dry-run"], 2, "{version}"),
         (["release", "--github-repo", "o/r", "--github-tag", "{ver}", "--dry-run"], 2, "{version}"),
-        (["fetch", "--manifest", GOLDEN, "--dest", "/proc/no/such"], 2, "cannot create"),
+        (["fetch", "--manifest", GOLDEN, "--out", "/proc/no/such"], 2, "cannot create"),
         (["fetch", "--manifest", GOLDEN, "--dest", "list.json"], 2, "is a file"),
         (["fetch", "--manifest", GOLDEN, "--platform", "sparc", "--dest", "out"], 2, "sparc"),
         (["validate", "--dist", ".", "--only", "ubunt"], 2, "did you mean ubuntu"),

@@ -283,7 +283,13 @@ def fetch_command(
         typer.Option("--manifest", help="Manifest to trust (default: the installed package's)."),
     ] = None,
     dest: Annotated[
-        Path | None, typer.Option(help="Where to place them (default: the injector's cache).")
+        Path | None,
+        typer.Option(
+            "--out",
+            "--dest",
+            help="Directory to place them in (default: the injector's cache). --dest is the "
+            "older name.",
+        ),
     ] = None,
     as_json: Annotated[
         bool,
@@ -295,7 +301,7 @@ def fetch_command(
         console.file = sys.stderr
     manifest = _trusted_manifest(manifest_path)
     target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
-    _usable_directory(target_dir, "--dest")
+    _usable_directory(target_dir, "--out")
     try:
         platforms = [arch.platform for arch in parse_arches(platform or [])]
     except ValueError as exc:
@@ -350,7 +356,10 @@ def bundle_create(
     manifest_path: Annotated[
         Path | None, typer.Option("--manifest", help="Default: DIST/manifest.json.")
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="Bundle file to write.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Bundle file to write, or a directory to write it into."),
+    ] = None,
 ) -> None:
     """Write one tarball with the manifest, SHA256SUMS and the artifacts."""
     manifest = read_manifest(manifest_path or dist / MANIFEST_FILE)
