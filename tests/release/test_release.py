@@ -199,9 +199,15 @@ def test_dry_run_uploads_nothing(
     fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
 ) -> None:
     (fake_release.checkout / "README").write_text("edited\n")
-    result = run_tools(*release_args(fake_release, s3, github), "--dry-run", "--allow-dirty")
+    result = run_tools(
+        *release_args(fake_release, s3, github), "--dry-run", "--allow-dirty", "--json"
+    )
     assert result.returncode == 0, result.stderr
-    assert outcomes(result, "would upload") == 8
+    document = json.loads(result.stdout)  # stdout: the JSON only
+    assert document["dry_run"] is True
+    assert [a["action"] for a in document["actions"]] == ["would upload"] * 8
+    urls = [u for a in document["manifest"]["artifacts"] for u in a["urls"]]
+    assert len(urls) == 4 and all(u.startswith((s3.endpoint, github.url)) for u in urls)
     assert s3_objects(s3) == {}
     assert github.releases == {} and github.faults.uploads == 0
     # Nothing changes locally either (issue 18): no manifest or SHA256SUMS in dist/.

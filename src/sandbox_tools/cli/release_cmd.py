@@ -170,8 +170,18 @@ def release_command(
             help="Copy the manifest into the checkout's package (to commit); off for rehearsals."
         ),
     ] = True,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the manifest (with the URLs it carries) and every action as JSON on "
+            "stdout; the rest on stderr.",
+        ),
+    ] = False,
 ) -> None:
     """Publish the validated artifacts, SHA256SUMS and the manifest; verify the round trip."""
+    if as_json:
+        console.file = sys.stderr
     targets: list[Target] = []
     if s3_bucket:
         targets.append(
@@ -229,6 +239,17 @@ def release_command(
     for (target, name), actions in summary.items():
         table.add_row(target, name, ", ".join(actions))
     console.print(table)
+    if as_json:
+        document = {
+            "version": result.manifest.version,
+            "dry_run": dry_run,
+            "manifest": result.manifest.to_json(),
+            "actions": [
+                {"target": target, "file": name, "action": action}
+                for target, name, action in result.actions
+            ],
+        }
+        print(json.dumps(document, indent=2))
     if dry_run:
         console.print("dry run: nothing was uploaded")
     elif package_dir is not None:
