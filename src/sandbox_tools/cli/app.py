@@ -68,6 +68,7 @@ def _root(
             callback=_version_callback,
             is_eager=True,
             help="Print the version and exit.",
+            metavar="",
         ),
     ] = False,
 ) -> None:
@@ -237,7 +238,8 @@ def exec_remote_command(
 @app.command("cleanup")
 def cleanup_command(
     modal: Annotated[
-        bool, typer.Option("--modal", help="Terminate leftover Modal sandboxes of ours.")
+        bool,
+        typer.Option("--modal", help="Terminate leftover Modal sandboxes of ours.", metavar=""),
     ] = False,
     app_name: Annotated[str, typer.Option("--app", help="Modal app the sandboxes run in.")] = (
         "sandbox-tools"

@@ -109,15 +109,21 @@ def build_command(
             "--arch", help="Architecture to build (amd64, arm64, x86_64, ...); repeatable or a,b."
         ),
     ] = None,
-    all_arches: Annotated[bool, typer.Option("--all", help="Build every architecture.")] = False,
+    all_arches: Annotated[
+        bool, typer.Option("--all", help="Build every architecture.", metavar="")
+    ] = False,
     fmt: Annotated[
         ArtifactFormat, typer.Option("--format", help="Artifact format.")
     ] = ArtifactFormat.PORTABLE,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("dist"),
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show build output.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show build output.", metavar="")
+    ] = False,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="Print the records as JSON on stdout; progress on stderr."),
+        typer.Option(
+            "--json", help="Print the records as JSON on stdout; progress on stderr.", metavar=""
+        ),
     ] = False,
     engine: Annotated[
         list[str] | None,

@@ -75,7 +75,9 @@ def write(
 def show(
     dist: DistOption = Path("dist"),
     manifest_path: ManifestOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the manifest as JSON.", metavar="")
+    ] = False,
 ) -> None:
     """Print the manifest as a table (or JSON)."""
     manifest = _load(dist, manifest_path)

@@ -137,7 +137,8 @@ def release_command(
         bool,
         typer.Option(
             help="Upload with the public-read ACL (new buckets disable ACLs: prefer a bucket "
-            "policy or --s3-public-url)."
+            "policy or --s3-public-url).",
+            metavar="",
         ),
     ] = False,
     s3_public_url: Annotated[
@@ -155,11 +156,11 @@ def release_command(
     github_web_url: Annotated[str, typer.Option(help="Base of the download URLs.")] = (
         "https://github.com"
     ),
-    dry_run: Annotated[bool, typer.Option(help="Check and compare everything; upload nothing.")] = (
-        False
-    ),
+    dry_run: Annotated[
+        bool, typer.Option(help="Check and compare everything; upload nothing.", metavar="")
+    ] = (False),
     allow_dirty: Annotated[
-        bool, typer.Option(help="Allow uncommitted changes (only with --dry-run).")
+        bool, typer.Option(help="Allow uncommitted changes (only with --dry-run).", metavar="")
     ] = False,
     checkout: Annotated[
         Path | None, typer.Option(help="Git tree that must be clean (default: this checkout).")
@@ -167,7 +168,8 @@ def release_command(
     package_manifest: Annotated[
         bool,
         typer.Option(
-            help="Copy the manifest into the checkout's package (to commit); off for rehearsals."
+            help="Copy the manifest into the checkout's package (to commit); off for rehearsals.",
+            metavar="",
         ),
     ] = True,
     as_json: Annotated[
@@ -176,6 +178,7 @@ def release_command(
             "--json",
             help="Print the manifest (with the URLs it carries) and every action as JSON on "
             "stdout; the rest on stderr.",
+            metavar="",
         ),
     ] = False,
 ) -> None:
@@ -314,7 +317,9 @@ def fetch_command(
     ] = None,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="Print the outcome as JSON on stdout; the rest on stderr."),
+        typer.Option(
+            "--json", help="Print the outcome as JSON on stdout; the rest on stderr.", metavar=""
+        ),
     ] = False,
 ) -> None:
     """Obtain the manifest's artifacts, verified (size and SHA-256), where the injector looks."""

@@ -104,7 +104,8 @@ def validate_command(
     ] = None,
     dist: Annotated[Path, typer.Option("--dist", help="Artifacts and build.json.")] = Path("dist"),
     static: Annotated[
-        bool, typer.Option("--static", help="Only the static ELF checks, no containers.")
+        bool,
+        typer.Option("--static", help="Only the static ELF checks, no containers.", metavar=""),
     ] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Cells in parallel.")] = (
         os.cpu_count() or 2
@@ -121,7 +122,9 @@ def validate_command(
     ] = None,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="Print the JSON report on stdout; tables and logs on stderr."),
+        typer.Option(
+            "--json", help="Print the JSON report on stdout; tables and logs on stderr.", metavar=""
+        ),
     ] = False,
     allow_skipped: Annotated[
         bool,
@@ -129,6 +132,7 @@ def validate_command(
             "--allow-skipped",
             help="Succeed even if nothing (or nothing of an --only selection) passed, "
             "e.g. every cell skipped because the registry is unreachable.",
+            metavar="",
         ),
     ] = False,
 ) -> None:
