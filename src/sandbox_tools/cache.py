@@ -11,6 +11,7 @@ from pathlib import Path
 
 
 def cache_root() -> Path:
+    """The cache root: $SANDBOX_TOOLS_CACHE, else $XDG_CACHE_HOME/sandbox-tools, else ~/.cache."""
     configured = os.environ.get("SANDBOX_TOOLS_CACHE")
     if configured:
         return Path(configured)

@@ -65,6 +65,7 @@ class Matrix:
 
 
 def load_matrix(text: str | None = None) -> Matrix:
+    """The distribution matrix shipped with the package (or `text`, for tests)."""
     if text is None:
         text = (resources.files("sandbox_tools.distro_matrix") / "matrix.toml").read_text()
     data: dict[str, Any] = tomllib.loads(text)

@@ -56,6 +56,8 @@ def select_record(
 
 
 def verified_artifact(record: ArtifactRecord, path: Path, source: str) -> Artifact | None:
+    """The artifact at `path` if its size and SHA-256 are the record's, else None: bytes are
+    never used on the strength of a name."""
     if not path.is_file() or path.stat().st_size != record.size or sha256_of(path) != record.sha256:
         return None
     return Artifact(
@@ -128,6 +130,7 @@ def checkout_root() -> Path | None:
 
 
 def checkout_dist() -> Path | None:
+    """Where locally built artifacts are: $SANDBOX_TOOLS_DIST, else the checkout's dist/."""
     configured = os.environ.get("SANDBOX_TOOLS_DIST")
     if configured:
         return Path(configured)
@@ -136,6 +139,7 @@ def checkout_dist() -> Path | None:
 
 
 def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
+    """The build id the sources would produce now: a local artifact is used only if it matches."""
     from sandbox_tools.build_containers.builder import builder_recipe
     from sandbox_tools.build_containers.records import compute_build_id
 
@@ -143,6 +147,8 @@ def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
 
 
 def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifact:
+    """The artifact to inject for `arch`, verified: bundled in the wheel, else built locally
+    from these sources, else fetched into the cache (pinned by the released manifest)."""
     manifest = packaged_manifest()
     found = _bundled(arch, fmt, manifest)
     if found is not None:

@@ -237,6 +237,7 @@ def _command_string(cmd: str | Sequence[str]) -> str:
 async def start_exec_remote(
     client: RuntimeClient, cmd: str | Sequence[str], options: ExecRemoteOptions | None = None
 ) -> ExecRemoteProcess:
+    """Start `cmd` and return at once: the process's output is read by iterating its events."""
     options = options or ExecRemoteOptions()
     params: dict[str, Any] = {"command": _command_string(cmd)}
     if options.input is not None:

@@ -128,6 +128,10 @@ async def _run(
 
 
 async def reconnoitre(sandbox: Sandbox, timeout: float = PROBE_TIMEOUT) -> Recon:
+    """One shell probe of the sandbox: platform, libc, user and which install places are safe.
+
+    Everything it prints is untrusted and parsed strictly (THREAT_MODEL.md); verdicts on
+    directories are computed in the sandbox, never inferred from names."""
     try:
         out = await sandbox.exec(
             ["sh", "-c", PROBE_SCRIPT, "probe", *CANDIDATE_DIRS],

@@ -30,6 +30,7 @@ def package_parent() -> Path:
 
 
 def local_source_runtime(server_dir: str | None = None) -> RuntimeLaunch:
+    """The runtime from this checkout's sources on this machine (tests, `tools exec-remote`)."""
     env = {"PYTHONPATH": str(package_parent())}
     if server_dir:
         env["SANDBOX_TOOLS_DIR"] = server_dir
@@ -37,6 +38,7 @@ def local_source_runtime(server_dir: str | None = None) -> RuntimeLaunch:
 
 
 def mounted_source_runtime(python: str = "python3") -> RuntimeLaunch:
+    """The runtime from sources mounted read-only at SOURCE_MOUNT in a container with Python."""
     return RuntimeLaunch(
         [python, "-m", "sandbox_tools.runtime"],
         {"PYTHONPATH": SOURCE_MOUNT, "PYTHONDONTWRITEBYTECODE": "1"},

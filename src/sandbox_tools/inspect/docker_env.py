@@ -44,6 +44,7 @@ class DockerSdkConfig(BaseModel, frozen=True):
 
 
 def docker_sdk_config(config: Any) -> DockerSdkConfig:
+    """The docker_sdk sandbox's config from what inspect passes: a config, a file or an image."""
     if isinstance(config, DockerSdkConfig):
         return config
     if isinstance(config, str) and config:

@@ -24,6 +24,7 @@ INSTALL_STATE_USING_DEV = "edited"
 
 
 def dev_runtime_path(arch: Arch) -> Path:
+    """Where inspect_ai looks for its dev runtime for `arch` (INSTALL_STATE=edited)."""
     import inspect_ai
     from inspect_ai.tool._sandbox_tools_utils.sandbox import _get_sandbox_tools_version
 

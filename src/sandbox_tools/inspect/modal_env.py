@@ -25,6 +25,7 @@ COMPOSE_FILES = ["compose.yaml", "compose.yml", "docker-compose.yaml", "docker-c
 
 
 def modal_config(config: Any) -> ModalConfig:
+    """The modal sandbox's config from what inspect passes: none, a compose file or a config."""
     if config is None:
         for name in COMPOSE_FILES:
             if Path(name).exists():

@@ -25,6 +25,7 @@ BUNDLE_MTIME = 0
 
 
 def bundle_name(version: str) -> str:
+    """The air-gap bundle's file name for a version."""
     return f"sandbox-tools-{version}-artifacts.tar"
 
 

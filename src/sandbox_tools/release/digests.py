@@ -68,6 +68,7 @@ def remember_digest(path: Path, digest: str) -> None:
 
 
 def file_matches(path: Path, size: int, sha256: str) -> bool:
+    """Whether `path` holds exactly these bytes (size first: cheap refusals stay cheap)."""
     try:
         if path.stat().st_size != size:
             return False

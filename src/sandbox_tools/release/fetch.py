@@ -177,6 +177,7 @@ class HttpSource:
 
 
 def source_for(location: str) -> Source:
+    """A download source for an http(s) or file URL (mirrors and the manifest's URLs)."""
     parsed = urlparse(location)
     if parsed.scheme in ("http", "https"):
         return HttpSource(location)

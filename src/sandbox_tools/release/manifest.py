@@ -116,6 +116,7 @@ class Manifest:
 
 
 def read_manifest(path: Path) -> Manifest:
+    """A manifest from a file; every way it can be wrong is a ConfigurationError naming it."""
     try:
         return Manifest.loads(path.read_text())
     except FileNotFoundError:

@@ -262,6 +262,8 @@ def publish(
     targets: Sequence[Target],
     reporter: ReleaseReporter | None = None,
 ) -> ReleaseResult:
+    """Release: refuse unless every precondition holds, upload what is missing, verify every
+    object by downloading it again, then make it public. A dry run changes nothing."""
     reporter = reporter or _NullReporter()
     if not targets:
         raise ConfigurationError(

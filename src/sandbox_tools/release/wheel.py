@@ -50,6 +50,8 @@ def _bundled_records(dist: Path, manifest: Manifest) -> list[ArtifactRecord]:
 
 
 def build_wheel(checkout: Path, dist: Path, manifest: Manifest, out: Path) -> Path:
+    """The release wheel: the package plus every platform's artifact, checked against the
+    manifest, so `pip install` alone gives offline injection."""
     missing = sorted({a.platform for a in Arch} - {a.platform for a in manifest.artifacts})
     if missing:
         # The wheel promises every platform offline: one missing would fail at injection.

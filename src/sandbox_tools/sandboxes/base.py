@@ -189,4 +189,5 @@ def as_user(cmd: list[str], user: str | None) -> list[str]:
 
 
 def as_bytes(data: bytes | str | None) -> bytes | None:
+    """Text is sent as UTF-8; bytes as they are."""
     return data.encode() if isinstance(data, str) else data

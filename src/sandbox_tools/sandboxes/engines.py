@@ -47,6 +47,8 @@ def _base_url(spec: str) -> str:
 
 
 def connect_engine(spec: str) -> Engine:
+    """An engine from a spec (default, a URL, a docker context, modal); unreachable ones carry
+    the reason instead of raising, so a run can report every engine."""
     if spec == "modal":
         from sandbox_tools.sandboxes.modal import modal_unavailable
 
@@ -62,6 +64,7 @@ def connect_engine(spec: str) -> Engine:
 
 
 def connect_engines(specs: Sequence[str]) -> list[Engine]:
+    """Every engine named once; fails only when none of them answers."""
     engines = [connect_engine(spec) for spec in dict.fromkeys(specs or ["default"])]
     if not any(engine.available for engine in engines):
         reasons = "; ".join(f"{e.label}: {e.error}" for e in engines)

@@ -124,6 +124,7 @@ def build_rootfs(recipe: RootfsRecipe, log: Callable[[str], None] = lambda _: No
 
 
 def image_exists(client: Any, tag: str) -> bool:
+    """Whether the engine has `tag` locally (we never pull implicitly)."""
     try:
         client.images.get(tag)
     except docker.errors.ImageNotFound:

@@ -236,6 +236,7 @@ def config_from_compose(document: Mapping[str, Any], service: str | None = None)
 
 
 def load_compose(path: Path, service: str | None = None) -> ModalConfig:
+    """A ModalConfig from a compose file's `default` service (or the first)."""
     import yaml  # in the [modal] extra
 
     try:
@@ -246,6 +247,7 @@ def load_compose(path: Path, service: str | None = None) -> ModalConfig:
 
 
 def credentials_present() -> bool:
+    """Whether Modal can authenticate here (tests skip, with this reason, when it cannot)."""
     return bool(
         (os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"))
         or Path(os.environ.get("MODAL_CONFIG_PATH", Path.home() / ".modal.toml")).exists()
