@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import re
 import secrets
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,9 +307,10 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
             "`--tmpfs /tmp:exec` or a writable /opt.",
         )
     wanted = f"{bases[0].path.rstrip('/')}/{INSTALL_PREFIX}{tag}"
-    code, stdout, stderr = await _run(
-        sandbox, ["sh", "-c", _MAKE_DIR, "mkdir", wanted], f"creating {wanted}"
-    )
+    with _step("make the install directory"):
+        code, stdout, stderr = await _run(
+            sandbox, ["sh", "-c", _MAKE_DIR, "mkdir", wanted], f"creating {wanted}"
+        )
     install_dir = stdout.strip()
     fresh = install_dir == wanted or (
         install_dir.startswith(f"{wanted}-") and _FRESH_DIR.fullmatch(install_dir) is not None
@@ -319,13 +323,15 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
         )
     staging = f"{install_dir}/.{EXE_NAME}.partial"
     exe = f"{install_dir}/{EXE_NAME}"
-    await _write_artifact(sandbox, recon, staging, data)
+    with _step("upload"):
+        await _write_artifact(sandbox, recon, staging, data)
     if recon.has_sha256sum:
-        code, stdout, stderr = await _run(
-            sandbox,
-            ["sh", "-c", _VERIFY_AND_MOVE, "finish", staging, exe, artifact.sha256],
-            f"verifying {staging}",
-        )
+        with _step("verify and move into place"):
+            code, stdout, stderr = await _run(
+                sandbox,
+                ["sh", "-c", _VERIFY_AND_MOVE, "finish", staging, exe, artifact.sha256],
+                f"verifying {staging}",
+            )
         if code == 3:
             raise _mismatch(sandbox, staging, artifact, stdout.strip()[:64])
     else:
@@ -405,6 +411,37 @@ async def _runtime_env_for(
     return env
 
 
+# Where cold injection time goes (issue 16): when a recorder is active (benchmarks), each
+# step's wall time is added to it; otherwise this costs nothing.
+_STEPS: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
+    "injection_steps", default=None
+)
+
+
+@contextlib.contextmanager
+def recording_steps() -> Iterator[dict[str, float]]:
+    """Collect `{step: seconds}` for the injections made inside the block (benchmarks)."""
+    steps: dict[str, float] = {}
+    token = _STEPS.set(steps)
+    try:
+        yield steps
+    finally:
+        _STEPS.reset(token)
+
+
+@contextlib.contextmanager
+def _step(name: str) -> Iterator[None]:
+    steps = _STEPS.get()
+    if steps is None:
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        steps[name] = steps.get(name, 0.0) + time.perf_counter() - started
+
+
 async def prepare_tool_support(
     sandbox: Sandbox,
     user: str | None = None,
@@ -414,7 +451,8 @@ async def prepare_tool_support(
     """Inject (or reuse) the runtime and connect to it; no caching here."""
     from sandbox_tools._version import __version__
 
-    recon = await reconnoitre(sandbox)
+    with _step("probe"):
+        recon = await reconnoitre(sandbox)
     if recon.arch is None:
         supported = ", ".join(a.platform for a in Arch)
         raise SandboxInjectionError(
@@ -427,17 +465,24 @@ async def prepare_tool_support(
             f"{given.name} is for {given.platform}, but {sandbox.name} runs {recon.platform}",
             remedy="Pick the artifact of the sandbox's platform.",
         )
-    artifact = given if given is not None else await asyncio.to_thread(acquire_artifact, recon.arch)
+    with _step("acquire (host)"):
+        artifact = (
+            given if given is not None else await asyncio.to_thread(acquire_artifact, recon.arch)
+        )
     writes = 0
-    install_dir = await find_trusted_install(sandbox, recon, artifact)
+    with _step("look for a trusted install"):
+        install_dir = await find_trusted_install(sandbox, recon, artifact)
     reused = install_dir is not None
     if install_dir is None:
         install_dir, writes = await _install(sandbox, recon, artifact)
     exe = f"{install_dir}/{EXE_NAME}"
-    env = await _runtime_env_for(sandbox, recon, install_dir, user)
-    client = await connect_runtime(sandbox, [exe], env=env, user=user, persistent=persistent)
+    with _step("runtime environment"):
+        env = await _runtime_env_for(sandbox, recon, install_dir, user)
+    with _step("connect (stdio: start the CLI)"):
+        client = await connect_runtime(sandbox, [exe], env=env, user=user, persistent=persistent)
     try:
-        info = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
+        with _step("first answer (unpack, server start)"):
+            info = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
         if not isinstance(info, dict):
             raise SandboxInjectionError(f"{exe} answered runtime_info with {info!r:.200}")
     except SandboxToolsError as exc:
