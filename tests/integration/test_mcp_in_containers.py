@@ -90,6 +90,15 @@ async def test_a_fastmcp_server_in_a_container_through_the_built_runtime(
                 calls = [session.call_tool("slow", {"seconds": 1, "label": n}) for n in "xyz"]
                 assert [text(r) for r in await asyncio.gather(*calls)] == ["x", "y", "z"]
                 assert text(await session.call_tool("log", {"text": "from inside"})) == "logged"
+                steps: list[float] = []
+
+                async def on_progress(done: float, total: float | None, note: str | None) -> None:
+                    steps.append(done)
+
+                result = await session.call_tool(
+                    "progress", {"steps": 3}, progress_callback=on_progress
+                )
+                assert text(result) == "done" and steps == [1, 2, 3]  # before the result
                 asked = await session.call_tool("ask_client", {"question": "?"})
                 assert text(asked) == "the client said: from the host"
                 assert text(await session.call_tool("whoami", {})) == "0:0 /"
