@@ -126,11 +126,10 @@ MCP_SITE_MOUNT = "/opt/mcp-site"
 MCP_SERVERS_MOUNT = "/opt/mcp-servers"
 
 
-@pytest.fixture(scope="session")
-def mcp_site() -> Any:
-    """The `mcp` package for containers, installed on the host (containers have no HTTPS)
-    into a directory mounted read-only as PYTHONPATH: a wheelhouse, unpacked. Built for
-    the offline Debian image's Python (3.11), so only with a host Python 3.11."""
+def _host_site(requirement: str) -> Any:
+    """A package for containers, installed on the host (containers have no HTTPS) into a
+    directory mounted read-only as PYTHONPATH: a wheelhouse, unpacked, cached by version.
+    Built for the offline Debian image's Python (3.11), so only with a host Python 3.11."""
     import shutil
     import subprocess
     import sys
@@ -139,13 +138,12 @@ def mcp_site() -> Any:
 
     if sys.version_info[:2] != (3, 11):
         pytest.skip("the container's Python is 3.11; the host's must match to share wheels")
-    root = Path(__file__).parents[2]
-    constraints = root / "constraints-dev.txt"
-    pin = next(line for line in constraints.read_text().splitlines() if line.startswith("mcp=="))
-    cache = Path.home() / ".cache" / "sandbox-tools" / f"mcp-site-{pin.split('==')[1]}"
+    constraints = Path(__file__).parents[2] / "constraints-dev.txt"
+    name, version = requirement.split("==")
+    cache = Path.home() / ".cache" / "sandbox-tools" / f"{name}-site-{version}"
     if not cache.is_dir():
         cache.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=cache.parent, prefix=".mcp-site-"))
+        staging = Path(tempfile.mkdtemp(dir=cache.parent, prefix=f".{name}-site-"))
         subprocess.run(
             [
                 sys.executable,
@@ -157,7 +155,7 @@ def mcp_site() -> Any:
                 str(staging),
                 "-c",
                 str(constraints),
-                pin,
+                requirement,
             ],
             check=True,
         )
@@ -167,6 +165,25 @@ def mcp_site() -> Any:
         except OSError:  # another session won the race
             shutil.rmtree(staging, ignore_errors=True)
     return cache
+
+
+@pytest.fixture(scope="session")
+def mcp_site() -> Any:
+    """The `mcp` package (the version pinned for development) for containers."""
+    from pathlib import Path
+
+    constraints = Path(__file__).parents[2] / "constraints-dev.txt"
+    pin = next(line for line in constraints.read_text().splitlines() if line.startswith("mcp=="))
+    return _host_site(pin)
+
+
+# The official OpenAI SDK inside the sandbox, for the model-proxy tests only.
+OPENAI_FOR_CONTAINERS = "openai==3.54.0"
+
+
+@pytest.fixture(scope="session")
+def openai_site() -> Any:
+    return _host_site(OPENAI_FOR_CONTAINERS)
 
 
 @pytest.fixture

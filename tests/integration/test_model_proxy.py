@@ -141,3 +141,48 @@ async def test_an_inspect_model_answers_openai_and_anthropic_requests(
         assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
         deltas = [json.loads(e)["delta"]["text"] for _, e in events if "text_delta" in e]
         assert deltas == ["answer 3"]
+
+
+async def test_the_official_openai_sdk_in_the_sandbox_talks_to_an_inspect_model(
+    docker_engine: Any,
+    python_image: str,
+    built_artifacts: Any,
+    openai_site: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent's own SDK, configured only by ModelProxy.env, in a container with no
+    network: its requests are answered by the task's model (mockllm) on the host."""
+    inspect_model = pytest.importorskip("inspect_ai.model", reason="needs the [inspect] extra")
+    from sandbox_tools.inspect.model_handler import inspect_model_handler
+
+    _record, path = built_artifacts(arches_under_test()[0])
+    monkeypatch.setenv("SANDBOX_TOOLS_DIST", str(path.parent))
+    outputs = []
+    for text in ("forty-two", "forty-two, streamed"):
+        output = inspect_model.ModelOutput.from_content("mockllm/model", text)
+        output.usage = inspect_model.ModelUsage(input_tokens=3, output_tokens=2, total_tokens=5)
+        outputs.append(output)
+    model = inspect_model.get_model("mockllm/model", custom_outputs=outputs)
+    clients = Path(__file__).parents[1] / "proxy"
+    volumes = {
+        str(clients): {"bind": "/opt/proxy", "mode": "ro"},
+        str(openai_site): {"bind": "/opt/openai-site", "mode": "ro"},
+    }
+    with running_container(
+        docker_engine, python_image, volumes=volumes, network_mode="none"
+    ) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        support = await tool_support_sandbox(sandbox)
+        try:
+            async with ModelProxy(support, inspect_model_handler(model)) as proxy:
+                env = {**proxy.env, "PYTHONPATH": "/opt/openai-site"}
+                done = await sandbox.exec(
+                    ["python3", "/opt/proxy/openai_client.py"], env=env, timeout=120
+                )
+                assert done.returncode == 0, done.stderr.decode()[-2000:]
+                answer = json.loads(done.stdout)
+                assert answer["plain"] == "forty-two"
+                assert "".join(answer["stream"]) == "forty-two, streamed"
+        finally:
+            await support.aclose()
+            await forget_sandbox(sandbox)
