@@ -44,5 +44,23 @@ RESPONSE_CHUNK_VERSION = 1
 # with "#" so it can never be mistaken for a JSON-RPC frame.
 RESPONSE_LIMIT_OPTION = b"#max-response-bytes "
 
+# Sandbox -> host messages (PROTOCOL.md): the notifications the runtime sends first.
+HOST_MESSAGE_MCP = "mcp_server_message"  # {session_id, message}
+HOST_MESSAGE_HTTP_REQUEST = "http_request"  # {request_id, method, path, headers, body}
+HOST_MESSAGE_HTTP_CANCEL = "http_cancel"  # {request_id, reason}
+# HTTP headers about one connection, not the message: the model proxy never relays them.
+HOP_BY_HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+    }
+)
+
 SOCKET_NAME = "server.sock"
 SERVER_DIR_ENV = "SANDBOX_TOOLS_DIR"

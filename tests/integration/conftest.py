@@ -195,3 +195,42 @@ def mcp_volumes(mcp_site: Any) -> dict[str, dict[str, str]]:
         str(mcp_site): {"bind": MCP_SITE_MOUNT, "mode": "ro"},
         str(servers): {"bind": MCP_SERVERS_MOUNT, "mode": "ro"},
     }
+
+
+def run_inspect_eval(
+    task_file: Any, *options: str, env: dict[str, str], timeout: float = 900
+) -> tuple[dict[str, Any], Any]:
+    """A real `inspect eval` of `task_file` in a child process (JSON log, plain display),
+    run from the task's directory (inspect globs task paths relative to it). Returns the
+    one sample, asserted to have run without error, and its log file."""
+    import json
+    import subprocess
+    import sys
+
+    logs = task_file.parent / "logs"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "inspect_ai",
+            "eval",
+            task_file.name,
+            *options,
+            "--log-format",
+            "json",
+            "--display",
+            "plain",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "INSPECT_LOG_DIR": str(logs), **env},
+        cwd=task_file.parent,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (log_file,) = logs.glob("*.json")
+    log = json.loads(log_file.read_text())
+    assert log["status"] == "success", log.get("error")
+    (sample,) = log["samples"]
+    assert sample.get("error") is None, sample["error"]
+    return sample, log_file

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
+from tests.integration.conftest import run_inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 
@@ -114,37 +115,8 @@ def test_inspect_eval_injects_our_runtime_and_uses_every_tool(
     _record, artifact = built_artifacts(Arch.parse(os.uname().machine))
     task_file = tmp_path / "sandbox_tools_task.py"
     task_file.write_text(TASK.replace("__NOTES__", str(tmp_path / "notes.txt")))
-    logs = tmp_path / "logs"
-    env = {
-        **os.environ,
-        "SANDBOX_TOOLS_DIST": str(artifact.parent),  # the artifact built for this session
-        "INSPECT_LOG_DIR": str(logs),
-    }
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "inspect_ai",
-            "eval",
-            task_file.name,  # inspect globs task paths relative to the working directory
-            "--model",
-            "mockllm/model",
-            "--log-format",
-            "json",
-            "--display",
-            "plain",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (log_file,) = logs.glob("*.json")
-    log = json.loads(log_file.read_text())
-    assert log["status"] == "success", log.get("error")
-    (sample,) = log["samples"]
+    env = {"SANDBOX_TOOLS_DIST": str(artifact.parent)}  # the artifact built for this session
+    sample, _log = run_inspect_eval(task_file, "--model", "mockllm/model", env=env, timeout=600)
     score = next(iter(sample["scores"].values()))
     details = json.loads(score["explanation"])
     assert score["value"] == "C", details

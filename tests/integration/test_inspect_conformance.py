@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
+from tests.integration.conftest import run_inspect_eval
 
 inspect_ai = pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 
@@ -136,42 +136,13 @@ def our_runtime_as_inspects(built_artifacts: Any) -> Iterator[Any]:
 def _run_eval(tmp_path: Path, sandbox: str, extra_env: dict[str, str]) -> dict[str, Any]:
     task_file = tmp_path / "conformance_task.py"
     task_file.write_text(TASK)
-    logs = tmp_path / "logs"
     env = {
-        **os.environ,
         "INSPECT_SANDBOX_TOOLS_INSTALL_STATE": "edited",  # use the -dev runtime: ours
         "INSPECT_SANDBOX_MAX_EXEC_OUTPUT_SIZE": "32768",  # small, so responses get chunked
-        "INSPECT_LOG_DIR": str(logs),
         **extra_env,
     }
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "inspect_ai",
-            "eval",
-            task_file.name,
-            "--model",
-            "mockllm/model",
-            "--sandbox",
-            sandbox,
-            "--log-format",
-            "json",
-            "--display",
-            "plain",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (log_file,) = logs.glob("*.json")
-    log = json.loads(log_file.read_text())
-    assert log["status"] == "success", log.get("error")
-    (sample,) = log["samples"]
-    assert sample.get("error") is None, sample["error"]
+    options = ["--model", "mockllm/model", "--sandbox", sandbox]
+    sample, log_file = run_inspect_eval(task_file, *options, env=env)
     results: dict[str, Any] = sample["store"]["results"]
     results["_log_text"] = log_file.read_text()
     return results

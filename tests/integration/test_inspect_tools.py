@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
+from tests.integration.conftest import run_inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 pytestmark = pytest.mark.docker
@@ -102,37 +101,12 @@ TASK = textwrap.dedent(
 
 
 def _eval(tmp_path: Path, artifact_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
-    (tmp_path / "our_tools_task.py").write_text(TASK)
+    task_file = tmp_path / "our_tools_task.py"
+    task_file.write_text(TASK)
     sandbox_config = tmp_path / "sandbox.json"
     sandbox_config.write_text(json.dumps(config))
-    logs = tmp_path / "logs"
-    env = {**os.environ, "SANDBOX_TOOLS_DIST": str(artifact_dir), "INSPECT_LOG_DIR": str(logs)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "inspect_ai",
-            "eval",
-            "our_tools_task.py",
-            "--sandbox",
-            f"docker_sdk:{sandbox_config}",
-            "--log-format",
-            "json",
-            "--display",
-            "plain",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (log_file,) = logs.glob("*.json")
-    log = json.loads(log_file.read_text())
-    assert log["status"] == "success", log.get("error")
-    (sample,) = log["samples"]
-    assert sample.get("error") is None, sample["error"]
+    env = {"SANDBOX_TOOLS_DIST": str(artifact_dir)}
+    sample, _log = run_inspect_eval(task_file, "--sandbox", f"docker_sdk:{sandbox_config}", env=env)
     score = next(iter(sample["scores"].values()))
     assert score["value"] == "C", score["explanation"]
     return sample

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from tests.integration.conftest import (
     MCP_SITE_MOUNT,
     arches_under_test,
     ensure_target_image,
+    run_inspect_eval,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -209,25 +208,14 @@ def test_mcp_tools_in_an_inspect_eval(
     config = tmp_path / "sandbox.json"
     volumes = [f"{mcp_site}:{MCP_SITE_MOUNT}:ro", f"{servers}:{MCP_SERVERS_MOUNT}:ro"]
     config.write_text(json.dumps({"image": python_image, "volumes": volumes}))
-    logs = tmp_path / "logs"
     env = {
-        **os.environ,
         "MCP_SERVER_KIND": kind,
         "SANDBOX_TOOLS_DIST": str(artifact.parent),
-        "INSPECT_LOG_DIR": str(logs),
         INSTALL_STATE_ENV: INSTALL_STATE_USING_DEV,  # inspect's own: our runtime in its place
     }
-    command = [sys.executable, "-m", "inspect_ai", "eval", "mcp_task.py"]
-    command += ["--sandbox", f"docker_sdk:{config}", "--log-format", "json", "--display", "plain"]
     with as_inspect_dev_runtime(artifact, arch):
-        done = subprocess.run(
-            command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900
+        sample, _log = run_inspect_eval(
+            tmp_path / "mcp_task.py", "--sandbox", f"docker_sdk:{config}", env=env
         )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (log_file,) = logs.glob("*.json")
-    log = json.loads(log_file.read_text())
-    assert log["status"] == "success", log.get("error")
-    (sample,) = log["samples"]
-    assert sample.get("error") is None, sample["error"]
     score = next(iter(sample["scores"].values()))
     assert score["value"] == "C", score["explanation"]

@@ -39,9 +39,8 @@ from pydantic import ValidationError
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient
-from sandbox_tools.protocol import User
+from sandbox_tools.protocol import HOST_MESSAGE_MCP, User
 
-HOST_MESSAGE_METHOD = "mcp_server_message"  # runtime/tools/mcp/controller.py
 # Bounds one request to the MCP server (a tool call may legitimately take long).
 DEFAULT_REQUEST_TIMEOUT = 600.0
 KILL_TIMEOUT = 30.0
@@ -93,7 +92,7 @@ async def sandbox_mcp_client(
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             await read_writer.send(ConnectionError(f"MCP server messages stopped: {reason}"))
 
-    listener = await client.listen(HOST_MESSAGE_METHOD, from_sandbox, transport_failed)
+    listener = await client.listen(HOST_MESSAGE_MCP, from_sandbox, transport_failed)
     try:
         launch: dict[str, Any] = {"server_params": server.model_dump(), "host_messages": True}
         if user is not None:

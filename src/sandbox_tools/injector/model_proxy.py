@@ -40,6 +40,11 @@ from sandbox_tools.injector.exec_remote import (
 )
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import Listener
+from sandbox_tools.protocol import (
+    HOP_BY_HOP_HEADERS,
+    HOST_MESSAGE_HTTP_CANCEL,
+    HOST_MESSAGE_HTTP_REQUEST,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +145,8 @@ class ModelProxy:
     async def start(self) -> None:
         client = self.support.client
         self._listeners = [
-            await client.listen("http_request", self._on_request),
-            await client.listen("http_cancel", self._on_cancel),
+            await client.listen(HOST_MESSAGE_HTTP_REQUEST, self._on_request),
+            await client.listen(HOST_MESSAGE_HTTP_CANCEL, self._on_cancel),
         ]
         command = [self.support.exe, "model_proxy", "--port", str(self.port)]
         command += ["--timeout", str(self.timeout)]
@@ -298,18 +303,9 @@ class ModelProxy:
 
 # -- a ready-made handler: forward to an upstream with the host's credentials -------------
 
-HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "content-length",
-    "te",
-    "trailer",
-    "upgrade",
-    "host",
-    "proxy-connection",
-    "accept-encoding",
-}
+# Besides the connection's own headers: the upstream's host, and an encoding httpx
+# would have to undo.
+HOP_BY_HOP = HOP_BY_HOP_HEADERS | {"host", "accept-encoding"}
 SANDBOX_CREDENTIALS = {"authorization", "x-api-key", "api-key", "x-goog-api-key"}
 
 

@@ -23,6 +23,7 @@ import json
 import sys
 from typing import Any
 
+from sandbox_tools.protocol import HOP_BY_HOP_HEADERS
 from sandbox_tools.runtime.paths import ServerDirError, server_paths
 
 DEFAULT_PORT = 13131
@@ -31,16 +32,6 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 48 * 1024 * 1024  # a frame to the server is 64 MiB, base64 included
 READ_WAIT_MS = 30_000
 DISCONNECT_CHECK_S = 0.1
-HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "content-length",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-connection",
-}
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -235,7 +226,7 @@ class ModelProxy:
             return True
         request_id = head["request_id"]
         lines = [f"HTTP/1.1 {head['status']} {REASONS.get(head['status'], 'Status')}"]
-        lines += [f"{k}: {v}" for k, v in head["headers"] if k.lower() not in HOP_BY_HOP]
+        lines += [f"{k}: {v}" for k, v in head["headers"] if k.lower() not in HOP_BY_HOP_HEADERS]
         lines += ["Transfer-Encoding: chunked", "Connection: keep-alive", "", ""]
         writer.write("\r\n".join(lines).encode("latin-1"))
         try:

@@ -23,6 +23,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox_tools.protocol import HOST_MESSAGE_HTTP_CANCEL, HOST_MESSAGE_HTTP_REQUEST
 from sandbox_tools.runtime.host_messages import HostMessages
 from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, ToolError, optional, required
 
@@ -89,7 +90,7 @@ class HttpTunnelController:
         exchange = _Exchange(f"h{next(self._ids)}", asyncio.get_running_loop().create_future())
         self._exchanges[exchange.id] = exchange
         try:
-            await self.host.put("http_request", {"request_id": exchange.id, **request})
+            await self.host.put(HOST_MESSAGE_HTTP_REQUEST, {"request_id": exchange.id, **request})
             head = await asyncio.wait_for(exchange.head, timeout)
         except asyncio.TimeoutError:
             await self._cancel(exchange.id, f"the host did not answer within {timeout:g} s")
@@ -176,7 +177,7 @@ class HttpTunnelController:
             return
         if not exchange.head.done():
             exchange.head.cancel()
-        await self.host.put("http_cancel", {"request_id": request_id, "reason": reason})
+        await self.host.put(HOST_MESSAGE_HTTP_CANCEL, {"request_id": request_id, "reason": reason})
 
     def methods(self) -> dict[str, Any]:
         return {

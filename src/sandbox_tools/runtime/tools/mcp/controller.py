@@ -24,6 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox_tools.protocol import HOST_MESSAGE_MCP
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.host_messages import HostMessages
 from sandbox_tools.runtime.identity import Identity, resolve_user
@@ -39,7 +40,6 @@ MAX_PENDING = 1024
 ORDER_WAIT = 10.0
 DEFAULT_MAX_SESSIONS = 16
 MAX_SESSIONS_ENV = "SANDBOX_TOOLS_MAX_MCP_SESSIONS"
-HOST_MESSAGE_METHOD = "mcp_server_message"
 
 
 def _key(request_id: Any) -> str:
@@ -281,7 +281,7 @@ class McpController:
             return
         if session.forward:
             session.forwarded_seq = await self.host.put(
-                HOST_MESSAGE_METHOD, {"session_id": session.id, "message": message}
+                HOST_MESSAGE_MCP, {"session_id": session.id, "message": message}
             )
         elif "id" in message:  # a request nobody will answer: say so at once
             refusal = {
