@@ -21,14 +21,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sandbox_tools.build_containers.records import read_records
+from sandbox_tools.artifacts import read_build_records
 from sandbox_tools.injector.source_runtime import (
     SOURCE_MOUNT,
     mounted_source_runtime,
     package_parent,
 )
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
 
 REQUEST = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "version"})
@@ -50,7 +52,7 @@ async def per_call_ms(
 
 async def main(runs: int, dist: Path) -> None:
     arch = Arch.parse(os.uname().machine)
-    records = [r for r in read_records(dist) if r.platform == arch.platform]
+    records = [r for r in read_build_records(dist) if r.platform == arch.platform]
     if not records:
         raise SystemExit(f"no {arch.platform} artifacts in {dist}; run `tools build` first")
     client = docker_client()
@@ -71,7 +73,7 @@ async def main(runs: int, dist: Path) -> None:
         rows: list[tuple[str, list[float]]] = []
         rows.append(("bare `true` (the floor)", await per_call_ms(sandbox, ["true"], {}, runs)))
         for record in sorted(records, key=lambda r: r.format):
-            install = f"/opt/bench-{record.format}"
+            install = f"/opt/bench-{record.format.value}"
             await sandbox.exec(
                 [
                     "sh",
@@ -82,14 +84,14 @@ async def main(runs: int, dist: Path) -> None:
             samples = await per_call_ms(
                 sandbox,
                 [f"{install}/sandbox-tools", "exec", REQUEST],
-                {"SANDBOX_TOOLS_DIR": f"/tmp/st-{record.format}"},
+                {"SANDBOX_TOOLS_DIR": f"/tmp/st-{record.format.value}"},
                 runs,
             )
-            rows.append((f"{record.format}: exec version", samples))
+            rows.append((f"{record.format.value}: exec version", samples))
             data = (dist / record.name).read_bytes()
             sizes.add_row(
                 record.name,
-                record.format,
+                record.format.value,
                 f"{len(data) / 1e6:.1f} MB",
                 f"{len(gzip.compress(data, 9)) / 1e6:.1f} MB",
             )

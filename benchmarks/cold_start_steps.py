@@ -28,7 +28,9 @@ from rich.table import Table
 
 from sandbox_tools.injector.inject import forget_sandbox, recording_steps, tool_support_sandbox
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
 
 EXE = "/tmp/st/sandbox-tools"

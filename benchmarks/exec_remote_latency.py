@@ -37,7 +37,9 @@ from sandbox_tools.injector.source_runtime import (
 )
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.base import Sandbox
-from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
 from sandbox_tools.sandboxes.local import LocalSandbox
 

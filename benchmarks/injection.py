@@ -22,7 +22,9 @@ from sandbox_tools.distro_matrix.matrix import load_matrix
 from sandbox_tools.distro_matrix.runner import resolve_image
 from sandbox_tools.injector.inject import forget_sandbox, runtime_env, tool_support_sandbox
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.engines import docker_client
 
 VERSION = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "version"})
 

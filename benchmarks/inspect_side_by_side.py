@@ -35,7 +35,7 @@ from sandbox_tools.inspect.dropin import (
     as_inspect_dev_runtime,
 )
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import docker_client
+from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
 
 TASK = textwrap.dedent(

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,22 +24,30 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sandbox_tools import settings
 from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.engines import connect_engine
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
 
 
 def host_cost() -> tuple[float, int, int]:
-    """This process's RSS (MiB), threads and open file descriptors."""
-    rss_kib = next(
-        int(line.split()[1])
-        for line in Path("/proc/self/status").read_text().splitlines()
-        if line.startswith("VmRSS:")
-    )
-    return rss_kib / 1024, threading.active_count(), len(os.listdir("/proc/self/fd"))
+    """This process's RSS (MiB), OS threads and open file descriptors."""
+    status = Path("/proc/self/status").read_text().splitlines()
+    value = dict(line.split(":", 1) for line in status if ":" in line)
+    value = {key: text.split()[0] if text.split() else "" for key, text in value.items()}
+    return int(value["VmRSS"]) / 1024, int(value["Threads"]), len(os.listdir("/proc/self/fd"))
+
+
+async def most_threads(until: float, seen: list[int]) -> None:
+    """The peak thread count, sampled: the count at the end hides threads per call."""
+    while time.monotonic() < until:
+        seen.append(host_cost()[1])
+        await asyncio.sleep(0.1)
 
 
 async def steady_load(
@@ -61,15 +68,21 @@ async def steady_load(
 
 
 @contextlib.contextmanager
-def containers(client: Any, image: str, n: int) -> Iterator[list[Any]]:
+def containers(engines: list[tuple[Any, str]], n: int) -> Iterator[list[tuple[Any, Any]]]:
+    """N running containers dealt round-robin across the engines, with their clients."""
     with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(running_container(client, image)) for _ in range(n)]
+        yield [
+            (client, stack.enter_context(running_container(client, image)))
+            for client, image in (engines[i % len(engines)] for i in range(n))
+        ]
 
 
-async def run(n: int, seconds: float, client: Any, image: str) -> dict[str, Any]:
-    with containers(client, image, n) as boxes:
-        sandboxes = [DockerSandbox(box, client) for box in boxes]
+async def run(n: int, seconds: float, engines: list[tuple[Any, str]]) -> dict[str, Any]:
+    with containers(engines, n) as boxes:
+        sandboxes = [DockerSandbox(box, client) for client, box in boxes]
         started = time.perf_counter()
+        threads: list[int] = []
+        sampler = asyncio.create_task(most_threads(time.monotonic() + 3600, threads))
         supports = await asyncio.gather(*(tool_support_sandbox(s) for s in sandboxes))
         injected = time.perf_counter() - started
         latencies: dict[str, list[float]] = {
@@ -79,7 +92,8 @@ async def run(n: int, seconds: float, client: Any, image: str) -> dict[str, Any]
         }
         until = time.monotonic() + seconds
         await asyncio.gather(*(steady_load(s, until, latencies) for s in supports))
-        rss, threads, fds = host_cost()
+        rss, _, fds = host_cost()
+        sampler.cancel()
         for support, sandbox in zip(supports, sandboxes, strict=True):
             await support.aclose()
             await forget_sandbox(sandbox)
@@ -89,31 +103,37 @@ async def run(n: int, seconds: float, client: Any, image: str) -> dict[str, Any]
         "calls_per_s": total / seconds,
         "latencies": latencies,
         "rss": rss,
-        "threads": threads,
+        "threads": max(threads),
         "fds": fds,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--n", type=int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--engine", action="append", help="default, or a DOCKER_HOST URL")
     parser.add_argument("--seconds", type=float, default=20.0)
     default_dist = os.environ.get("SANDBOX_TOOLS_DIST", "dist")
     parser.add_argument("--dist", type=Path, default=Path(default_dist))
     args = parser.parse_args()
     os.environ["SANDBOX_TOOLS_DIST"] = str(args.dist.resolve())
-    client = docker_client()
-    image = ensure_image(
-        client, RootfsRecipe(suite="bookworm", arch=Arch.parse(os.uname().machine))
-    )
-    table = Table(title=f"many sandboxes, {args.seconds:g} s of steady calls each")
+    recipe = RootfsRecipe(suite="bookworm", arch=Arch.parse(os.uname().machine))
+    engines = []
+    for spec in args.engine or ["default"]:
+        engine = connect_engine(spec)
+        if not engine.available:
+            raise SystemExit(f"engine {spec}: {engine.error}")
+        engines.append((engine.client, ensure_image(engine.client, recipe)))
+    limit = settings.current().engine_concurrency
+    title = f"many sandboxes on {len(engines)} engine(s), {args.seconds:g} s of steady calls"
+    table = Table(title=f"{title}, at most {limit} execs at once per engine")
     columns = ["N", "inject all (s)", "calls/s"]
     kinds = ["exec_remote true", "bash_session echo", "text_editor view"]
-    columns += [f"{k} p50/p99 ms" for k in kinds] + ["host RSS MiB", "threads", "fds"]
+    columns += [f"{k} p50/p99 ms" for k in kinds] + ["host RSS MiB", "peak threads", "fds"]
     for column in columns:
         table.add_column(column, justify="right")
     for n in args.n:
-        result = asyncio.run(run(n, args.seconds, client, image))
+        result = asyncio.run(run(n, args.seconds, engines))
         row = [str(n), f"{result['injected']:.1f}", f"{result['calls_per_s']:.0f}"]
         for kind in kinds:
             values = sorted(result["latencies"][kind])

@@ -34,7 +34,9 @@ from rich.table import Table
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
 
 ROOT = Path(__file__).parents[1]

@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,24 @@ def runtime_dir() -> Iterator[RuntimeDir]:
         except ProcessLookupError:
             pass
     shutil.rmtree(directory.path, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that reaches a Docker engine carries the `docker` marker, whether or not
+    its module says so: `-m "not docker"` then runs exactly the engine-free tests."""
+    for item in items:
+        if "docker_engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.docker)
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    """Wait until `check()` holds, polling; fail naming `what` after `timeout` seconds.
+
+    Tests wait for conditions, never for a fixed time: a fixed sleep is too short on a
+    loaded machine and wasted on an idle one.
+    """
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what}")
+        time.sleep(0.02)

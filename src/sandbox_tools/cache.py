@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sandbox_tools import settings
+
 
 def cache_root() -> Path:
     """The cache root: $SANDBOX_TOOLS_CACHE, else $XDG_CACHE_HOME/sandbox-tools, else ~/.cache."""
-    configured = os.environ.get("SANDBOX_TOOLS_CACHE")
-    if configured:
-        return Path(configured)
+    configured = settings.current().cache
+    if configured is not None:
+        return configured
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "sandbox-tools"
 

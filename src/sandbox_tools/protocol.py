@@ -64,3 +64,5 @@ HOP_BY_HOP_HEADERS = frozenset(
 
 SOCKET_NAME = "server.sock"
 SERVER_DIR_ENV = "SANDBOX_TOOLS_DIR"
+# Exported by the portable launcher: its own path, how the runtime starts itself again.
+LAUNCHER_SELF_ENV = "SANDBOX_TOOLS_SELF"

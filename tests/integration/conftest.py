@@ -13,7 +13,7 @@ from sandbox_tools.platforms import Arch
 
 
 def _engine_or_skip() -> Any:
-    from sandbox_tools.sandboxes.docker import docker_client
+    from sandbox_tools.sandboxes.engines import docker_client
 
     try:
         return docker_client()
@@ -42,7 +42,7 @@ def python_image(docker_engine: Any) -> str:
 @pytest.fixture
 def python_container(docker_engine: Any, python_image: str) -> Iterator[Any]:
     from sandbox_tools.injector.source_runtime import SOURCE_MOUNT, package_parent
-    from sandbox_tools.sandboxes.docker import running_container
+    from sandbox_tools.sandboxes.containers import running_container
 
     with running_container(
         docker_engine,
@@ -77,22 +77,13 @@ def ensure_target_image(client: Any, target: str, arch: Arch) -> str:
     return ensure_image(client, RootfsRecipe(suite=DEBIAN_SUITES[target], arch=arch))
 
 
-class _QuietReporter:
-    def stage(self, arch: Arch, stage: str) -> None:
-        print(f"[{arch.value}] {stage}", flush=True)
-
-    def log(self, arch: Arch, line: str) -> None:
-        pass
-
-    def finished(self, arch: Arch, record: Any, skipped: bool) -> None:
-        print(f"[{arch.value}] {record.name} {'reused' if skipped else 'built'}", flush=True)
-
-
 def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
     from sandbox_tools.build_containers.build import BuildRequest, build
+    from sandbox_tools.cli.build_cmd import PlainReporter
+    from sandbox_tools.sandboxes.engines import Engine
 
     request = BuildRequest(arches=(arch,), format=fmt, out_dir=out)
-    (record,) = build(client, request, _QuietReporter())
+    (record,) = build([Engine("default", client)], request, PlainReporter(verbose=False))
     return record, out / record.name
 
 
@@ -101,7 +92,7 @@ def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
     """Artifacts built for real by `tools build` code, one build per (arch, format)."""
     from pathlib import Path
 
-    from sandbox_tools.build_containers.records import ArtifactFormat
+    from sandbox_tools.artifacts import ArtifactFormat
 
     out = Path(tmp_path_factory.mktemp("dist"))
     cache: dict[tuple[Arch, Any], Any] = {}

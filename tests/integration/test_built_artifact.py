@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 from sandbox_tools._version import __version__
-from sandbox_tools.build_containers.records import ArtifactFormat
+from sandbox_tools.artifacts import ArtifactFormat
 from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, StdioRuntimeClient
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
 from tests.integration.conftest import arches_under_test, ensure_target_image
 
 # Cold machines build images here (debootstrap): minutes, not the default 300 s.

@@ -7,9 +7,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
+
+from tests.conftest import eventually
 
 
 def ctrl_c_as_in_a_terminal() -> None:
@@ -49,8 +50,7 @@ def test_timeout_leaves_nothing_running() -> None:
     _, stderr = done.communicate(timeout=120)
     assert done.returncode == 124, stderr
     assert "did not finish within 1" in stderr
-    time.sleep(1)
-    assert not running(marker), "the command outlived the CLI"
+    eventually(lambda: not running(marker), "the command ends with the CLI")
 
 
 def orphaned_servers() -> list[str]:
@@ -75,16 +75,12 @@ def orphaned_servers() -> list[str]:
 def test_ctrl_c_leaves_nothing_running() -> None:
     marker = f"sleep 4{uuid.uuid4().int % 1000:03d}"
     done = tools("exec-remote", marker)
-    deadline = time.monotonic() + 60
-    while not running(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert running(marker)
+    eventually(lambda: running(marker), "the command started", timeout=60)
     done.send_signal(signal.SIGINT)
     _, stderr = done.communicate(timeout=120)
     assert done.returncode == 130 and "interrupted" in stderr, stderr
-    time.sleep(1)
-    assert not running(marker), "the command outlived the CLI"
-    assert not orphaned_servers(), "the runtime server outlived the CLI"
+    eventually(lambda: not running(marker), "the command ends with the CLI")
+    eventually(lambda: not orphaned_servers(), "the runtime server ends with the CLI")
 
 
 def test_distro_and_image_choose_the_container(

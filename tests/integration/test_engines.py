@@ -163,8 +163,8 @@ def test_modal_as_an_engine_without_credentials_fails_its_rows_with_the_remedy(
 
 def test_build_runs_on_the_named_engine(second_engine: str, tmp_path: Path) -> None:
     """Inputs are copied into the builder container, not bind-mounted, so any engine works."""
-    from sandbox_tools.build_containers.builder import builder_recipe
-    from sandbox_tools.build_containers.records import read_records, sha256_of
+    from sandbox_tools.artifacts import read_build_records, sha256_of
+    from sandbox_tools.build_containers.builder import builder_image_tag
 
     arch = Arch.parse(os.uname().machine)
     out = tmp_path / "dist"
@@ -188,7 +188,7 @@ def test_build_runs_on_the_named_engine(second_engine: str, tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert f"building on engine {second_engine}" in result.stdout
-    (record,) = read_records(out)
+    (record,) = read_build_records(out)
     assert sha256_of(out / record.name) == record.sha256
     images = subprocess.run(
         ["docker", "-H", second_engine, "images", "--format", "{{.Repository}}:{{.Tag}}"],
@@ -196,4 +196,4 @@ def test_build_runs_on_the_named_engine(second_engine: str, tmp_path: Path) -> N
         text=True,
         check=True,
     ).stdout.split()
-    assert builder_recipe(arch).image_tag in images  # built there, smoke-tested there
+    assert builder_image_tag(arch) in images  # built there, smoke-tested there

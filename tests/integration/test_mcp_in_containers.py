@@ -30,7 +30,8 @@ from sandbox_tools.errors import ToolError
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
 from tests.integration.conftest import (
     MCP_SERVERS_MOUNT,
     MCP_SITE_MOUNT,

@@ -16,7 +16,8 @@ import pytest
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.model_proxy import ModelProxy, forward_to
-from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
 from tests.integration.conftest import arches_under_test
 from tests.proxy.upstream import WORDS, FakeUpstream
 

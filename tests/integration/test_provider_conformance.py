@@ -48,7 +48,8 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterato
         yield Subject(sandbox, scratch, True)
         await sandbox.cleanup()
         return
-    from sandbox_tools.sandboxes.modal import ModalConfig, ModalSandbox, credentials_present
+    from sandbox_tools.sandboxes.modal import ModalSandbox
+    from sandbox_tools.sandboxes.modal_config import ModalConfig, credentials_present
 
     if not credentials_present():
         pytest.skip("no Modal credentials (MODAL_TOKEN_ID/MODAL_TOKEN_SECRET or ~/.modal.toml)")

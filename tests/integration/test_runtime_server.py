@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RuntimeDir
+from tests.conftest import RuntimeDir, eventually
 
 
 def wait_for_state(rt: RuntimeDir, pid: int, ack: int = 0, timeout: float = 20) -> dict:
@@ -55,7 +55,7 @@ def test_killed_server_is_restarted_and_lost_jobs_are_reported(runtime_dir: Runt
     old_server = runtime_dir.server_pid()
     assert old_server is not None
     os.kill(old_server, signal.SIGKILL)
-    time.sleep(0.1)
+    eventually(lambda: not pid_alive(old_server), "the killed server is gone")
 
     info = runtime_dir.result("runtime_info")
     assert info["pid"] != old_server
@@ -127,8 +127,7 @@ def test_children_in_the_process_group_are_killed(runtime_dir: RuntimeDir) -> No
     runtime_dir.result("exec_remote_kill", {"pid": pid, "ack_seq": 0})
     final = wait_for_state(runtime_dir, pid)
     assert final["state"] == "killed"
-    time.sleep(0.2)
-    assert not any(pid_alive(child) for child in children)
+    eventually(lambda: not any(pid_alive(c) for c in children), "every child is gone")
 
 
 def test_stdin_input_env_cwd(runtime_dir: RuntimeDir, tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import Injector, reconnoitre
 from sandbox_tools.injector.tool_clients import text_editor
-from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
 from tests.conftest import peak_rss_mib
 from tests.integration.conftest import arches_under_test, ensure_target_image
 
@@ -38,12 +39,10 @@ AGENT_EXE = (
 
 @pytest.fixture
 def artifact(built_artifacts: Any) -> Any:
-    from sandbox_tools.injector.acquire import Artifact
+    from sandbox_tools.artifacts import Provenance
 
     record, path = built_artifacts(arches_under_test()[0])
-    return Artifact(
-        path, record.name, record.platform, record.format, record.sha256, record.build_id, "dist"
-    )
+    return record.found_at(path, Provenance.DIST)
 
 
 @pytest.fixture

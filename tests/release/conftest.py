@@ -4,7 +4,6 @@ GitHub releases server, and a helper to run the real `tools` CLI in a subprocess
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -17,12 +16,8 @@ from typing import Any
 import pytest
 
 from sandbox_tools import __version__
-from sandbox_tools.build_containers.records import (
-    ArtifactFormat,
-    ArtifactRecord,
-    artifact_name,
-    write_records,
-)
+from sandbox_tools.artifacts import Artifact, ArtifactFormat, artifact_name, write_build_records
+from sandbox_tools.distro_matrix.report import CellResult, CellStatus, ValidationReport
 from sandbox_tools.injector.acquire import current_build_id
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
@@ -40,7 +35,7 @@ class FakeRelease:
     dist: Path
     report: Path
     checkout: Path
-    records: list[ArtifactRecord]
+    records: list[Artifact]
 
     def artifact(self, arch: Arch) -> Path:
         return self.dist / artifact_name(arch, ArtifactFormat.PORTABLE)
@@ -52,15 +47,15 @@ class FakeRelease:
         self.records = [
             _record(arch, data) if r.platform == arch.platform else r for r in self.records
         ]
-        write_records(self.dist, self.records)
+        write_build_records(self.dist, self.records)
         write_validate_report(self.report, self.records)
 
 
-def _record(arch: Arch, data: bytes) -> ArtifactRecord:
-    return ArtifactRecord(
+def _record(arch: Arch, data: bytes) -> Artifact:
+    return Artifact(
         name=artifact_name(arch, ArtifactFormat.PORTABLE),
-        platform=arch.platform,
-        format=ArtifactFormat.PORTABLE.value,
+        arch=arch,
+        format=ArtifactFormat.PORTABLE,
         size=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
         # What the current sources would build: the injector accepts a released artifact
@@ -69,21 +64,14 @@ def _record(arch: Arch, data: bytes) -> ArtifactRecord:
     )
 
 
-def write_validate_report(path: Path, records: list[ArtifactRecord]) -> None:
-    """The shape `tools validate` writes: the exact artifacts, and one passed cell each."""
-    document = {
-        "schema": 1,
-        "artifacts": [
-            {"name": r.name, "platform": r.platform, "sha256": r.sha256, "build_id": r.build_id}
-            for r in records
+def write_validate_report(path: Path, records: list[Artifact]) -> None:
+    """A report as `tools validate` writes it: the exact artifacts, one passed cell each."""
+    ValidationReport(
+        artifacts=records,
+        results=[
+            CellResult(r.name, r.platform, "debian-12", "root", CellStatus.PASSED) for r in records
         ],
-        "passed": True,
-        "results": [
-            {"artifact": r.name, "status": "passed", "id": f"debian-12/{r.arch.value}/root"}
-            for r in records
-        ],
-    }
-    path.write_text(json.dumps(document))
+    ).dump(path)
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -105,7 +93,7 @@ def fake_release(tmp_path: Path) -> FakeRelease:
         data = os.urandom(300_000) + arch.value.encode()
         (dist / artifact_name(arch, ArtifactFormat.PORTABLE)).write_bytes(data)
         records.append(_record(arch, data))
-    write_records(dist, records)
+    write_build_records(dist, records)
     report = tmp_path / "validate-report.json"
     write_validate_report(report, records)
     checkout = tmp_path / "checkout"

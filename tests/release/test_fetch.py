@@ -7,12 +7,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sandbox_tools import __version__
-from sandbox_tools.build_containers.records import sha256_of
+from sandbox_tools.artifacts import sha256_of
 from sandbox_tools.errors import FetchError
 from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, packaged_manifest
@@ -212,9 +213,7 @@ def test_a_transfer_that_never_completes_fails_cleanly(
     dest = tmp_path / "cache"
     only_github = Manifest(
         version=published.version,
-        artifacts=tuple(
-            type(a)(**{**a.to_json(), "urls": ()}) if a is arm64 else a for a in published.artifacts
-        ),
+        artifacts=tuple(replace(a, urls=()) if a is arm64 else a for a in published.artifacts),
     )
 
     with pytest.raises(FetchError) as caught:

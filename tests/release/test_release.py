@@ -7,12 +7,13 @@ import json
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandbox_tools.build_containers.records import ArtifactFormat, artifact_name
+from sandbox_tools.artifacts import ArtifactFormat, artifact_name
 from sandbox_tools.errors import ReleaseRefusedError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import MANIFEST_FILE, SUMS_FILE, read_manifest
@@ -215,6 +216,43 @@ def test_dry_run_uploads_nothing(
     assert not (fake_release.dist / SUMS_FILE).exists()
 
 
+def test_quiet_keeps_the_result_and_drops_the_progress(
+    fake_release: FakeRelease, s3: S3Server
+) -> None:
+    """Issue 18: the global --quiet silences progress lines, never the result table."""
+    args = (*release_args(fake_release, s3), "--dry-run")
+    loud, hushed = run_tools(*args), run_tools("--quiet", *args)
+    assert loud.returncode == hushed.returncode == 0, loud.stderr + hushed.stderr
+    assert outcomes(loud, "would upload") == 4
+    assert outcomes(hushed, "would upload") == 0
+    assert hushed.stdout.count("would upload") == 4  # the table's rows
+    assert not hushed.stderr
+
+
+def test_where_to_publish_can_come_from_the_project_settings(
+    fake_release: FakeRelease, s3: S3Server, tmp_path: Path
+) -> None:
+    """Issue 17: release settings in [tool.sandbox-tools]; a flag still wins over them."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        "[tool.sandbox-tools]\n"
+        f's3-bucket = "{s3.bucket}"\n'
+        f's3-endpoint-url = "{s3.endpoint}"\n'
+        's3-prefix = "from-settings/{version}"\n'
+    )
+    args = [*release_args(fake_release), "--dry-run", "--json"]
+    from_table = run_tools(*args, cwd=project)
+    assert from_table.returncode == 0, from_table.stderr
+    urls = [u for a in json.loads(from_table.stdout)["manifest"]["artifacts"] for u in a["urls"]]
+    assert urls and all("/from-settings/" in u for u in urls), urls
+
+    flagged = run_tools(*args, "--s3-prefix", "from-flag/{version}", cwd=project)
+    assert flagged.returncode == 0, flagged.stderr
+    urls = [u for a in json.loads(flagged.stdout)["manifest"]["artifacts"] for u in a["urls"]]
+    assert urls and all("/from-flag/" in u for u in urls), urls
+
+
 # -- preconditions (in process: nothing reaches a server before they hold) ------------------
 
 
@@ -254,7 +292,7 @@ def test_refuses_artifacts_that_do_not_match_their_records(
 
 
 def test_refuses_a_missing_platform(fake_release: FakeRelease, s3: S3Server) -> None:
-    from sandbox_tools.build_containers.records import BUILD_RECORD_FILE
+    from sandbox_tools.artifacts import BUILD_RECORD_FILE
 
     build_json = fake_release.dist / BUILD_RECORD_FILE
     document = json.loads(build_json.read_text())
@@ -265,7 +303,7 @@ def test_refuses_a_missing_platform(fake_release: FakeRelease, s3: S3Server) -> 
 
 def test_refuses_bytes_that_were_not_validated(fake_release: FakeRelease, s3: S3Server) -> None:
     other = [
-        r if r.platform != "linux/amd64" else type(r)(**{**r.to_json(), "sha256": "0" * 64})
+        r if r.platform != "linux/amd64" else replace(r, sha256="0" * 64)
         for r in fake_release.records
     ]
     write_validate_report(fake_release.report, other)

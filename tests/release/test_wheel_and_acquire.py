@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_tools import __version__
-from sandbox_tools.build_containers.records import sha256_of
+from sandbox_tools.artifacts import sha256_of
 from sandbox_tools.cache import artifact_cache_dir
 from sandbox_tools.injector import acquire
 from sandbox_tools.platforms import Arch
@@ -33,7 +33,7 @@ print(json.dumps({
     "package": sandbox_tools.__file__,
     "manifest": packaged_manifest().to_json(),
     "artifacts": {
-        arch: {"path": str(a.path), "sha256": a.sha256, "source": a.source}
+        arch: {"path": str(a.path), "sha256": a.sha256, "source": a.provenance.value}
         for arch, a in found.items()
     },
 }))
@@ -129,13 +129,13 @@ def test_injector_fetches_into_the_cache_then_uses_it(
 ) -> None:
     monkeypatch.delenv("SANDBOX_TOOLS_OFFLINE", raising=False)
     first = acquire.acquire_artifact(Arch.ARM64)
-    assert first.source == "fetched"
+    assert first.provenance == "fetched"
     assert first.path.parent == artifact_cache_dir(__version__)
     assert first.sha256 == released_on_github.for_platform("linux/arm64").sha256
 
     github.faults.log.clear()
     again = acquire.acquire_artifact(Arch.ARM64)
-    assert again.source == "cache" and again.path == first.path
+    assert again.provenance == "cache" and again.path == first.path
     assert github.faults.log == []  # re-verified locally, not downloaded again
 
 
@@ -146,7 +146,7 @@ def test_offline_injector_uses_what_tools_fetch_placed(
     fetch(released_on_github, artifact_cache_dir(__version__), origin=fake_release.dist)
     for arch in Arch:
         found = acquire.acquire_artifact(arch)
-        assert found.source == "cache"
+        assert found.provenance == "cache"
         assert found.sha256 == sha256_of(found.path)
 
 

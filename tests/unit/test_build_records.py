@@ -8,16 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_tools.build_containers import lock
-from sandbox_tools.build_containers.records import (
+from sandbox_tools.artifacts import (
+    Artifact,
     ArtifactFormat,
-    ArtifactRecord,
     artifact_name,
-    build_inputs,
-    compute_build_id,
-    read_records,
-    write_records,
+    read_build_records,
+    write_build_records,
 )
+from sandbox_tools.build_containers import lock
+from sandbox_tools.build_containers.records import build_inputs, compute_build_id
 from sandbox_tools.platforms import Arch
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sandbox_tools"
@@ -61,11 +60,11 @@ def test_build_id_is_stable_and_covers_every_input(tmp_path: Path) -> None:
     assert compute_build_id(Arch.AMD64, ArtifactFormat.PORTABLE, "builder", copy) != base
 
 
-def record(platform: str, sha: str) -> ArtifactRecord:
-    return ArtifactRecord(
+def record(platform: str, sha: str) -> Artifact:
+    return Artifact(
         name=f"a-{platform[-5:]}",
-        platform=platform,
-        format="portable",
+        arch=Arch.parse(platform.removeprefix("linux/")),
+        format=ArtifactFormat.PORTABLE,
         size=3,
         sha256=sha,
         build_id="sha256:x",
@@ -74,9 +73,9 @@ def record(platform: str, sha: str) -> ArtifactRecord:
 
 
 def test_records_round_trip_and_merge_per_platform(tmp_path: Path) -> None:
-    write_records(tmp_path, [record("linux/amd64", "1"), record("linux/arm64", "2")])
-    write_records(tmp_path, [record("linux/amd64", "3")])
-    records = read_records(tmp_path)
+    write_build_records(tmp_path, [record("linux/amd64", "1"), record("linux/arm64", "2")])
+    write_build_records(tmp_path, [record("linux/amd64", "3")])
+    records = read_build_records(tmp_path)
     assert [(r.platform, r.sha256) for r in records] == [("linux/amd64", "3"), ("linux/arm64", "2")]
     document = json.loads((tmp_path / "build.json").read_text())
     assert document["schema"] == 1 and len(document["artifacts"]) == 2

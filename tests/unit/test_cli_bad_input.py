@@ -54,6 +54,7 @@ def inputs(tmp_path: Path) -> Path:
         (["fetch", "--manifest", GOLDEN, "--platform", "sparc", "--dest", "out"], 2, "sparc"),
         (["validate", "--dist", ".", "--only", "ubunt"], 2, "did you mean ubuntu"),
         (["cleanup"], 2, "say what to clean up"),
+        (["--quiet", "--verbose", "cleanup", "--modal"], 2, "exclude each other"),
         (["no-such-command"], 2, "No such command"),
     ],
 )
@@ -81,7 +82,7 @@ def test_an_unexpected_error_is_one_line_and_exit_70(
     assert exited.value.code == cli.INTERNAL_ERROR_EXIT
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: something we did not foresee" in err
-    assert "SANDBOX_TOOLS_DEBUG=1" in err and "Traceback" not in err
+    assert "--debug" in err and "Traceback" not in err
     monkeypatch.setenv(cli.DEBUG_ENV, "1")  # on request, the traceback itself
     with pytest.raises(RuntimeError):
         cli.main()
@@ -110,3 +111,34 @@ def test_a_container_that_does_not_exist_is_a_configuration_error() -> None:
             DockerSandbox("no-such-container-here")
     except EngineUnavailableError:
         pytest.skip("no Docker engine")
+
+
+def _codes(text: str) -> set[int]:
+    """'11, 12, 14' and '4-8' as the set of codes they name."""
+    found: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        found |= set(range(int(low), int(high or low) + 1))
+    return found
+
+
+def test_every_exit_code_is_in_help_and_in_the_readme(tmp_path: Path) -> None:
+    """Issue 18: the codes a script may see are listed where its author looks."""
+    from sandbox_tools import errors
+    from sandbox_tools.cli import app as cli
+
+    listed = set().union(*(_codes(code) for code, _ in cli.EXIT_CODES))
+    raised = {
+        value.exit_code
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, errors.SandboxToolsError)
+    }
+    assert raised <= listed
+    help_text = tools("--help", cwd=tmp_path, env={**os.environ, "COLUMNS": "400"}).stdout
+    for code, meaning in cli.EXIT_CODES:
+        assert f"{code} {meaning}" in " ".join(help_text.replace("│", " ").split())
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    blocks = readme[readme.index("### Exit codes") :].split("\n\n")
+    table = next(block for block in blocks if block.startswith("| code |"))
+    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+    assert set().union(*(_codes(row) for row in rows)) == listed

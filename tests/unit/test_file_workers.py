@@ -59,12 +59,12 @@ async def test_a_file_operation_as_another_user_that_never_answers_is_stopped(
     returned. Now the child is killed and a tool error returned."""
     from sandbox_tools.runtime.identity import Identity
 
-    monkeypatch.setitem(file_ops.OPERATIONS, "kind", lambda path: time.sleep(60))
+    monkeypatch.setattr(file_ops, "kind", lambda path: time.sleep(60))
     monkeypatch.setattr(file_ops, "FILE_OP_TIMEOUT", 0.5)
     access = file_ops.UserFileAccess(Identity(65534, 65534, [65534], "/", None))
     started = time.monotonic()
     with pytest.raises(ToolError, match="did not finish"):
-        await access.call("kind", path="/tmp")
+        await access.kind("/tmp")
     assert time.monotonic() - started < 5
 
 
@@ -79,12 +79,11 @@ async def test_a_file_operation_as_another_user_runs_with_exactly_its_ids(
     def ids(path: str) -> list[int]:
         return [os.getuid(), os.getgid(), *sorted(os.getgroups())]
 
-    monkeypatch.setitem(file_ops.OPERATIONS, "ids", ids)
     access = file_ops.UserFileAccess(Identity(4242, 4343, [4343, 77], "/", None))
-    assert await access.call("ids", path="/") == [4242, 4343, 77, 4343]
+    assert await access._run(ids, "/") == [4242, 4343, 77, 4343]
     secret = tmp_path / "secret"
     secret.write_text("root only")
     secret.chmod(0o600)
     with pytest.raises(ToolError, match="permission denied"):
-        await access.call("read_text", path=str(secret))
-    assert await file_ops.DirectFileAccess().call("read_text", path=str(secret)) == "root only"
+        await access.read_text(str(secret))
+    assert await file_ops.DirectFileAccess().read_text(str(secret)) == "root only"

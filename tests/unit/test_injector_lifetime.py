@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_tools.injector.acquire import Artifact
+from sandbox_tools.artifacts import Artifact, ArtifactFormat, Provenance
 from sandbox_tools.injector.inject import (
     Injector,
     ToolSupport,
@@ -31,6 +31,7 @@ from sandbox_tools.injector.inject import (
     tool_support_sandbox,
 )
 from sandbox_tools.injector.recon import CHECK_SCRIPT, PROBE_SCRIPT
+from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.base import DEFAULT_EXEC_TIMEOUT, ExecOutput, Sandbox
 from tests.unit.test_recon import GOOD
 
@@ -81,7 +82,17 @@ def artifact(tmp_path: Path) -> Artifact:
     path = tmp_path / "sandbox-tools"
     path.write_bytes(b"\x7fELF" + b"x" * 4096)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return Artifact(path, path.name, "linux/amd64", "portable", digest, BUILD_ID, "dist")
+    record = Artifact(
+        name=path.name,
+        arch=Arch.AMD64,
+        format=ArtifactFormat.PORTABLE,
+        size=path.stat().st_size,
+        sha256=digest,
+        build_id=BUILD_ID,
+    )
+    found = record.found_at(path, Provenance.DIST)
+    assert found is not None
+    return found
 
 
 def live(kind: type) -> int:

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandbox_tools.build_containers.records import ArtifactRecord
+from sandbox_tools.artifacts import Artifact, ArtifactFormat
 from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import (
     Manifest,
-    ManifestArtifact,
     manifest_from_records,
     sha256sums,
     verify_local,
@@ -22,28 +22,28 @@ from sandbox_tools.release.manifest import (
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def records() -> list[ArtifactRecord]:
+def records() -> list[Artifact]:
     return [
-        ArtifactRecord(
+        Artifact(
             name="sandbox-tools-1.2.3-linux-arm64",
-            platform="linux/arm64",
-            format="portable",
+            arch=Arch.ARM64,
+            format=ArtifactFormat.PORTABLE,
             size=8395066,
             sha256="b" * 64,
             build_id="sha256:" + "2" * 64,
         ),
-        ArtifactRecord(
+        Artifact(
             name="sandbox-tools-1.2.3-linux-amd64",
-            platform="linux/amd64",
-            format="portable",
+            arch=Arch.AMD64,
+            format=ArtifactFormat.PORTABLE,
             size=8703465,
             sha256="a" * 64,
             build_id="sha256:" + "1" * 64,
         ),
-        ArtifactRecord(
+        Artifact(
             name="sandbox-tools-1.2.3-linux-amd64.staticx",
-            platform="linux/amd64",
-            format="staticx",
+            arch=Arch.AMD64,
+            format=ArtifactFormat.STATICX,
             size=7400000,
             sha256="c" * 64,
             build_id="sha256:" + "3" * 64,
@@ -60,8 +60,13 @@ def test_golden_manifest_and_sums() -> None:
 
 
 def test_exactly_one_artifact_per_platform() -> None:
-    twice = ManifestArtifact(
-        platform="linux/amd64", name="x", format="portable", size=1, sha256="a" * 64, build_id="b"
+    twice = Artifact(
+        arch=Arch.AMD64,
+        name="x",
+        format=ArtifactFormat.PORTABLE,
+        size=1,
+        sha256="a" * 64,
+        build_id="b",
     )
     with pytest.raises(ConfigurationError, match="more than one artifact for linux/amd64"):
         Manifest(version="1", artifacts=(twice, twice))
@@ -72,10 +77,10 @@ def test_exactly_one_artifact_per_platform() -> None:
 
 hex64 = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 artifacts = st.builds(
-    ManifestArtifact,
-    platform=st.sampled_from(["linux/amd64", "linux/arm64"]),
+    Artifact,
+    arch=st.sampled_from(list(Arch)),
     name=st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40),
-    format=st.sampled_from(["portable", "staticx"]),
+    format=st.sampled_from(list(ArtifactFormat)),
     size=st.integers(min_value=0, max_value=2**40),
     sha256=hex64,
     build_id=hex64.map(lambda h: "sha256:" + h),
@@ -87,7 +92,7 @@ artifacts = st.builds(
     version=st.text(min_size=1, max_size=20),
     chosen=st.lists(artifacts, max_size=2, unique_by=lambda a: a.platform),
 )
-def test_any_manifest_round_trips(version: str, chosen: list[ManifestArtifact]) -> None:
+def test_any_manifest_round_trips(version: str, chosen: list[Artifact]) -> None:
     manifest = Manifest(version=version, artifacts=tuple(chosen))
     again = Manifest.loads(manifest.dumps())
     assert again.dumps() == manifest.dumps()
@@ -104,10 +109,10 @@ def test_written_sums_pass_sha256sum_and_verify_catches_changes(tmp_path: Path) 
     for name, data in blobs.items():
         (tmp_path / name).write_bytes(data)
         chosen.append(
-            ArtifactRecord(
+            Artifact(
                 name=name,
-                platform="linux/" + name.rsplit("-", 1)[1],
-                format="portable",
+                arch=Arch.parse(name.rsplit("-", 1)[1]),
+                format=ArtifactFormat.PORTABLE,
                 size=len(data),
                 sha256=hashlib.sha256(data).hexdigest(),
                 build_id="x",

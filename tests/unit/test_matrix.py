@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from sandbox_tools.build_containers.records import ArtifactRecord
+import pytest
+
+from sandbox_tools.artifacts import Artifact, ArtifactFormat
 from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.distro_matrix.runner import static_checks
+from sandbox_tools.distro_matrix.static import static_checks
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.platforms import Arch
 
 
 def test_packaged_matrix_has_the_required_rows_and_scenarios() -> None:
@@ -23,7 +28,7 @@ def test_packaged_matrix_has_the_required_rows_and_scenarios() -> None:
         "busybox",
         "distroless",
     } <= names
-    offline = {d.name: d.offline for d in matrix.distros if d.offline}
+    offline = {d.name: str(d.offline) for d in matrix.distros if d.offline}
     assert offline["debian-13"] == "debootstrap:trixie" and offline["busybox"] == "busybox-static"
     scenarios = {s.name: s for s in matrix.scenarios}
     assert scenarios["nonroot"].user == "1000:1000"
@@ -45,8 +50,8 @@ def test_static_checks_catch_dynamic_and_foreign_binaries(tmp_path: Path) -> Non
     import shutil
     import subprocess
 
-    record = ArtifactRecord(
-        name="x", platform="linux/amd64", format="staticx", size=0, sha256="", build_id=""
+    record = Artifact(
+        name="x", arch=Arch.AMD64, format=ArtifactFormat.STATICX, size=0, sha256="", build_id=""
     )
     dynamic = tmp_path / "true"
     shutil.copyfile(shutil.which("true") or "/bin/true", dynamic)
@@ -72,3 +77,20 @@ def test_which_cells_modal_can_run() -> None:
         modal_skip(distros["ubuntu-24.04"], scenarios["readonly-noexec"], Arch.AMD64) or ""
     )
     assert "registry" in (modal_skip(distros["no-shell"], scenarios["root"], Arch.AMD64) or "")
+
+
+@pytest.mark.parametrize(
+    ("toml", "words"),
+    [
+        ('[[distro]]\nname = "x"\nregistyr = "a"', "did you mean 'registry'"),
+        ('[[distro]]\nregistry = "a"', "missing 'name'"),
+        ('[[distro]]\nname = "x"\nshell = "yes"', "'shell' is str, expected bool"),
+        ('[[scenario]]\nname = "s"\ndescription = "d"\ntmpfs = 3', "'tmpfs' is int"),
+        ("[[distro]\n", "not valid TOML"),
+        ('[[distro]]\nname = "x"\noffline = "debootstrap"', "none of debootstrap:<suite>"),
+    ],
+)
+def test_a_bad_matrix_row_is_one_sentence(toml: str, words: str) -> None:
+    """Issue 17: a misspelled key was a TypeError traceback from Distro(**row)."""
+    with pytest.raises(ConfigurationError, match=re.escape(words)):
+        load_matrix(toml)

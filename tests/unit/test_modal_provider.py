@@ -23,12 +23,12 @@ from sandbox_tools.sandboxes.modal import (
     _WRITE_COMMIT,
     base64_chunks,
     chunk_count,
-    config_from_compose,
     os_error_for,
     resolve_path,
     translate_error,
     with_retries,
 )
+from sandbox_tools.sandboxes.modal_config import config_from_compose
 
 
 @given(st.binary(max_size=5000), st.integers(min_value=1, max_value=700))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -281,10 +283,11 @@ while True:
 """
 
 
-def echo_server_artifact(launcher: Path, tmp_path: Path) -> Path:
+def echo_server_artifact(launcher: Path, tmp_path: Path, loader: str = ECHO_SERVER) -> Path:
+    """An artifact whose bundled 'loader' is the script `loader` (the runtime's stand-in)."""
     tree = tmp_path / "tree"
     (tree / "lib").mkdir(parents=True)
-    (tree / "lib" / LOADER).write_text(ECHO_SERVER)
+    (tree / "lib" / LOADER).write_text(loader)
     (tree / "lib" / LOADER).chmod(0o755)
     (tree / "runtime").write_bytes(b"boot")
     artifact = tmp_path / "sandbox-tools"
@@ -365,3 +368,97 @@ def test_launcher_errors_echo_the_request_id(
     )
     response = json.loads(out.stdout)
     assert response["id"] == echoed and "too long" in response["error"]["message"], response
+
+
+STDIO_LOADER = """#!/usr/bin/env python3
+# Stands in for the bundled loader. As `server --dir D`: takes D's server lock and listens
+# on D/server.sock. As the `stdio` bridge: prints the start lock it was handed, if any.
+import fcntl, json, os, socket, sys, time
+args = sys.argv[1:]
+if "--dir" in args:
+    directory = args[args.index("--dir") + 1]
+    lock = open(os.path.join(directory, "server.lock"), "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(os.path.join(directory, "server.sock"))
+    server.listen()
+    open(os.path.join(directory, "server.pid"), "w").write(str(os.getpid()))
+    time.sleep(60)
+else:
+    fd = os.environ.get("SANDBOX_TOOLS_START_LOCK_FD", "")
+    target = os.readlink(f"/proc/self/fd/{fd}") if fd else ""
+    print(json.dumps({"args": args[-1:], "fd": fd, "lock": target}))
+"""
+
+
+def test_stdio_starts_the_server_alongside_and_hands_over_the_start_lock(
+    launcher: Path, tmp_path: Path
+) -> None:
+    """Issue 16: the first `stdio` starts the server and the bridge side by side; the start
+    lock stays held for the bridge so that no other client starts a second server."""
+    artifact = echo_server_artifact(launcher, tmp_path, loader=STDIO_LOADER)
+    run = tmp_path / "run"
+    env = {**os.environ, "SANDBOX_TOOLS_DIR": str(run)}
+
+    def bridge(**extra: str) -> dict[str, str]:
+        done = subprocess.run(
+            [str(artifact), "stdio"], capture_output=True, text=True, env={**env, **extra}
+        )
+        assert done.returncode == 0, done.stderr
+        answer: dict[str, str] = json.loads(done.stdout)
+        return answer
+
+    try:
+        first = bridge()
+        assert first["args"] == ["stdio"]
+        assert first["fd"] and first["lock"] == str(run / "start.lock")
+        for _ in range(500):  # the server comes up on its own
+            if (run / "server.sock").exists() and (run / "server.pid").exists():
+                break
+            subprocess.run(["sleep", "0.01"])
+        server_pid = (run / "server.pid").read_text()
+        assert (run.stat().st_mode & 0o777) == 0o700
+        # A running server: nothing is started and no lock is handed over, not even
+        # one a caller tried to pass in.
+        assert bridge() == {"args": ["stdio"], "fd": "", "lock": ""}
+        assert bridge(SANDBOX_TOOLS_START_LOCK_FD="0")["fd"] == ""
+        assert (run / "server.pid").read_text() == server_pid
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((run / "server.pid").read_text()), signal.SIGKILL)
+
+
+def test_launcher_constants_agree_with_the_runtime() -> None:
+    """The C launcher repeats a few names and limits of the Python side: they must agree."""
+    from sandbox_tools.protocol import (
+        INTERNAL_ERROR,
+        LAUNCHER_SELF_ENV,
+        MAX_FRAME_BYTES,
+        SERVER_DIR_ENV,
+    )
+    from sandbox_tools.runtime import client
+    from sandbox_tools.runtime.paths import ServerPaths
+
+    source = (RESOURCES / "launcher.c").read_text()
+    defines = dict(
+        line.split(None, 2)[1:3]
+        for line in source.splitlines()
+        if line.startswith("#define ") and len(line.split(None, 2)) == 3
+    )
+    assert defines["START_LOCK_FD_ENV"].split("/*")[0].strip() == f'"{client.START_LOCK_FD_ENV}"'
+    assert defines["SERVER_START_TIMEOUT_MS"] == str(int(client.SERVER_START_TIMEOUT * 1000))
+    factors = re.findall(r"\d+", defines["MAX_REQUEST_BYTES"].split("/*")[0])
+    assert math.prod(int(factor) for factor in factors) == MAX_FRAME_BYTES
+    # The server directory's files, as the launcher names them when it starts or finds
+    # the server itself.
+    paths = ServerPaths("/d")
+    for path in (paths.socket, paths.start_lock, paths.running_lock, paths.log):
+        assert f'"%s/{os.path.basename(path)}"' in source
+    # The environment it shares with the runtime.
+    assert f'getenv("{SERVER_DIR_ENV}")' in source
+    assert f'setenv("{LAUNCHER_SELF_ENV}"' in source
+    # Its own JSON-RPC error responses use the runtime's internal-error code.
+    assert f'\\"code\\":{INTERNAL_ERROR},' in source
+    # The payload trailer it reads is the one the packer writes.
+    assert defines["TRAILER_MAGIC"] == f'"{TRAILER_MAGIC.decode()}"'
+    assert defines["TRAILER_SIZE"] == str(TRAILER.size)

@@ -6,12 +6,16 @@ from __future__ import annotations
 from rich.console import Console
 
 from sandbox_tools.cli.validate_cmd import _table
-from sandbox_tools.distro_matrix.runner import CellResult
+from sandbox_tools.distro_matrix.report import CellResult, CellStatus
 
 
 def cell(distro: str, status: str) -> CellResult:
     return CellResult(
-        artifact="a", platform="linux/amd64", distro=distro, scenario="root", status=status
+        artifact="a",
+        platform="linux/amd64",
+        distro=distro,
+        scenario="root",
+        status=CellStatus(status),
     )
 
 

@@ -8,19 +8,37 @@ artifact answers `version` and `runtime_info` in a container of its architecture
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from docker import DockerClient
+
 from sandbox_tools._version import __version__
-from sandbox_tools.build_containers.builder import builder_recipe
+from sandbox_tools.artifacts import (
+    Artifact,
+    ArtifactFormat,
+    TextEnum,
+    artifact_name,
+    atomic_output,
+    read_build_records,
+    sha256_of,
+    write_build_records,
+)
+from sandbox_tools.build_containers.builder import (
+    builder_image_tag,
+    builder_recipe,
+    check_builder_root,
+)
 from sandbox_tools.build_containers.lock import (
     FREEZE_LOCK,
     FREEZE_PINS,
@@ -31,24 +49,15 @@ from sandbox_tools.build_containers.lock import (
     ensure_wheelhouse,
 )
 from sandbox_tools.build_containers.package import pack_portable
-from sandbox_tools.build_containers.records import (
-    ArtifactFormat,
-    ArtifactRecord,
-    artifact_name,
-    compute_build_id,
-    read_records,
-    sha256_of,
-    tree_id,
-    write_records,
-)
-from sandbox_tools.errors import BuildError
+from sandbox_tools.build_containers.records import compute_build_id, tree_id
+from sandbox_tools.errors import BuildError, SandboxToolsError
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.docker import (
+from sandbox_tools.sandboxes.containers import (
     remove_live_containers,
     run_to_completion,
     running_container,
 )
-from sandbox_tools.sandboxes.engines import Engine
+from sandbox_tools.sandboxes.engines import Engine, EngineKind
 from sandbox_tools.sandboxes.images import (
     build_rootfs,
     cache_dir,
@@ -56,26 +65,42 @@ from sandbox_tools.sandboxes.images import (
     import_rootfs,
 )
 
-STAGES = ("base image", "builder image", "dependencies", "freeze", "package", "smoke test")
+
+class Stage(TextEnum):
+    """A build's stages, in the order they run."""
+
+    BASE_IMAGE = "base image"
+    BUILDER_IMAGE = "builder image"
+    DEPENDENCIES = "dependencies"
+    FREEZE = "freeze"
+    PACKAGE = "package"
+    SMOKE_TEST = "smoke test"
+
+    @property
+    def number(self) -> int:
+        """How many stages come before this one."""
+        return list(Stage).index(self)
+
+
 SMOKE_DIR = "/opt/sandbox-tools-smoke"
 
 
 class BuildReporter(Protocol):
-    def stage(self, arch: Arch, stage: str) -> None: ...
+    def stage(self, arch: Arch, stage: Stage) -> None: ...
 
     def log(self, arch: Arch, line: str) -> None: ...
 
-    def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None: ...
+    def finished(self, arch: Arch, record: Artifact, skipped: bool) -> None: ...
 
 
 class NullReporter:
     """For builds nobody watches (the injector building on demand)."""
 
-    def stage(self, arch: Arch, stage: str) -> None: ...
+    def stage(self, arch: Arch, stage: Stage) -> None: ...
 
     def log(self, arch: Arch, line: str) -> None: ...
 
-    def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None: ...
+    def finished(self, arch: Arch, record: Artifact, skipped: bool) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,23 +110,15 @@ class BuildRequest:
     out_dir: Path
 
 
-def _reusable(
-    out_dir: Path, name: str, build_id: str, fmt: ArtifactFormat
-) -> ArtifactRecord | None:
-    for record in read_records(out_dir):
-        if record.name == name and record.build_id == build_id and record.format == fmt.value:
-            path = out_dir / name
-            if (
-                path.exists()
-                and path.stat().st_size == record.size
-                and (sha256_of(path) == record.sha256)
-            ):
-                return record
+def _reusable(out_dir: Path, name: str, build_id: str, fmt: ArtifactFormat) -> Artifact | None:
+    for record in read_build_records(out_dir):
+        if record.name == name and record.build_id == build_id and record.format is fmt:
+            return record if record.matches(out_dir / name) else None
     return None
 
 
 def _freeze(
-    client: Any,
+    client: DockerClient,
     arch: Arch,
     fmt: ArtifactFormat,
     image: str,
@@ -140,32 +157,31 @@ def _freeze(
         raise BuildError(f"freezing for {arch.value} failed (exit {code}):\n" + "\n".join(tail))
 
 
-def _smoke_test(client: Any, image: str, arch: Arch, artifact: Path, build_id: str) -> None:
+def _smoke_test(
+    client: DockerClient, image: str, arch: Arch, artifact: Path, build_id: str
+) -> None:
     """The fresh artifact must answer in a container of its architecture, unpacked there."""
+    from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient
     from sandbox_tools.sandboxes.docker import DockerSandbox
 
     exe = f"{SMOKE_DIR}/{artifact.name}"
-    requests = [
-        {"jsonrpc": "2.0", "id": 1, "method": "version"},
-        {"jsonrpc": "2.0", "id": 2, "method": "runtime_info"},
-    ]
     with running_container(client, image, platform=arch.platform) as container:
         sandbox = DockerSandbox(container, client)
-        import asyncio
 
-        async def check() -> list[Any]:
+        async def check() -> tuple[Any, Any]:
             await sandbox.exec(["mkdir", "-p", SMOKE_DIR])
             await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
-            answers = []
-            for request in requests:
-                out = await sandbox.exec([exe, "exec", json.dumps(request)], timeout=300)
-                if out.returncode != 0:
-                    raise BuildError(
-                        f"smoke test: {exe} exited {out.returncode}: "
-                        f"{out.stderr.decode(errors='replace')[-1000:]}"
-                    )
-                answers.append(json.loads(out.stdout).get("result"))
-            return answers
+            # The host's own client, one exec per call: what an inspect sandbox does.
+            runtime = ExecRuntimeClient(sandbox, [exe])
+            try:
+                return (
+                    await runtime.call("version", timeout=300),
+                    await runtime.call("runtime_info", timeout=300),
+                )
+            except SandboxToolsError as exc:
+                raise BuildError(f"smoke test: {exe} did not answer: {exc.message}") from None
+            finally:
+                await runtime.aclose()
 
         version, info = asyncio.run(check())
     if version != __version__ or not isinstance(info, dict) or info.get("build_id") != build_id:
@@ -189,15 +205,15 @@ class BuildCancelled(Exception):
     pass
 
 
-def _stage(reporter: BuildReporter, arch: Arch, name: str) -> None:
+def _stage(reporter: BuildReporter, arch: Arch, name: Stage) -> None:
     if _CANCELLED.is_set():
         raise BuildCancelled(f"{arch.value}: interrupted before {name}")
     reporter.stage(arch, name)
 
 
 def build_arch(
-    client: Any, arch: Arch, request: BuildRequest, reporter: BuildReporter
-) -> ArtifactRecord:
+    client: DockerClient, arch: Arch, request: BuildRequest, reporter: BuildReporter
+) -> Artifact:
     recipe = builder_recipe(arch)
     build_id = compute_build_id(arch, request.format, recipe.digest)
     name = artifact_name(arch, request.format)
@@ -206,60 +222,72 @@ def build_arch(
         reporter.finished(arch, existing, skipped=True)
         return existing
 
-    _stage(reporter, arch, "base image")
-    image = recipe.image_tag
+    _stage(reporter, arch, Stage.BASE_IMAGE)
+    image = builder_image_tag(arch)
     missing = not image_exists(client, image)
     rootfs = build_rootfs(recipe, log=lambda line: reporter.log(arch, line)) if missing else None
-    _stage(reporter, arch, "builder image")
+    _stage(reporter, arch, Stage.BUILDER_IMAGE)
     if rootfs is not None:
+        check_builder_root(arch, rootfs)  # the exact packages the build id stands for
         import_rootfs(client, rootfs, image, arch)
-    _stage(reporter, arch, "dependencies")
+    _stage(reporter, arch, Stage.DEPENDENCIES)
     cache = cache_dir()
     wheelhouses = {"/wheelhouse": ensure_wheelhouse(arch, FREEZE_LOCK, cache)}
     if request.format is ArtifactFormat.STATICX:
         wheelhouses["/wheelhouse-staticx"] = ensure_wheelhouse(arch, STATICX_LOCK, cache)
 
-    _stage(reporter, arch, "freeze")
-    work = cache / "build" / f"{arch.value}-{request.format.value}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    _freeze(client, arch, request.format, image, build_id, work, wheelhouses, reporter)
+    _stage(reporter, arch, Stage.FREEZE)
+    # A fresh directory per build: two builds of one architecture at once (CI jobs on one
+    # runner) must not write into each other's tree.
+    (cache / "build").mkdir(parents=True, exist_ok=True)
+    work = Path(
+        tempfile.mkdtemp(prefix=f"{arch.value}-{request.format.value}-", dir=cache / "build")
+    )
+    try:
+        _freeze(client, arch, request.format, image, build_id, work, wheelhouses, reporter)
 
-    _stage(reporter, arch, "package")
-    request.out_dir.mkdir(parents=True, exist_ok=True)
-    output = request.out_dir / name
-    if request.format is ArtifactFormat.PORTABLE:
-        pack_portable(work / "launcher", work / "runtime", tree_id(build_id), output)
-    else:
-        partial = output.with_name(output.name + ".partial")
-        shutil.copyfile(work / "runtime.staticx", partial)
-        partial.chmod(0o755)
-        partial.replace(output)
+        _stage(reporter, arch, Stage.PACKAGE)
+        request.out_dir.mkdir(parents=True, exist_ok=True)
+        output = request.out_dir / name
+        if request.format is ArtifactFormat.PORTABLE:
+            metadata = {
+                "build_id": build_id,
+                "version": __version__,
+                "platform": arch.platform,
+                "format": request.format.value,
+            }
+            pack_portable(work / "launcher", work / "runtime", tree_id(build_id), output, metadata)
+        else:
+            frozen = work / "runtime.staticx"
+            with atomic_output(output, 0o755) as handle, frozen.open("rb") as src:
+                shutil.copyfileobj(src, handle)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
-    _stage(reporter, arch, "smoke test")
+    _stage(reporter, arch, Stage.SMOKE_TEST)
     try:
         _smoke_test(client, image, arch, output, build_id)
     except BaseException:
         output.unlink(missing_ok=True)  # an artifact that failed its smoke test is not kept
         raise
-    record = ArtifactRecord(
+    record = Artifact(
         name=name,
-        platform=arch.platform,
-        format=request.format.value,
+        arch=arch,
+        format=request.format,
         size=output.stat().st_size,
         sha256=sha256_of(output),
         build_id=build_id,
         tool_versions={
             **_pinned_versions(request.format),
             "python": f"{PYTHON_VERSION} (Debian {recipe.suite})",
-            "builder": recipe.image_tag,
+            "builder": image,
         },
     )
     reporter.finished(arch, record, skipped=False)
     return record
 
 
-def _remove_unrecorded(request: BuildRequest, records: list[ArtifactRecord], since: float) -> None:
+def _remove_unrecorded(request: BuildRequest, records: list[Artifact], since: float) -> None:
     """Outputs this run wrote but did not record (interrupted mid-way) are not artifacts."""
     recorded = {record.name for record in records}
     for arch in request.arches:
@@ -272,38 +300,35 @@ def _remove_unrecorded(request: BuildRequest, records: list[ArtifactRecord], sin
 
 
 def _on_engine(
-    engine: Any, arch: Arch, request: BuildRequest, reporter: BuildReporter
-) -> ArtifactRecord:
-    if isinstance(engine, Engine):
-        if engine.kind == "modal":
-            raise BuildError(
-                "builds do not run on Modal: the builder image is made locally from Debian's "
-                "mirror and needs a Docker engine",
-                remedy="Build on Docker engines (--engine default, URLs or contexts).",
-            )
-        if engine.client is None:
-            raise BuildError(
-                f"engine {engine.label} is unreachable: {engine.error}",
-                remedy="Start that engine, or build without it.",
-            )
-        reporter.log(arch, f"building on engine {engine.label}")
-        engine = engine.client
-    return build_arch(engine, arch, request, reporter)
+    engine: Engine, arch: Arch, request: BuildRequest, reporter: BuildReporter
+) -> Artifact:
+    if engine.kind is EngineKind.MODAL:
+        raise BuildError(
+            "builds do not run on Modal: the builder image is made locally from Debian's "
+            "mirror and needs a Docker engine",
+            remedy="Build on Docker engines (--engine default, URLs or contexts).",
+        )
+    if engine.client is None:
+        raise BuildError(
+            f"engine {engine.label} is unreachable: {engine.error}",
+            remedy="Start that engine, or build without it.",
+        )
+    reporter.log(arch, f"building on engine {engine.label}")
+    return build_arch(engine.client, arch, request, reporter)
 
 
 def build(
-    client: Any,
+    engines: Sequence[Engine],
     request: BuildRequest,
     reporter: BuildReporter,
     on_error: Callable[[Arch, BaseException], None] | None = None,
-) -> list[ArtifactRecord]:
+) -> list[Artifact]:
     """Build every requested architecture in parallel; records go to dist/build.json.
 
-    `client` is one Docker client, or a list of `Engine`s: the architectures are then
-    dealt round-robin across them (each engine builds its share, in parallel).
+    The architectures are dealt round-robin across `engines` (each builds its share, in
+    parallel); `local_engine()` is this machine's.
     """
-    engines = client if isinstance(client, list) else [client]
-    records: list[ArtifactRecord] = []
+    records: list[Artifact] = []
     errors: list[tuple[Arch, BaseException]] = []
     started = time.time()
     pool = ThreadPoolExecutor(max_workers=len(request.arches))
@@ -328,11 +353,11 @@ def build(
         _CANCELLED.clear()
         _remove_unrecorded(request, records, started)
         if records:
-            write_records(request.out_dir, records)
+            write_build_records(request.out_dir, records)
         raise
     pool.shutdown(wait=True)
     if records:
-        write_records(request.out_dir, records)
+        write_build_records(request.out_dir, records)
     if errors:
         arch, first = errors[0]
         if isinstance(first, BuildError):

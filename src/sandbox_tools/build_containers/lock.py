@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sandbox_tools.build_containers.records import sha256_of as sha256_file
+from sandbox_tools.artifacts import sha256_of as sha256_file
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
 

@@ -11,13 +11,13 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from sandbox_tools import __version__
 from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.cli.manifest_cmd import manifest_app
+from sandbox_tools.cli.output import Verbosity, configure, console, err_console, notes, quiet
 from sandbox_tools.cli.release_cmd import (
     bundle_app,
     fetch_command,
@@ -41,16 +41,37 @@ from sandbox_tools.injector.jsonrpc_client import (
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
 
+INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug of ours, not bad input
+INTERRUPTED_EXIT = 130
+TIMEOUT_EXIT = 124
+# Every code the CLI exits with: shown in `--help`, and the README's table must agree
+# (tests/unit/test_cli_bad_input.py checks both against the error classes).
+EXIT_CODES: tuple[tuple[str, str], ...] = (
+    ("0", "done"),
+    ("1", "a check failed (a validate cell, a static check)"),
+    ("2", "bad input"),
+    ("3", "no Docker engine"),
+    ("4-8", "sandbox exec, injection, runtime transport, runtime error, tool error"),
+    ("10", "build failed"),
+    ("11, 12, 14", "release refused, verification failed, publishing failed"),
+    ("13", "fetch failed"),
+    ("15", "validate: nothing of what was asked for passed"),
+    (str(INTERNAL_ERROR_EXIT), "internal error (a bug: rerun with --debug)"),
+    (str(TIMEOUT_EXIT), "timeout"),
+    (str(INTERRUPTED_EXIT), "interrupted"),
+)
+
 app = typer.Typer(
     name="tools",
     help="Build, validate, release and inject sandbox-tools' in-container runtime.",
+    epilog="Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES) + ".",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
 )
-# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
+
+
+DEBUG_ENV = "SANDBOX_TOOLS_DEBUG"
 
 
 def _version_callback(value: bool) -> None:
@@ -71,8 +92,39 @@ def _root(
             metavar="",
         ),
     ] = False,
+    quiet_flag: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="No progress or notes: results, --json and errors only.",
+            metavar="",
+        ),
+    ] = False,
+    verbose_flag: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="More detail, e.g. the builder's output.", metavar=""),
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help=f"Show the traceback of an internal error (also {DEBUG_ENV}=1).",
+            metavar="",
+        ),
+    ] = False,
 ) -> None:
     """Build, validate, release and inject sandbox-tools' in-container runtime."""
+    if quiet_flag and verbose_flag:
+        raise ConfigurationError("--quiet and --verbose exclude each other")
+    configure(
+        Verbosity.QUIET if quiet_flag else Verbosity.VERBOSE if verbose_flag else Verbosity.NORMAL
+    )
+    from sandbox_tools.sandboxes.containers import echo_to
+
+    echo_to(_echo_line if verbose_flag else None)
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
 
 
 async def _stream(
@@ -116,6 +168,8 @@ async def _exec_remote_local(command: str, timeout: float | None, server_dir: st
             await asyncio.wait_for(asyncio.shield(client.call("sandbox_tools_shutdown")), 10)
         await client.aclose()
     transport = "persistent stdio" if isinstance(client, StdioRuntimeClient) else "exec per call"
+    if quiet():
+        return completed.exit_code
     err_console.print(
         _summary(
             "exec_remote via the local runtime server",
@@ -136,11 +190,12 @@ async def _exec_remote_local(command: str, timeout: float | None, server_dir: st
 async def _exec_remote_in_container(
     command: str, timeout: float | None, distro: str | None, real_image: str | None
 ) -> int:
-    from sandbox_tools.distro_matrix.matrix import load_matrix
-    from sandbox_tools.distro_matrix.runner import resolve_image
+    from sandbox_tools.distro_matrix.runner import matrix_image
     from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
     from sandbox_tools.platforms import Arch
-    from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client, running_container
+    from sandbox_tools.sandboxes.containers import running_container
+    from sandbox_tools.sandboxes.docker import DockerSandbox
+    from sandbox_tools.sandboxes.engines import docker_client
 
     engine = docker_client()
     if real_image is not None:
@@ -156,14 +211,8 @@ async def _exec_remote_in_container(
         image, source, target = real_image, "the engine", real_image
     else:
         assert distro is not None
-        (chosen,) = load_matrix().select([distro]).distros[:1] or [None]
-        if chosen is None:
-            raise ConfigurationError(f"unknown distribution {distro!r}")
         arch = Arch.parse(os.uname().machine)
-        resolved, source = await asyncio.to_thread(resolve_image, engine, chosen, arch, {})
-        if resolved is None:
-            raise ConfigurationError(f"no image for {distro} here: {source}")
-        image, target = resolved, chosen.name
+        image, source, target = await asyncio.to_thread(matrix_image, engine, distro, arch)
     with running_container(engine, image) as container:
         sandbox = DockerSandbox(container, engine)
         started = time.monotonic()
@@ -175,6 +224,9 @@ async def _exec_remote_in_container(
             await support.aclose()
             await forget_sandbox(sandbox)
     recon = support.recon
+    provenance = support.artifact.provenance.value if support.artifact.provenance else "given"
+    if quiet():
+        return completed.exit_code
     err_console.print(
         _summary(
             f"exec_remote injected into a fresh {target} container",
@@ -188,7 +240,7 @@ async def _exec_remote_in_container(
                 ),
                 (
                     "artifact",
-                    f"{support.artifact.name} ({support.artifact.source}, "
+                    f"{support.artifact.name} ({provenance}, "
                     f"sha256 {support.artifact.sha256[:16]}…)",
                 ),
                 (
@@ -265,26 +317,18 @@ app.add_typer(bundle_app, name="bundle")
 app.command("wheel")(wheel_command)
 
 
+def _echo_line(line: str) -> None:
+    notes.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def _say(label: str, text: str) -> None:
     # Messages carry paths and extras like [modal]: printed literally, never as markup,
     # and never wrapped (digests and URLs must stay copyable).
     err_console.print(f"[bold]{label}[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
-INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug of ours, not bad input
-INTERRUPTED_EXIT = 130
-DEBUG_ENV = "SANDBOX_TOOLS_DEBUG"
-
-
 def main() -> None:
-    """The console script: every failure is one clear line and a documented exit code.
-
-    Exit codes: 0 ok; 1 a check failed; 2 bad input; 3 no Docker engine; 4-8 sandbox,
-    injection and runtime errors; 10 build; 11, 12, 14 release; 13 fetch; 15 validate
-    passed nothing; 70 an internal error (a bug: rerun with SANDBOX_TOOLS_DEBUG=1 for the
-    traceback); 124 a timeout; 130 interrupted.
-    """
-    debug = os.environ.get(DEBUG_ENV) == "1"
+    """The console script: every failure is one clear line and a code of EXIT_CODES."""
     try:
         app()
     except SandboxToolsError as exc:
@@ -294,7 +338,7 @@ def main() -> None:
         raise SystemExit(exc.exit_code) from None
     except TimeoutError as exc:
         _say("[red]error:[/]", str(exc))
-        raise SystemExit(124) from None
+        raise SystemExit(TIMEOUT_EXIT) from None
     except KeyboardInterrupt:
         _say("[yellow]interrupted[/]", "")
         raise SystemExit(INTERRUPTED_EXIT) from None
@@ -303,12 +347,12 @@ def main() -> None:
             _say("[yellow]interrupted[/]", "")
         raise
     except Exception as exc:
-        if debug:
+        if os.environ.get(DEBUG_ENV) == "1":  # read late: --debug sets it
             raise
         _say("[red]internal error:[/]", f"{type(exc).__name__}: {exc}")
         _say(
             "what to do:",
-            f"this is a bug in sandbox-tools; rerun with {DEBUG_ENV}=1 for the traceback and "
-            "report it",
+            f"this is a bug in sandbox-tools; rerun with --debug (or {DEBUG_ENV}=1) for the "
+            "traceback and report it",
         )
         raise SystemExit(INTERNAL_ERROR_EXIT) from None

@@ -4,59 +4,88 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sandbox_tools.build_containers.build import STAGES, BuildRequest, build
-from sandbox_tools.build_containers.records import ArtifactFormat, ArtifactRecord
+from sandbox_tools.artifacts import Artifact, ArtifactFormat
+from sandbox_tools.build_containers.build import BuildRequest, NullReporter, Stage, build
+from sandbox_tools.cli.output import (
+    actions_error_line,
+    append_step_summary,
+    console,
+    humans_to_stderr,
+    notes,
+    on_github_actions,
+)
+from sandbox_tools.cli.output import verbose as globally_verbose
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.platforms import Arch, parse_arches
-from sandbox_tools.sandboxes.docker import docker_client
-from sandbox_tools.sandboxes.engines import connect_engines
-
-# Off a terminal (CI logs) rich would wrap tables at 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
+from sandbox_tools.sandboxes.engines import connect_engines, local_engine
 
 
 class PlainReporter:
-    """One line per stage with the time the previous stage took (CI logs, pipes)."""
+    """One line per stage with the time the previous stage took (CI logs, pipes).
+
+    On GitHub Actions each finished stage is one foldable group holding its build
+    output (architectures build concurrently: a stage's lines are held until it ends,
+    so groups never interleave); the output is always kept there, `--verbose` or not.
+    """
 
     def __init__(self, verbose: bool, stream: Any = None) -> None:
         self.verbose = verbose
         self.stream = stream
+        self.actions = on_github_actions()
         self._lock = threading.Lock()
         self._current: dict[Arch, tuple[str, float]] = {}
+        self._held: dict[Arch, list[str]] = {}
 
     def _emit(self, text: str) -> None:
         with self._lock:
             print(text, flush=True, file=self.stream)
 
     def _close_stage(self, arch: Arch) -> None:
-        if arch in self._current:
-            stage, started = self._current.pop(arch)
-            self._emit(f"[{arch.value}] {stage}: done in {time.monotonic() - started:.1f}s")
+        if arch not in self._current:
+            return
+        stage, started = self._current.pop(arch)
+        line = f"[{arch.value}] {stage}: done in {time.monotonic() - started:.1f}s"
+        held = self._held.pop(arch, [])
+        if self.actions:
+            self._emit("\n".join([f"::group::{line}", *held, "::endgroup::"]))
+        else:
+            self._emit(line)
 
-    def stage(self, arch: Arch, stage: str) -> None:
+    def stage(self, arch: Arch, stage: Stage) -> None:
         self._close_stage(arch)
         self._current[arch] = (stage, time.monotonic())
-        self._emit(f"[{arch.value}] {stage} ...")
+        if not self.actions:
+            self._emit(f"[{arch.value}] {stage} ...")
 
     def log(self, arch: Arch, line: str) -> None:
-        if self.verbose:
+        if self.actions:
+            self._held.setdefault(arch, []).append(f"[{arch.value}]   {line}")
+        elif self.verbose:
             self._emit(f"[{arch.value}]   {line}")
 
-    def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None:
+    def finished(self, arch: Arch, record: Artifact, skipped: bool) -> None:
         self._close_stage(arch)
         verdict = "up to date (build id unchanged)" if skipped else "built"
         self._emit(f"[{arch.value}] {record.name}: {verdict}")
+
+    def failed(self) -> None:
+        """The build stopped: show what the unfinished stages printed, and where."""
+        for arch in list(self._current):
+            stage, _ = self._current[arch]
+            self._close_stage(arch)
+            if self.actions:
+                self._emit(
+                    actions_error_line(f"tools build {arch.value}", f"failed during {stage}")
+                )
 
 
 class RichReporter(PlainReporter):
@@ -68,24 +97,24 @@ class RichReporter(PlainReporter):
         self.tasks: dict[Arch, TaskID] = {}
 
     def add(self, arch: Arch) -> None:
-        self.tasks[arch] = self.progress.add_task(f"{arch.value}: waiting", total=len(STAGES))
+        self.tasks[arch] = self.progress.add_task(f"{arch.value}: waiting", total=len(Stage))
 
-    def stage(self, arch: Arch, stage: str) -> None:
-        done = STAGES.index(stage) if stage in STAGES else 0
+    def stage(self, arch: Arch, stage: Stage) -> None:
+        done = stage.number
         self.progress.update(self.tasks[arch], completed=done, description=f"{arch.value}: {stage}")
 
     def log(self, arch: Arch, line: str) -> None:
         if self.verbose:
             self.progress.console.print(f"[dim]{arch.value}[/]  {line}", highlight=False)
 
-    def finished(self, arch: Arch, record: ArtifactRecord, skipped: bool) -> None:
+    def finished(self, arch: Arch, record: Artifact, skipped: bool) -> None:
         verdict = "up to date" if skipped else "built"
         self.progress.update(
-            self.tasks[arch], completed=len(STAGES), description=f"{arch.value}: {verdict}"
+            self.tasks[arch], completed=len(Stage), description=f"{arch.value}: {verdict}"
         )
 
 
-def _result_table(records: list[ArtifactRecord], out_dir: Path, seconds: float) -> Table:
+def _result_table(records: list[Artifact], out_dir: Path, seconds: float) -> Table:
     table = Table(title=f"tools build: {len(records)} artifact(s) in {out_dir} ({seconds:.1f}s)")
     # Names and digests are never cut: they are copied into scripts and compared.
     for column in ("artifact", "platform", "format", "size", "sha256", "build id"):
@@ -94,7 +123,7 @@ def _result_table(records: list[ArtifactRecord], out_dir: Path, seconds: float) 
         table.add_row(
             record.name,
             record.platform,
-            record.format,
+            record.format.value,
             f"{record.size / 1e6:.1f} MB",
             record.sha256,
             record.build_id.removeprefix("sha256:"),
@@ -141,25 +170,43 @@ def build_command(
         arches = tuple(Arch) if all_arches else tuple(parse_arches(arch or [os.uname().machine]))
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
-    client: Any = connect_engines(engine) if engine else docker_client()
+    client = connect_engines(engine) if engine else [local_engine()]
     request = BuildRequest(arches=arches, format=fmt, out_dir=out)
     started = time.monotonic()
+    verbose = verbose or globally_verbose()
     if as_json:
-        console.file = sys.stderr  # stdout carries the JSON only
-    if console.is_terminal:
+        humans_to_stderr()  # stdout carries the JSON only
+    if notes.quiet:
+        records = build(client, request, NullReporter())  # --quiet: only the result
+    elif notes.is_terminal:
         with Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
             TextColumn("{task.completed}/{task.total}"),
             TimeElapsedColumn(),
-            console=console,
+            console=notes,
         ) as progress:
             reporter = RichReporter(progress, verbose)
             for target in arches:
                 reporter.add(target)
             records = build(client, request, reporter)
     else:
-        records = build(client, request, PlainReporter(verbose, stream=console.file))
-    console.print(_result_table(records, out, time.monotonic() - started))
+        plain = PlainReporter(verbose, stream=notes.file)
+        try:
+            records = build(client, request, plain)
+        except BaseException:
+            plain.failed()
+            raise
+    seconds = time.monotonic() - started
+    console.print(_result_table(records, out, seconds))
+    append_step_summary(_summary_lines(records, seconds))
     if as_json:
         print(json.dumps({"artifacts": [r.to_json() for r in records]}, indent=2))
+
+
+def _summary_lines(records: list[Artifact], seconds: float) -> list[str]:
+    lines = [f"## tools build: {len(records)} artifact(s) in {seconds:.0f} s", ""]
+    lines += ["| artifact | platform | size | sha256 |", "|---|---|---|---|"]
+    for r in sorted(records, key=lambda r: r.platform):
+        lines.append(f"| {r.name} | {r.platform} | {r.size / 1e6:.1f} MB | `{r.sha256}` |")
+    return lines

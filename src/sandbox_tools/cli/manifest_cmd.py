@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from sandbox_tools._version import __version__
-from sandbox_tools.build_containers.records import read_records
+from sandbox_tools.artifacts import read_build_records
+from sandbox_tools.cli.output import console
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
@@ -24,7 +23,6 @@ from sandbox_tools.release.manifest import (
     write_release_files,
 )
 
-console = Console(width=None if sys.stdout.isatty() else 160)
 manifest_app = typer.Typer(
     help="The version manifest: one verified artifact per platform.", no_args_is_help=True
 )
@@ -60,7 +58,7 @@ def write(
     ] = None,
 ) -> None:
     """Write manifest.json and SHA256SUMS in DIST from its build records."""
-    records = read_records(dist)
+    records = read_build_records(dist)
     if not records:
         raise ConfigurationError(f"no build records in {dist}; run `tools build` first")
     manifest = manifest_from_records(__version__, records, mirror or [])
@@ -91,7 +89,7 @@ def show(
         table.add_row(
             a.platform,
             a.name,
-            a.format,
+            a.format.value,
             f"{a.size:,}",
             a.sha256,
             a.build_id.removeprefix("sha256:")[:16] + "…",

@@ -5,14 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -24,8 +22,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from sandbox_tools import settings
 from sandbox_tools._version import __version__
 from sandbox_tools.cache import artifact_cache_dir
+from sandbox_tools.cli.output import console, humans_to_stderr, notes
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.injector.acquire import checkout_root
 from sandbox_tools.platforms import parse_arches
@@ -39,10 +39,8 @@ from sandbox_tools.release.manifest import (
     read_manifest,
 )
 from sandbox_tools.release.publish import ReleaseRequest, publish
-from sandbox_tools.release.targets import GitHubTarget, S3Target, Target
+from sandbox_tools.release.targets import release_targets
 from sandbox_tools.release.wheel import build_wheel
-
-console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 class TransferReporter:
@@ -69,20 +67,20 @@ class TransferReporter:
     def finish(self, label: str) -> None:
         began = self.started.pop(label, None)
         if self.progress is None and began is not None:
-            print(f"{label}: {time.monotonic() - began:.2f}s", flush=True, file=console.file)
+            notes.print(f"{label}: {time.monotonic() - began:.2f}s", highlight=False)
 
     def note(self, message: str) -> None:
-        (self.progress.console if self.progress else console).print(message, highlight=False)
+        (self.progress.console if self.progress else notes).print(message, highlight=False)
 
     def outcome(self, target: str, name: str, action: str) -> None:
         self.outcomes.append((target, name, action))
         if self.progress is None:
-            print(f"{target}/{name}: {action}", flush=True, file=console.file)
+            notes.print(f"{target}/{name}: {action}", highlight=False)
 
 
 @contextlib.contextmanager
 def transfer_reporter() -> Iterator[TransferReporter]:
-    if not console.is_terminal:
+    if not notes.is_terminal or notes.quiet:
         yield TransferReporter(None)
         return
     with Progress(
@@ -91,7 +89,7 @@ def transfer_reporter() -> Iterator[TransferReporter]:
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
-        console=console,
+        console=notes,
     ) as progress:
         yield TransferReporter(progress)
 
@@ -124,8 +122,9 @@ def release_command(
     ] = None,
     s3_bucket: Annotated[str | None, typer.Option(help="Publish to this S3 bucket.")] = None,
     s3_prefix: Annotated[
-        str, typer.Option(help="Key prefix; {version} is replaced.")
-    ] = "releases/{version}",
+        str | None,
+        typer.Option(help="Key prefix; {version} is replaced.  [default: releases/{version}]"),
+    ] = None,
     s3_region: Annotated[
         str | None,
         typer.Option(help="Bucket region (default: AWS_REGION, else the bucket's own)."),
@@ -134,28 +133,29 @@ def release_command(
         str | None, typer.Option(help="S3-compatible endpoint (MinIO, moto, ...).")
     ] = None,
     s3_public_read: Annotated[
-        bool,
+        bool | None,
         typer.Option(
+            "--s3-public-read/--no-s3-public-read",
             help="Upload with the public-read ACL (new buckets disable ACLs: prefer a bucket "
-            "policy or --s3-public-url).",
+            "policy or --s3-public-url). Default: off.",
             metavar="",
         ),
-    ] = False,
+    ] = None,
     s3_public_url: Annotated[
         str | None, typer.Option(help="Public base URL of the prefix (e.g. a CDN).")
     ] = None,
     github_repo: Annotated[
         str | None, typer.Option(help="Publish a GitHub release in OWNER/NAME (GITHUB_TOKEN).")
     ] = None,
-    github_tag: Annotated[str, typer.Option(help="Release tag; {version} is replaced.")] = (
-        "v{version}"
-    ),
-    github_api_url: Annotated[str, typer.Option(help="GitHub API base URL.")] = (
-        "https://api.github.com"
-    ),
-    github_web_url: Annotated[str, typer.Option(help="Base of the download URLs.")] = (
-        "https://github.com"
-    ),
+    github_tag: Annotated[
+        str | None, typer.Option(help="Release tag; {version} is replaced.  [default: v{version}]")
+    ] = None,
+    github_api_url: Annotated[
+        str | None, typer.Option(help="GitHub API base URL.  [default: https://api.github.com]")
+    ] = None,
+    github_web_url: Annotated[
+        str | None, typer.Option(help="Base of the download URLs.  [default: https://github.com]")
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option(help="Check and compare everything; upload nothing.", metavar="")
     ] = (False),
@@ -182,37 +182,26 @@ def release_command(
         ),
     ] = False,
 ) -> None:
-    """Publish the validated artifacts, SHA256SUMS and the manifest; verify the round trip."""
+    """Publish the validated artifacts, SHA256SUMS and the manifest; verify the round trip.
+
+    Where to publish can also come from `[tool.sandbox-tools]` in pyproject.toml or
+    SANDBOX_TOOLS_* variables (s3-bucket, github-repo, ...); flags win.
+    """
     if as_json:
-        console.file = sys.stderr
-    targets: list[Target] = []
-    if s3_bucket:
-        targets.append(
-            S3Target(
-                bucket=s3_bucket,
-                prefix=_expand(s3_prefix, "--s3-prefix"),
-                region=s3_region,
-                endpoint_url=s3_endpoint_url,
-                public_read=s3_public_read,
-                public_url=s3_public_url,
-            )
-        )
-    if github_repo:
-        token = os.environ.get("GITHUB_TOKEN", "")
-        if not token:
-            raise ConfigurationError(
-                "--github-repo needs a token", remedy="Export GITHUB_TOKEN (contents:write)."
-            )
-        targets.append(
-            GitHubTarget(
-                repo=github_repo,
-                tag=_expand(github_tag, "--github-tag"),
-                token=token,
-                api_url=github_api_url,
-                web_url=github_web_url,
-                release_name=f"sandbox-tools {__version__}",
-            )
-        )
+        humans_to_stderr()
+    flags = {
+        "s3_bucket": s3_bucket,
+        "s3_prefix": s3_prefix,
+        "s3_region": s3_region,
+        "s3_endpoint_url": s3_endpoint_url,
+        "s3_public_read": s3_public_read,
+        "s3_public_url": s3_public_url,
+        "github_repo": github_repo,
+        "github_tag": github_tag,
+        "github_api_url": github_api_url,
+        "github_web_url": github_web_url,
+    }
+    targets = release_targets(settings.with_flags(settings.current(), flags), __version__)
     tree = checkout if checkout is not None else _checkout()
     package_dir = (
         tree / "src" / "sandbox_tools" / "release" / "published"
@@ -276,17 +265,6 @@ def _usable_directory(path: Path, option: str) -> None:
         raise ConfigurationError(f"{option} {path}: not writable")
 
 
-def _expand(template: str, option: str) -> str:
-    """`{version}` in an option's value; any other placeholder is a clear error."""
-    try:
-        return template.format(version=__version__)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ConfigurationError(
-            f"{option} {template!r}: only {{version}} may be used ({exc!s} is not known)",
-            remedy=f"Write {option} with {{version}} or no placeholder at all.",
-        ) from None
-
-
 def fetch_command(
     platform: Annotated[
         list[str] | None,
@@ -324,7 +302,7 @@ def fetch_command(
 ) -> None:
     """Obtain the manifest's artifacts, verified (size and SHA-256), where the injector looks."""
     if as_json:
-        console.file = sys.stderr
+        humans_to_stderr()
     manifest = _trusted_manifest(manifest_path)
     target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
     _usable_directory(target_dir, "--out")
@@ -418,6 +396,6 @@ def wheel_command(
         raise ConfigurationError(
             f"the manifest is for {manifest.version}, the package is {__version__}"
         )
-    with console.status("building the wheel"):
+    with notes.status("building the wheel"):
         wheel = build_wheel(tree, dist, manifest, out)
     console.print(f"wrote {wheel} ({wheel.stat().st_size / 1e6:.1f} MB)")

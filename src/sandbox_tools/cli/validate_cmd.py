@@ -4,31 +4,33 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sandbox_tools.build_containers.records import ArtifactRecord, read_records
-from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.distro_matrix.runner import (
-    CellResult,
-    run_matrix,
-    static_checks,
-    write_reports,
+from sandbox_tools.artifacts import Artifact, ArtifactFormat, Provenance, read_build_records
+from sandbox_tools.cli.output import (
+    actions_error,
+    actions_group,
+    append_step_summary,
+    console,
+    humans_to_stderr,
+    notes,
+    one_line,
 )
+from sandbox_tools.distro_matrix.matrix import load_matrix
+from sandbox_tools.distro_matrix.report import CellResult
+from sandbox_tools.distro_matrix.runner import run_matrix, write_reports
+from sandbox_tools.distro_matrix.static import static_checks
 from sandbox_tools.errors import ConfigurationError, NothingValidatedError
-from sandbox_tools.injector.acquire import Artifact, verified_artifact
 from sandbox_tools.platforms import Arch, parse_arches
-from sandbox_tools.sandboxes.docker import remove_live_containers
+from sandbox_tools.sandboxes.containers import remove_live_containers
 from sandbox_tools.sandboxes.engines import connect_engines
 
-console = Console(width=None if sys.stdout.isatty() else 160)
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
 
@@ -71,18 +73,18 @@ def _table(
     return table
 
 
-def _artifacts(dist: Path, arches: list[Arch]) -> list[tuple[ArtifactRecord, Artifact]]:
+def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
     chosen = []
-    for record in read_records(dist):
-        if record.format != "portable" or (arches and record.arch not in arches):
+    for record in read_build_records(dist):
+        if record.format is not ArtifactFormat.PORTABLE or (arches and record.arch not in arches):
             continue
-        artifact = verified_artifact(record, dist / record.name, "dist")
+        artifact = record.found_at(dist / record.name, Provenance.DIST)
         if artifact is None:
             raise ConfigurationError(
                 f"{dist / record.name} is missing or does not match "
                 "its record in build.json; rebuild it with `tools build`"
             )
-        chosen.append((record, artifact))
+        chosen.append(artifact)
     if not chosen:
         raise ConfigurationError(f"no artifacts to validate in {dist}; run `tools build` first")
     return chosen
@@ -105,7 +107,11 @@ def validate_command(
     dist: Annotated[Path, typer.Option("--dist", help="Artifacts and build.json.")] = Path("dist"),
     static: Annotated[
         bool,
-        typer.Option("--static", help="Only the static ELF checks, no containers.", metavar=""),
+        typer.Option(
+            "--static",
+            help="Only the static checks (the ELF and its payload read back), no containers.",
+            metavar="",
+        ),
     ] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Cells in parallel.")] = (
         os.cpu_count() or 2
@@ -142,7 +148,7 @@ def validate_command(
     for passed (all skipped), unless --allow-skipped.
     """
     if as_json:
-        console.file = sys.stderr  # stdout carries the report only
+        humans_to_stderr()  # stdout carries the report only
     # Reports of an earlier run must never stand for this one, whatever happens next.
     for stale in (report, junit):
         stale.unlink(missing_ok=True)
@@ -158,10 +164,10 @@ def validate_command(
     only = [part for value in only or [] for part in value.split(",") if part.strip()] or None
     matrix = load_matrix().select(only)
     artifacts = _artifacts(dist, arches)
-    problems = {record.name: static_checks(art.path, record) for record, art in artifacts}
+    problems = {art.name: static_checks(art.located, art) for art in artifacts}
     for name, found in problems.items():
         verdict = "[green]ok[/]" if not found else "[bold red]" + "; ".join(found) + "[/]"
-        console.print(f"static checks {name}: {verdict}")
+        (console if found else notes).print(f"static checks {name}: {verdict}")
     if any(problems.values()):
         raise typer.Exit(1)
     if static:
@@ -169,15 +175,15 @@ def validate_command(
     engines = connect_engines(engine or ["default"])
     for each in engines:
         state = "ready" if each.available else f"[bold red]unavailable[/]: {escape(each.error)}"
-        console.print(f"engine {escape(each.label)}: {state}")
+        (notes if each.available else console).print(f"engine {escape(each.label)}: {state}")
     results: list[CellResult] = []
-    records = [record for record, _ in artifacts]
+    records = artifacts
     try:
-        if console.is_terminal:
+        if notes.is_terminal and not notes.quiet:
             planned = len(artifacts) * len(matrix.distros) * len(matrix.scenarios)
-            fits = max(5, console.size.height - 8)  # the live view never outgrows the screen
+            fits = max(5, notes.size.height - 8)  # the live view never outgrows the screen
             with Live(
-                _table(results, total=planned, rows=fits), console=console, refresh_per_second=2
+                _table(results, total=planned, rows=fits), console=notes, refresh_per_second=2
             ) as live:
 
                 def show(result: CellResult) -> None:
@@ -190,23 +196,18 @@ def validate_command(
             def log(result: CellResult) -> None:
                 results.append(result)
                 where = f" [{result.engine}]" if len(engines) > 1 else ""
-                print(
+                notes.print(
                     f"{result.status:7} {result.cell_id}{where} {result.seconds:.1f}s "
                     f"{result.detail[:200]}",
-                    flush=True,
-                    file=console.file,
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
                 )
-                if result.status == "failed" and _on_github():
-                    print(
-                        f"::error title=validate {result.cell_id}::{_one_line(result.detail)}",
-                        file=console.file,
-                    )
+                if result.status == "failed":
+                    actions_error(f"validate {result.cell_id}", result.detail)
 
-            if _on_github():
-                print("::group::tools validate: cells", flush=True, file=console.file)
-            outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
-            if _on_github():
-                print("::endgroup::", flush=True, file=console.file)
+            with actions_group("tools validate: cells"):
+                outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
             console.print(_table(outcome, len(engines)))
     except KeyboardInterrupt:
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
@@ -224,11 +225,8 @@ def validate_command(
     _github_summary(outcome, counts, unvalidated)
     if as_json:
         print(report.read_text(), end="")
-    if unvalidated and _on_github():
-        print(
-            f"::error title=tools validate::nothing passed for {', '.join(unvalidated)}",
-            file=console.file,
-        )
+    if unvalidated:
+        actions_error("tools validate", f"nothing passed for {', '.join(unvalidated)}")
     if counts["failed"]:
         raise typer.Exit(1)
     if unvalidated:
@@ -253,21 +251,10 @@ def _unvalidated(results: list[CellResult], only: list[str] | None) -> list[str]
     return missing
 
 
-def _on_github() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:500] or "(no detail)"
-
-
 def _github_summary(
     results: list[CellResult], counts: dict[str, int], unvalidated: list[str]
 ) -> None:
     """On GitHub Actions: a Markdown summary of the run, failures first."""
-    path = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not path:
-        return
     verdict = "failed" if counts["failed"] or unvalidated else "passed"
     lines = [
         f"## tools validate: {verdict}",
@@ -279,7 +266,6 @@ def _github_summary(
     order = {"failed": 0, "passed": 1, "skipped": 2}
     lines += ["", "| cell | status | seconds | detail |", "|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (order.get(r.status, 3), r.cell_id)):
-        detail = _one_line(r.detail).replace("|", "\\|")[:200]
+        detail = one_line(r.detail).replace("|", "\\|")[:200]
         lines.append(f"| {r.cell_id} | {r.status} | {r.seconds:.1f} | {detail} |")
-    with open(path, "a", encoding="utf-8") as summary:
-        summary.write("\n".join(lines) + "\n")
+    append_step_summary(lines)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import difflib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from importlib import resources
-from typing import Any
+from types import UnionType
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
+from sandbox_tools.artifacts import TextEnum
 from sandbox_tools.errors import ConfigurationError
 
 if sys.version_info >= (3, 11):
@@ -16,11 +18,39 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+class OfflineKind(TextEnum):
+    DEBOOTSTRAP = "debootstrap"  # "debootstrap:<suite>": a debootstrapped Debian root
+    BUSYBOX = "busybox-static"  # Debian's static busybox alone: no libc at all
+    NOSHELL = "noshell"  # not even a shell: nothing on PATH
+
+
+@dataclass(frozen=True)
+class OfflineRecipe:
+    """How a row's image is made without a registry (matrix.toml's `offline`)."""
+
+    kind: OfflineKind
+    suite: str = ""  # debootstrap only
+
+    @classmethod
+    def parse(cls, text: str) -> OfflineRecipe:
+        kind, _, suite = text.partition(":")
+        if kind == OfflineKind.DEBOOTSTRAP and suite:
+            return cls(OfflineKind.DEBOOTSTRAP, suite)
+        if text in (OfflineKind.BUSYBOX, OfflineKind.NOSHELL):
+            return cls(OfflineKind(text))
+        raise ValueError(
+            f"offline {text!r} is none of debootstrap:<suite>, busybox-static, noshell"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.suite}" if self.suite else str(self.kind)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Distro:
     name: str
     registry: str | None = None
-    offline: str | None = None
+    offline: OfflineRecipe | None = None
     shell: bool = True
     command: list[str] | None = None  # the container's main process, if not `sleep infinity`
 
@@ -64,11 +94,70 @@ class Matrix:
         )
 
 
+T = TypeVar("T", Distro, Scenario)
+
+
+def _row(kind: type[T], table: str, number: int, row: Any) -> T:
+    """One [[table]] row as `kind`: unknown keys get a "did you mean", missing or
+    mistyped ones a sentence naming the row, never a TypeError traceback."""
+    where = f"matrix.toml [[{table}]] row {number}"
+    remedy = "Fix the row in src/sandbox_tools/distro_matrix/matrix.toml."
+    if not isinstance(row, dict):
+        raise ConfigurationError(f"{where} is not a table", remedy=remedy)
+    known = {f.name: f for f in fields(kind)}
+    for key in row:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigurationError(
+                f"{where} ({row.get('name', '?')}): unknown key {key!r}{hint}",
+                remedy=f"Keys of a [[{table}]] row: " + ", ".join(known),
+            )
+    missing = [
+        name
+        for name, f in known.items()
+        if name not in row and f.default is MISSING and f.default_factory is MISSING
+    ]
+    if missing:
+        raise ConfigurationError(
+            f"{where}: missing {', '.join(repr(m) for m in missing)}", remedy=remedy
+        )
+    row = dict(row)
+    if kind is Distro and isinstance(row.get("offline"), str):
+        try:
+            row["offline"] = OfflineRecipe.parse(row["offline"])
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{where} ({row.get('name', '?')}): {exc}", remedy=remedy
+            ) from None
+    hints = get_type_hints(kind)
+    for key, value in row.items():
+        expected = hints[key]
+        allowed = tuple(
+            a if isinstance(a, type) else get_origin(a) or a
+            for a in (get_args(expected) if get_origin(expected) is UnionType else (expected,))
+        )
+        allowed = tuple(type(None) if a is None else a for a in allowed)
+        if not isinstance(value, tuple(a for a in allowed if isinstance(a, type))):
+            wanted = " or ".join(getattr(a, "__name__", str(a)) for a in allowed)
+            raise ConfigurationError(
+                f"{where} ({row.get('name', '?')}): {key!r} is {type(value).__name__}, "
+                f"expected {wanted}",
+                remedy=remedy,
+            )
+    return kind(**row)
+
+
 def load_matrix(text: str | None = None) -> Matrix:
     """The distribution matrix shipped with the package (or `text`, for tests)."""
     if text is None:
         text = (resources.files("sandbox_tools.distro_matrix") / "matrix.toml").read_text()
-    data: dict[str, Any] = tomllib.loads(text)
-    distros = tuple(Distro(**row) for row in data.get("distro", []))
-    scenarios = tuple(Scenario(**row) for row in data.get("scenario", []))
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"matrix.toml is not valid TOML: {exc}") from None
+    distros = tuple(_row(Distro, "distro", n, r) for n, r in enumerate(data.get("distro", []), 1))
+    scenarios = tuple(
+        _row(Scenario, "scenario", n, r) for n, r in enumerate(data.get("scenario", []), 1)
+    )
     return Matrix(distros, scenarios)

@@ -3,91 +3,47 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import struct
+import contextlib
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
 import docker.errors
+from docker import DockerClient
 
-from sandbox_tools.build_containers.package import TRAILER, TRAILER_MAGIC
-from sandbox_tools.build_containers.records import ArtifactRecord
-from sandbox_tools.distro_matrix.matrix import Distro, Matrix, Scenario
-from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
-from sandbox_tools.injector.acquire import Artifact
+from sandbox_tools.artifacts import Artifact
+from sandbox_tools.distro_matrix.matrix import (
+    Distro,
+    Matrix,
+    OfflineKind,
+    Scenario,
+    load_matrix,
+)
+from sandbox_tools.distro_matrix.report import (
+    CellResult,
+    CellStatus,
+    EngineStatus,
+    ValidationReport,
+)
+from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.base import Sandbox
-from sandbox_tools.sandboxes.docker import DockerSandbox, running_container
-from sandbox_tools.sandboxes.engines import Engine
+from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.engines import Engine, EngineKind
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
-
-MAX_ARTIFACT_BYTES = 15 * 1000 * 1000
-ELF_MACHINES = {Arch.AMD64: 62, Arch.ARM64: 183}
-
-
-@dataclass
-class CellResult:
-    artifact: str
-    platform: str
-    distro: str
-    scenario: str
-    status: str  # "passed", "failed", "skipped"
-    seconds: float = 0.0
-    source: str = ""
-    detail: str = ""
-    checks: list[str] = field(default_factory=list)
-    engine: str = ""  # which Docker engine ran the cell (several with --engine)
-
-    @property
-    def cell_id(self) -> str:
-        return f"{self.distro}/{self.platform.removeprefix('linux/')}/{self.scenario}"
-
-
-# -- static checks (no container) -------------------------------------------------------
-
-
-def static_checks(path: Path, record: ArtifactRecord) -> list[str]:
-    """Problems found in the artifact's ELF facts; empty when it is sound."""
-    problems: list[str] = []
-    data = path.read_bytes()
-    if len(data) != record.size:
-        problems.append(f"size {len(data)} differs from the record's {record.size}")
-    if len(data) > MAX_ARTIFACT_BYTES:
-        problems.append(f"{len(data)} bytes exceeds the {MAX_ARTIFACT_BYTES} byte budget")
-    if data[:4] != b"\x7fELF" or data[4] != 2:
-        return [*problems, "not a 64-bit ELF executable"]
-    machine = struct.unpack_from("<H", data, 18)[0]
-    if machine != ELF_MACHINES[record.arch]:
-        problems.append(
-            f"ELF machine {machine}, expected {ELF_MACHINES[record.arch]} for {record.platform}"
-        )
-    (phoff,) = struct.unpack_from("<Q", data, 32)
-    phentsize, phnum = struct.unpack_from("<HH", data, 54)
-    for index in range(phnum):
-        p_type = struct.unpack_from("<I", data, phoff + index * phentsize)[0]
-        if p_type == 3:  # PT_INTERP: would need the container's dynamic loader
-            problems.append("has an ELF interpreter: not statically linked")
-        if p_type == 2:  # PT_DYNAMIC: would load the container's libraries
-            problems.append("is dynamically linked")
-    if record.format == "portable":
-        magic = TRAILER.unpack_from(data, len(data) - TRAILER.size)[0]
-        if magic != TRAILER_MAGIC:
-            problems.append("no payload trailer")
-    return problems
-
 
 # -- images -----------------------------------------------------------------------------
 
 
 def resolve_image(
-    client: Any, distro: Distro, arch: Arch, registry_ok: dict[str, bool]
+    client: DockerClient, distro: Distro, arch: Arch, registry_ok: dict[str, bool]
 ) -> tuple[str | None, str]:
     """(image, where it came from) or (None, why it is skipped)."""
     reasons = []
@@ -101,15 +57,25 @@ def resolve_image(
                 reasons.append(f"registry unreachable ({str(exc.explanation or exc)[:80]})")
         else:
             reasons.append("registry unreachable")
-    if distro.offline and distro.offline.startswith("debootstrap:"):
-        suite = distro.offline.split(":", 1)[1]
-        return ensure_image(client, RootfsRecipe(suite=suite, arch=arch)), distro.offline
-    if distro.offline == "busybox-static":
-        return ensure_busybox_image(client, arch), distro.offline
-    if distro.offline == "noshell":
-        return ensure_busybox_image(client, arch, applets=False), distro.offline
+    recipe = distro.offline
+    if recipe is not None and recipe.kind is OfflineKind.DEBOOTSTRAP:
+        return ensure_image(client, RootfsRecipe(suite=recipe.suite, arch=arch)), str(recipe)
+    if recipe is not None:
+        applets = recipe.kind is OfflineKind.BUSYBOX
+        return ensure_busybox_image(client, arch, applets=applets), str(recipe)
     reasons.append("no offline recipe")
     return None, ", ".join(reasons)
+
+
+def matrix_image(client: DockerClient, selector: str, arch: Arch) -> tuple[str, str, str]:
+    """(image, where it came from, distribution) for one matrix row, e.g. `debian:12`."""
+    chosen = load_matrix().select([selector]).distros[:1]
+    if not chosen:
+        raise ConfigurationError(f"unknown distribution {selector!r}")
+    image, source = resolve_image(client, chosen[0], arch, {})
+    if image is None:
+        raise ConfigurationError(f"no image for {chosen[0].name} here: {source}")
+    return image, source, chosen[0].name
 
 
 # -- one cell ---------------------------------------------------------------------------
@@ -168,29 +134,29 @@ async def _exercise(
         await forget_sandbox(sandbox)
 
 
+SandboxFactory = Callable[[], contextlib.AbstractAsyncContextManager[Sandbox]]
+
+
 async def run_cell(
-    client: Any,
+    open_sandbox: SandboxFactory,
     artifact: Artifact,
-    record: ArtifactRecord,
     distro: Distro,
-    image: str,
-    source: str,
     scenario: Scenario,
+    source: str,
 ) -> CellResult:
+    """One cell, whatever the backend: `open_sandbox` gives a fresh sandbox of the row's
+    image with the scenario's options and removes it afterwards."""
     result = CellResult(
-        record.name, record.platform, distro.name, scenario.name, "failed", source=source
+        artifact.name,
+        artifact.platform,
+        distro.name,
+        scenario.name,
+        CellStatus.FAILED,
+        source=source,
     )
     started = time.monotonic()
-    options: dict[str, Any] = {"platform": record.platform, "read_only": scenario.read_only}
-    if scenario.tmpfs:
-        options["tmpfs"] = dict(scenario.tmpfs)
-    if scenario.user:
-        options["user"] = scenario.user
-    if distro.command:
-        options["command"] = distro.command
     try:
-        with running_container(client, image, **options) as container:
-            sandbox = DockerSandbox(container, client)
+        async with open_sandbox() as sandbox:
             try:
                 await _exercise(sandbox, artifact, scenario, result.checks, distro.shell)
                 failure: BaseException | None = None
@@ -198,17 +164,44 @@ async def run_cell(
                 failure = exc
             if scenario.expect_failure:
                 if isinstance(failure, SandboxInjectionError) and "tried" in str(failure):
-                    result.status, result.detail = "passed", f"failed as expected: {failure}"
+                    result.status = CellStatus.PASSED
+                    result.detail = f"failed as expected: {failure}"
                 else:
                     result.detail = "expected a SandboxInjectionError naming the directories"
             elif failure is not None:
                 raise failure
             else:
-                result.status = "passed"
-    except (SandboxToolsError, AssertionError, docker.errors.DockerException, OSError) as exc:
+                result.status = CellStatus.PASSED
+    except (
+        SandboxToolsError,
+        AssertionError,
+        docker.errors.DockerException,
+        OSError,
+        TimeoutError,
+    ) as exc:
         result.detail = str(exc)[:2000]
     result.seconds = time.monotonic() - started
     return result
+
+
+def docker_cell_sandbox(
+    client: DockerClient, image: str, artifact: Artifact, distro: Distro, scenario: Scenario
+) -> SandboxFactory:
+    """A Docker container of `image` with the scenario's options, removed afterwards."""
+    options: dict[str, Any] = {"platform": artifact.platform, "read_only": scenario.read_only}
+    if scenario.tmpfs:
+        options["tmpfs"] = dict(scenario.tmpfs)
+    if scenario.user:
+        options["user"] = scenario.user
+    if distro.command:
+        options["command"] = distro.command
+
+    @contextlib.asynccontextmanager
+    async def open_sandbox() -> AsyncIterator[Sandbox]:
+        with running_container(client, image, **options) as container:
+            yield DockerSandbox(container, client)
+
+    return open_sandbox
 
 
 def modal_skip(distro: Distro, scenario: Scenario, arch: Arch) -> str | None:
@@ -224,33 +217,69 @@ def modal_skip(distro: Distro, scenario: Scenario, arch: Arch) -> str | None:
     return None
 
 
-async def run_modal_cell(
-    artifact: Artifact, record: ArtifactRecord, distro: Distro, scenario: Scenario
-) -> CellResult:
-    """The same checks as a Docker cell, in a fresh Modal sandbox of the row's image."""
-    from sandbox_tools.sandboxes.modal import ModalConfig, ModalSandbox
+def modal_cell_sandbox(distro: Distro) -> SandboxFactory:
+    """A fresh Modal sandbox of the row's registry image, terminated afterwards."""
 
-    assert distro.registry is not None
-    result = CellResult(
-        record.name,
-        record.platform,
-        distro.name,
-        scenario.name,
-        "failed",
-        source=f"registry {distro.registry} (Modal)",
-    )
-    started = time.monotonic()
-    try:
+    @contextlib.asynccontextmanager
+    async def open_sandbox() -> AsyncIterator[Sandbox]:
+        from sandbox_tools.sandboxes.modal import ModalSandbox
+        from sandbox_tools.sandboxes.modal_config import ModalConfig
+
+        assert distro.registry is not None
         sandbox = await ModalSandbox.create(ModalConfig(image=distro.registry, timeout=900))
         try:
-            await _exercise(sandbox, artifact, scenario, result.checks, distro.shell)
-            result.status = "passed"
+            yield sandbox
         finally:
             await sandbox.cleanup()
-    except (SandboxToolsError, AssertionError, OSError, TimeoutError) as exc:
-        result.detail = str(exc)[:2000]
-    result.seconds = time.monotonic() - started
-    return result
+
+    return open_sandbox
+
+
+# -- backends: how a row gets its sandboxes, one entry per engine kind -----------------
+
+
+@dataclass(frozen=True)
+class PreparedRow:
+    """A row ready to run on one backend: where its image came from, which scenarios it
+    cannot run (and why), and how to open a fresh sandbox for a scenario."""
+
+    source: str
+    skip: Callable[[Scenario], str | None]
+    sandbox: Callable[[Scenario], SandboxFactory]
+
+
+async def _docker_row(
+    engine: Engine, artifact: Artifact, distro: Distro, registry: dict[str, bool]
+) -> PreparedRow:
+    client = engine.client
+    assert client is not None  # only available engines get here
+    image, source = await asyncio.to_thread(resolve_image, client, distro, artifact.arch, registry)
+    if image is None:
+        return PreparedRow(source, lambda _: source, lambda _: _no_sandbox())
+    return PreparedRow(
+        source,
+        lambda scenario: shell_less_skip(distro, scenario),
+        lambda scenario: docker_cell_sandbox(client, image, artifact, distro, scenario),
+    )
+
+
+async def _modal_row(
+    engine: Engine, artifact: Artifact, distro: Distro, registry: dict[str, bool]
+) -> PreparedRow:
+    return PreparedRow(
+        f"registry {distro.registry} (Modal)",
+        lambda scenario: modal_skip(distro, scenario, artifact.arch),
+        lambda _: modal_cell_sandbox(distro),
+    )
+
+
+def _no_sandbox() -> SandboxFactory:
+    raise AssertionError("a skipped row opens no sandbox")
+
+
+ROW_BACKENDS: dict[
+    EngineKind, Callable[[Engine, Artifact, Distro, dict[str, bool]], Awaitable[PreparedRow]]
+] = {EngineKind.DOCKER: _docker_row, EngineKind.MODAL: _modal_row}
 
 
 # -- the whole run ----------------------------------------------------------------------
@@ -258,7 +287,7 @@ async def run_modal_cell(
 
 async def run_matrix(
     engines: Sequence[Engine],
-    artifacts: list[tuple[ArtifactRecord, Artifact]],
+    artifacts: list[Artifact],
     matrix: Matrix,
     jobs: int,
     on_result: Callable[[CellResult], None],
@@ -276,13 +305,11 @@ async def run_matrix(
         results.append(result)
         on_result(result)
 
-    async def row(
-        engine: Engine, record: ArtifactRecord, artifact: Artifact, distro: Distro
-    ) -> None:
-        def cell_result(scenario: Scenario, status: str, detail: str) -> CellResult:
+    async def row(engine: Engine, artifact: Artifact, distro: Distro) -> None:
+        def cell_result(scenario: Scenario, status: CellStatus, detail: str) -> CellResult:
             return CellResult(
-                record.name,
-                record.platform,
+                artifact.name,
+                artifact.platform,
                 distro.name,
                 scenario.name,
                 status,
@@ -294,48 +321,40 @@ async def run_matrix(
             for scenario in matrix.scenarios:
                 report(
                     cell_result(
-                        scenario, "failed", f"engine {engine.label} unreachable: {engine.error}"
+                        scenario,
+                        CellStatus.FAILED,
+                        f"engine {engine.label} unreachable: {engine.error}",
                     )
                 )
             return
-        if engine.kind == "modal":
-            for scenario in matrix.scenarios:
-                why = modal_skip(distro, scenario, record.arch)
-                if why is not None:
-                    report(cell_result(scenario, "skipped", why))
-                    continue
-                async with semaphores[engine.label]:
-                    outcome = await run_modal_cell(artifact, record, distro, scenario)
-                outcome.engine = engine.label
-                report(outcome)
-            return
         try:
             async with semaphores[engine.label]:
-                image, source = await asyncio.to_thread(
-                    resolve_image, engine.client, distro, record.arch, registries[engine.label]
+                prepared = await ROW_BACKENDS[engine.kind](
+                    engine, artifact, distro, registries[engine.label]
                 )
         except (SandboxToolsError, docker.errors.DockerException, OSError) as exc:
             for scenario in matrix.scenarios:
-                report(cell_result(scenario, "failed", f"engine {engine.label}: no image: {exc}"))
+                report(
+                    cell_result(
+                        scenario, CellStatus.FAILED, f"engine {engine.label}: no image: {exc}"
+                    )
+                )
             return
 
         async def cell(scenario: Scenario) -> None:
-            reason = source if image is None else shell_less_skip(distro, scenario)
-            if image is None or reason is not None:
-                report(cell_result(scenario, "skipped", reason or source))
+            reason = prepared.skip(scenario)
+            if reason is not None:
+                report(cell_result(scenario, CellStatus.SKIPPED, reason))
                 return
             async with semaphores[engine.label]:
-                outcome = await run_cell(
-                    engine.client, artifact, record, distro, image, source, scenario
-                )
+                opened = prepared.sandbox(scenario)
+                outcome = await run_cell(opened, artifact, distro, scenario, prepared.source)
             outcome.engine = engine.label
             report(outcome)
 
         await asyncio.gather(*(cell(scenario) for scenario in matrix.scenarios))
 
-    rows = [
-        (record, artifact, distro) for record, artifact in artifacts for distro in matrix.distros
-    ]
+    rows = [(artifact, distro) for artifact in artifacts for distro in matrix.distros]
     await asyncio.gather(*(row(engines[i % len(engines)], *spec) for i, spec in enumerate(rows)))
     return sorted(results, key=lambda r: (r.platform, r.distro, r.scenario))
 
@@ -344,35 +363,21 @@ def write_reports(
     results: list[CellResult],
     json_path: Path,
     junit_path: Path,
-    artifacts: list[ArtifactRecord],
+    artifacts: list[Artifact],
     engines: Sequence[Engine] = (),
     unvalidated: Sequence[str] = (),
     interrupted: bool = False,
 ) -> None:
     """`unvalidated`: what was asked for but had no passing cell; it makes the run fail."""
-    summary = {
-        status: sum(r.status == status for r in results)
-        for status in ("passed", "failed", "skipped")
-    }
-    document = {
-        "schema": 1,
-        # release refuses unless validation passed for these exact bytes
-        "artifacts": [
-            {"name": a.name, "platform": a.platform, "sha256": a.sha256, "build_id": a.build_id}
-            for a in artifacts
-        ],
-        "engines": [
-            {"label": e.label, "kind": e.kind, "reachable": e.available, "error": e.error}
-            for e in engines
-        ],
-        "summary": summary,
-        "passed": summary["failed"] == 0 and not unvalidated and not interrupted,
-        "interrupted": interrupted,
-        "unvalidated": list(unvalidated),
-        "results": [{**asdict(r), "id": r.cell_id} for r in results],
-    }
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(document, indent=2) + "\n")
+    report = ValidationReport(
+        artifacts=[replace(a, path=None, provenance=None) for a in artifacts],
+        results=results,
+        engines=[EngineStatus(e.label, e.kind.value, e.available, e.error) for e in engines],
+        unvalidated=list(unvalidated),
+        interrupted=interrupted,
+    )
+    report.dump(json_path)
+    summary = report.summary
     suite = ElementTree.Element(
         "testsuite",
         name="sandbox-tools validate",
@@ -388,11 +393,11 @@ def write_reports(
             name=result.cell_id,
             time=f"{result.seconds:.2f}",
         )
-        if result.status == "failed":
+        if result.status is CellStatus.FAILED:
             ElementTree.SubElement(
                 case, "failure", message=result.detail[:200]
             ).text = result.detail
-        elif result.status == "skipped":
+        elif result.status is CellStatus.SKIPPED:
             ElementTree.SubElement(case, "skipped", message=result.detail)
     junit_path.parent.mkdir(parents=True, exist_ok=True)
     ElementTree.ElementTree(suite).write(junit_path, encoding="utf-8", xml_declaration=True)

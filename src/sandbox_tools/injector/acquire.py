@@ -10,43 +10,24 @@ checked against a pinned SHA-256 before they are used.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
+from sandbox_tools import settings
 from sandbox_tools._version import __version__
-from sandbox_tools.build_containers.records import (
-    ArtifactFormat,
-    ArtifactRecord,
-    read_records,
-    sha256_of,
-)
+from sandbox_tools.artifacts import Artifact, ArtifactFormat, Provenance, read_build_records
 from sandbox_tools.cache import artifact_cache_dir
 from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
 from sandbox_tools.platforms import Arch
-from sandbox_tools.release.digests import file_matches
-from sandbox_tools.release.manifest import Manifest, ManifestArtifact, packaged_manifest
+from sandbox_tools.release.manifest import Manifest, packaged_manifest
 
 DEFAULT_FORMAT = ArtifactFormat.PORTABLE
 
 
-@dataclass(frozen=True)
-class Artifact:
-    path: Path
-    name: str
-    platform: str
-    format: str
-    sha256: str
-    build_id: str
-    source: str  # "bundled", "cache", "fetched", "dist", "built"
-
-
-def select_record(
-    records: list[ArtifactRecord], arch: Arch, fmt: ArtifactFormat
-) -> ArtifactRecord | None:
+def select_record(records: list[Artifact], arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
     """The one record for (platform, format); more than one is an error, not a choice."""
-    matches = [r for r in records if r.platform == arch.platform and r.format == fmt.value]
+    matches = [r for r in records if r.arch is arch and r.format is fmt]
     if len(matches) > 1:
         raise SandboxInjectionError(
             f"{len(matches)} artifacts claim {arch.platform} ({fmt.value})",
@@ -55,17 +36,7 @@ def select_record(
     return matches[0] if matches else None
 
 
-def verified_artifact(record: ArtifactRecord, path: Path, source: str) -> Artifact | None:
-    """The artifact at `path` if its size and SHA-256 are the record's, else None: bytes are
-    never used on the strength of a name."""
-    if not path.is_file() or path.stat().st_size != record.size or sha256_of(path) != record.sha256:
-        return None
-    return Artifact(
-        path, record.name, record.platform, record.format, record.sha256, record.build_id, source
-    )
-
-
-def _manifest_entry(manifest: Manifest | None, arch: Arch) -> ManifestArtifact | None:
+def _manifest_entry(manifest: Manifest | None, arch: Arch) -> Artifact | None:
     if manifest is None or manifest.version != __version__:
         return None
     try:
@@ -79,16 +50,16 @@ def _bundled(arch: Arch, fmt: ArtifactFormat, manifest: Manifest | None) -> Arti
     if not bundle.is_dir():
         return None
     directory = Path(str(bundle))
-    record = select_record(read_records(directory), arch, fmt)
+    record = select_record(read_build_records(directory), arch, fmt)
     if record is None:
         return None
     pinned = _manifest_entry(manifest, arch)
-    if pinned is not None and pinned.format == fmt.value and pinned.sha256 != record.sha256:
+    if pinned is not None and pinned.format is fmt and pinned.sha256 != record.sha256:
         raise SandboxInjectionError(
             f"the bundled {record.name} is not the artifact this version's manifest pins",
             remedy="Reinstall sandbox-tools from a release wheel.",
         )
-    return verified_artifact(record, directory / record.name, "bundled")
+    return record.found_at(directory / record.name, Provenance.BUNDLED, cache=False)
 
 
 def _pinned(
@@ -96,23 +67,15 @@ def _pinned(
 ) -> Artifact | None:
     """The released artifact, from the cache or its mirrors, if it is what the sources say."""
     entry = _manifest_entry(manifest, arch)
-    if manifest is None or entry is None or entry.format != fmt.value:
+    if manifest is None or entry is None or entry.format is not fmt:
         return None
     if entry.build_id != wanted:
         return None  # the runtime sources changed since the release: do not mix versions
     cache = artifact_cache_dir(__version__)
-    found = Artifact(
-        cache / entry.name,
-        entry.name,
-        entry.platform,
-        entry.format,
-        entry.sha256,
-        entry.build_id,
-        "cache",
-    )
-    if file_matches(found.path, entry.size, entry.sha256):
+    found = entry.found_at(cache / entry.name, Provenance.CACHE)
+    if found is not None:
         return found
-    if os.environ.get("SANDBOX_TOOLS_OFFLINE") == "1" or not entry.urls:
+    if settings.current().offline or not entry.urls:
         return None
     from sandbox_tools.release.fetch import fetch
 
@@ -120,7 +83,7 @@ def _pinned(
         fetch(manifest, cache, [arch.platform])
     except SandboxToolsError:
         return None  # the checkout may still build it; the final error says what to do
-    return replace(found, source="fetched")
+    return replace(entry, path=cache / entry.name, provenance=Provenance.FETCHED)
 
 
 def checkout_root() -> Path | None:
@@ -131,9 +94,9 @@ def checkout_root() -> Path | None:
 
 def checkout_dist() -> Path | None:
     """Where locally built artifacts are: $SANDBOX_TOOLS_DIST, else the checkout's dist/."""
-    configured = os.environ.get("SANDBOX_TOOLS_DIST")
-    if configured:
-        return Path(configured)
+    configured = settings.current().dist
+    if configured is not None:
+        return configured
     checkout = checkout_root()
     return checkout / "dist" if checkout is not None else None
 
@@ -167,18 +130,18 @@ def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifa
             remedy="Install a release wheel of sandbox-tools, or run `tools fetch` "
             "(offline: `tools fetch --from BUNDLE`).",
         )
-    record = select_record(read_records(dist), arch, fmt)
+    record = select_record(read_build_records(dist), arch, fmt)
     if record is not None and record.build_id == wanted:
-        found = verified_artifact(record, dist / record.name, "dist")
+        found = record.found_at(dist / record.name, Provenance.DIST)
         if found is not None:
             return found
     # An edited checkout: build what the sources say (no-op if nothing changed).
     from sandbox_tools.build_containers.build import BuildRequest, NullReporter, build
-    from sandbox_tools.sandboxes.docker import docker_client
+    from sandbox_tools.sandboxes.engines import local_engine
 
     try:
         (built,) = build(
-            docker_client(), BuildRequest(arches=(arch,), format=fmt, out_dir=dist), NullReporter()
+            [local_engine()], BuildRequest(arches=(arch,), format=fmt, out_dir=dist), NullReporter()
         )
     except SandboxToolsError as exc:
         raise SandboxInjectionError(
@@ -186,7 +149,7 @@ def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifa
             f"one failed: {exc.message}",
             remedy=f"Run `tools build --arch {arch.value}` and look at its output.",
         ) from None
-    found = verified_artifact(built, dist / built.name, "built")
+    found = built.found_at(dist / built.name, Provenance.BUILT)
     if found is None:
         raise SandboxInjectionError(f"the artifact just built in {dist} does not match its record")
     return found

@@ -19,6 +19,13 @@ from typing import Any, Literal, overload
 from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
 from sandbox_tools.protocol import User
+from sandbox_tools.runtime.tools.exec_remote.tool_types import (
+    AckParams,
+    PollParams,
+    PollResult,
+    StartParams,
+    WriteStdinParams,
+)
 
 DEFAULT_OUTPUT_LIMIT = 10 * 1024 * 1024
 # A poll may take its server-side wait plus this much for the transport; past that the
@@ -126,6 +133,11 @@ class ExecRemoteProcess:
             await asyncio.wait_for(asyncio.shield(self.kill()), KILL_TIMEOUT)
 
     async def events(self) -> AsyncIterator[ExecEvent]:
+        """Output chunks as they arrive, then exactly one Completed.
+
+        A chunk is acknowledged (the runtime may drop it) only by the poll after the
+        consumer took it; a consumer that stops early kills the process, leaving no orphan.
+        """
         deadline = (
             time.monotonic() + self.options.timeout if self.options.timeout is not None else None
         )
@@ -150,7 +162,9 @@ class ExecRemoteProcess:
                     result = _poll_result(
                         await self.client.call(
                             "exec_remote_poll",
-                            {"pid": self.pid, "ack_seq": self._ack, "wait_ms": wait_ms},
+                            PollParams(
+                                pid=self.pid, ack_seq=self._ack, wait_ms=wait_ms
+                            ).to_params(),
                             timeout=call_timeout,
                         )
                     )
@@ -170,8 +184,10 @@ class ExecRemoteProcess:
                     stderr.add(result["stderr"])
                     yield StderrChunk(result["stderr"])
                 if result["state"] != "running":
+                    exit_code = result["exit_code"]
+                    assert exit_code is not None  # _poll_result checked it for final states
                     self._completed = Completed(
-                        exit_code=result["exit_code"],
+                        exit_code=exit_code,
                         stdout=stdout.value(),
                         stderr=stderr.value(),
                         killed=result["state"] == "killed",
@@ -192,9 +208,7 @@ class ExecRemoteProcess:
     async def _release(self) -> None:
         """Acknowledge the terminal result so the server can drop what it kept for us."""
         with contextlib.suppress(Exception):
-            await self.client.call(
-                "exec_remote_poll", {"pid": self.pid, "ack_seq": self._ack}, timeout=KILL_TIMEOUT
-            )
+            await self.client.call("exec_remote_poll", self._acknowledged(), timeout=KILL_TIMEOUT)
 
     async def wait(self) -> Completed:
         """Drain the events and return the result."""
@@ -204,30 +218,43 @@ class ExecRemoteProcess:
         raise AssertionError("events() ended without a Completed event")
 
     async def kill(self) -> None:
+        """Kill the process and its group (once; a finished process is left alone)."""
         if self._kill_sent or self._completed is not None:
             return
         self._kill_sent = True
-        await self.client.call(
-            "exec_remote_kill", {"pid": self.pid, "ack_seq": self._ack}, timeout=KILL_TIMEOUT
-        )
+        await self.client.call("exec_remote_kill", self._acknowledged(), timeout=KILL_TIMEOUT)
 
     async def write_stdin(self, data: str) -> None:
+        """Send text to the process's stdin (it must have been started with stdin open)."""
         await self.client.call(
-            "exec_remote_write_stdin", {"pid": self.pid, "ack_seq": self._ack, "data": data}
+            "exec_remote_write_stdin",
+            WriteStdinParams(pid=self.pid, ack_seq=self._ack, data=data).to_params(),
         )
 
     async def close_stdin(self) -> None:
-        await self.client.call("exec_remote_close_stdin", {"pid": self.pid, "ack_seq": self._ack})
+        """Close its stdin: a program reading to EOF can then finish."""
+        await self.client.call("exec_remote_close_stdin", self._acknowledged())
+
+    def _acknowledged(self) -> dict[str, Any]:
+        """A pid and how far its output was taken: kill, close_stdin, the final poll."""
+        return AckParams(pid=self.pid, ack_seq=self._ack).to_params()
 
 
-def _poll_result(result: Any) -> dict[str, Any]:
+def _poll_result(result: Any) -> PollResult:
     """A poll's result, checked field by field before anything is taken from it."""
     checked = result_fields(result, "exec_remote_poll", seq=int, stdout=str, stderr=str, state=str)
     if checked["state"] not in _STATES:
         raise RuntimeTransportError(f"exec_remote_poll: unknown state {checked['state']!r}")
+    exit_code = None
     if checked["state"] != "running":
-        result_fields(result, "exec_remote_poll", exit_code=int)
-    return checked
+        exit_code = result_fields(result, "exec_remote_poll", exit_code=int)["exit_code"]
+    return PollResult(
+        seq=checked["seq"],
+        stdout=checked["stdout"],
+        stderr=checked["stderr"],
+        state=checked["state"],
+        exit_code=exit_code,
+    )
 
 
 def _command_string(cmd: str | Sequence[str]) -> str:
@@ -239,17 +266,14 @@ async def start_exec_remote(
 ) -> ExecRemoteProcess:
     """Start `cmd` and return at once: the process's output is read by iterating its events."""
     options = options or ExecRemoteOptions()
-    params: dict[str, Any] = {"command": _command_string(cmd)}
-    if options.input is not None:
-        params["input"] = options.input
-    if options.stdin_open:
-        params["stdin_open"] = True
-    if options.env:
-        params["env"] = dict(options.env)
-    if options.cwd is not None:
-        params["cwd"] = options.cwd
-    if options.user is not None:
-        params["user"] = options.user
+    params = StartParams(
+        command=_command_string(cmd),
+        input=options.input,
+        stdin_open=options.stdin_open,
+        env=dict(options.env) if options.env else None,
+        cwd=options.cwd,
+        user=None,
+    ).to_params(user=options.user)
     result = result_fields(
         await client.call("exec_remote_start", params), "exec_remote_start", pid=int
     )

@@ -22,20 +22,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import hashlib
 import re
 import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from sandbox_tools.artifacts import Artifact
 from sandbox_tools.errors import (
     SandboxExecError,
     SandboxInjectionError,
     SandboxToolsError,
 )
-from sandbox_tools.injector.acquire import Artifact, acquire_artifact
+from sandbox_tools.injector.acquire import acquire_artifact
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, connect_runtime
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
@@ -83,6 +86,7 @@ class ToolSupport:
         return f"{self.install_dir}/{EXE_NAME}"
 
     async def aclose(self) -> None:
+        """Close the connection to the runtime (its server keeps running in the sandbox)."""
         await self.client.aclose()
 
     async def __aenter__(self) -> ToolSupport:
@@ -220,7 +224,7 @@ async def find_trusted_install(sandbox: Sandbox, recon: Recon, artifact: Artifac
             CHECK_SCRIPT,
             "check",
             artifact.sha256,
-            str(artifact.path.stat().st_size),
+            str(artifact.size),
             str(recon.uid),
             *paths,
         ],
@@ -287,8 +291,17 @@ _VERIFY_AND_MOVE = (
 )
 
 
+@functools.lru_cache(maxsize=4)
+def _artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
+    """One copy of an artifact's bytes shared by every injection (issue 16: 64 sandboxes
+    injected at once held 64 copies). The key changes when the file does; the bytes are
+    verified in the sandbox against `sha256` either way."""
+    return path.read_bytes()
+
+
 async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[str, int]:
-    data = artifact.path.read_bytes()
+    stat = artifact.located.stat()
+    data = _artifact_bytes(artifact.located, artifact.sha256, stat.st_size, stat.st_mtime_ns)
     tag = _id_tag(artifact)
     if not recon.has_shell:
         # One upload creates a fresh directory holding the artifact; its bytes are read
@@ -521,6 +534,8 @@ class Injector:
     async def tool_support(
         self, sandbox: Sandbox, user: str | None = None, *, artifact: Artifact | None = None
     ) -> ToolSupport:
+        """The runtime in `sandbox` for `user`, injected on the first call and reused after
+        (concurrent first calls inject once)."""
         key = (id(sandbox), user)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -549,6 +564,7 @@ class Injector:
         return len(self._ready)
 
     async def aclose(self) -> None:
+        """Close every client this injector opened; the sandboxes themselves stay."""
         entries = list(self._ready.values())
         self._ready.clear()
         self._locks.clear()

@@ -165,6 +165,12 @@ class Listener:
 
 
 class RuntimeClient(abc.ABC):
+    """JSON-RPC to one runtime: `call` a method, `listen` for sandbox -> host messages.
+
+    Responses are bounded in size and time; an error response becomes a typed exception
+    (RuntimeRpcError, ToolError for a tool's own failures).
+    """
+
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
 
@@ -321,6 +327,9 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
 
 
 class StdioRuntimeClient(_SandboxRuntimeClient):
+    """Over the persistent `stdio` channel: ~1 ms per call, many calls in flight at once,
+    and messages pushed from the sandbox as they happen."""
+
     def __init__(
         self,
         sandbox: Sandbox,

@@ -40,6 +40,7 @@ from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient
 from sandbox_tools.protocol import HOST_MESSAGE_MCP, User
+from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, session_params
 
 # Bounds one request to the MCP server (a tool call may legitimately take long).
 DEFAULT_REQUEST_TIMEOUT = 600.0
@@ -109,7 +110,7 @@ async def sandbox_mcp_client(
             try:
                 response = await client.call(
                     "mcp_send_request",
-                    {"session_id": session_id, "request": _as_dict(JSONRPCMessage(root))},
+                    SendParams(session_id, _as_dict(JSONRPCMessage(root))).to_params("request"),
                     timeout=request_timeout,
                 )
             except SandboxToolsError as exc:
@@ -128,10 +129,12 @@ async def sandbox_mcp_client(
                 task_group.start_soon(request, root)  # many in flight: matched by id
             elif isinstance(root, JSONRPCNotification):
                 await client.call(
-                    "mcp_send_notification", {"session_id": session_id, "notification": body}
+                    "mcp_send_notification", SendParams(session_id, body).to_params("notification")
                 )
             else:  # the answer to a request the server sent us (sampling, roots, ...)
-                await client.call("mcp_send_response", {"session_id": session_id, "response": body})
+                await client.call(
+                    "mcp_send_response", SendParams(session_id, body).to_params("response")
+                )
 
         async def writer() -> None:
             async with write_reader:
@@ -152,7 +155,7 @@ async def sandbox_mcp_client(
         if session_id is not None:
             with anyio.move_on_after(KILL_TIMEOUT, shield=True), contextlib.suppress(Exception):
                 await client.call(
-                    "mcp_kill_server", {"session_id": session_id}, timeout=KILL_TIMEOUT
+                    "mcp_kill_server", session_params(session_id), timeout=KILL_TIMEOUT
                 )
         await read_writer.aclose()
         await write_stream.aclose()

@@ -64,10 +64,12 @@ class ProxyRequest:
     body: bytes
 
     def header(self, name: str) -> str | None:
+        """A request header by case-insensitive name (HTTP header names are)."""
         lowered = name.lower()
         return next((v for k, v in self.headers if k.lower() == lowered), None)
 
     def json(self) -> Any:
+        """The body parsed as JSON; ValueError if it is not."""
         return json.loads(self.body)
 
 
@@ -99,6 +101,14 @@ def _request_from(params: Mapping[str, Any]) -> tuple[str, ProxyRequest] | None:
 
 
 class ModelProxy:
+    """An OpenAI-compatible HTTP endpoint inside the sandbox, answered by `handler` here.
+
+    The agent's SDK talks plain HTTP to 127.0.0.1 in its own (often offline) sandbox; each
+    request travels to the host as a sandbox -> host message, so no credential and no
+    network route ever enter the sandbox. At most `max_concurrent` requests are handled
+    at once; each is cancelled past `timeout` seconds.
+    """
+
     def __init__(
         self,
         support: ToolSupport,
@@ -143,6 +153,7 @@ class ModelProxy:
         await self.aclose()
 
     async def start(self) -> None:
+        """Start the in-sandbox listener and begin answering; returns once it listens."""
         client = self.support.client
         self._listeners = [
             await client.listen(HOST_MESSAGE_HTTP_REQUEST, self._on_request),

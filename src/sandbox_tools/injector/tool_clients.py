@@ -6,18 +6,23 @@ the model; transport failures raise `RuntimeTransportError`, meant for the harne
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
 from sandbox_tools.protocol import User
-
-TextEditorCommand = Literal["view", "create", "str_replace", "insert", "undo_edit"]
+from sandbox_tools.runtime.tools.bash_session.tool_types import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    InteractParams,
+    NewSessionParams,
+)
+from sandbox_tools.runtime.tools.text_editor.tool_types import Command as TextEditorCommand
+from sandbox_tools.runtime.tools.text_editor.tool_types import TextEditorParams
 
 
 async def new_bash_session(client: RuntimeClient, user: User | None = None) -> str:
     """Start an interactive shell; returns its session name (BashSession, BashSession_1...)."""
-    params = {"user": user} if user is not None else {}
+    params = NewSessionParams(user=None).to_params(user=user)
     result = await client.call("bash_session_new_session", params)
     return str(result_fields(result, "bash_session_new_session", session_name=str)["session_name"])
 
@@ -33,15 +38,14 @@ async def bash_session(
     restart: bool = False,
 ) -> str:
     """Send `input` (verbatim: end a command with "\\n") and return the terminal output."""
-    params: dict[str, Any] = {"session_name": session_name}
-    if restart:
-        params["restart"] = True
-    else:
-        params.update(wait_for_output=wait_for_output, idle_timeout=idle_timeout)
-        if input is not None:
-            params["input"] = input
-        if max_output_bytes is not None:
-            params["max_output_bytes"] = max_output_bytes
+    params = InteractParams(
+        session_name=session_name,
+        input=None if restart else input,
+        restart=restart,
+        wait_for_output=wait_for_output,
+        idle_timeout=idle_timeout,
+        max_output_bytes=max_output_bytes or DEFAULT_MAX_OUTPUT_BYTES,
+    ).to_params()
     # The runtime answers within wait_for_output; allow generous slack for the transport.
     return _text(
         await client.call("bash_session", params, timeout=wait_for_output + 60), "bash_session"
@@ -75,14 +79,14 @@ async def text_editor(
     An expected failure (no such file, ambiguous old_str) raises ToolError with the
     sentence to show the model.
     """
-    params: dict[str, Any] = {"command": command, "path": path}
-    optional: dict[str, Any] = {
-        "view_range": list(view_range) if view_range is not None else None,
-        "file_text": file_text,
-        "old_str": old_str,
-        "new_str": new_str,
-        "insert_line": insert_line,
-        "user": user,
-    }
-    params.update({key: value for key, value in optional.items() if value is not None})
+    params = TextEditorParams(
+        command=command,
+        path=path,
+        view_range=view_range,
+        file_text=file_text,
+        old_str=old_str,
+        new_str=new_str,
+        insert_line=insert_line,
+        user=None,
+    ).to_params(user=user)
     return _text(await client.call("text_editor", params), "text_editor")

@@ -22,7 +22,8 @@ from pydantic import BaseModel, Field
 
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.inspect.provider_env import ProviderEnvironment
-from sandbox_tools.sandboxes.docker import DockerSandbox, docker_client
+from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.engines import docker_client
 
 LABEL = "sandbox-tools.inspect"
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sandbox_tools.artifacts import atomic_write
 from sandbox_tools.platforms import Arch
 
 INSTALL_STATE_ENV = "INSPECT_SANDBOX_TOOLS_INSTALL_STATE"
@@ -47,9 +48,7 @@ def as_inspect_dev_runtime(artifact: Path, arch: Arch) -> Iterator[Path]:
         with artifact.open("rb") as data:
             tar.addfile(info, data)
     target = dev_runtime_path(arch)
-    staged = target.with_name(target.name + ".partial")
-    staged.write_bytes(gzip.compress(archive.getvalue()))
-    staged.replace(target)
+    atomic_write(target, gzip.compress(archive.getvalue()))
     try:
         yield target
     finally:

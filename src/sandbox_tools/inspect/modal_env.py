@@ -14,12 +14,8 @@ from typing import Any
 from inspect_ai.util import SandboxEnvironment, sandboxenv
 
 from sandbox_tools.inspect.provider_env import ProviderEnvironment
-from sandbox_tools.sandboxes.modal import (
-    ModalConfig,
-    ModalSandbox,
-    cleanup_leftovers,
-    load_compose,
-)
+from sandbox_tools.sandboxes.modal import ModalSandbox, cleanup_leftovers
+from sandbox_tools.sandboxes.modal_config import ModalConfig, load_compose
 
 COMPOSE_FILES = ["compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml"]
 

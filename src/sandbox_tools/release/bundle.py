@@ -12,6 +12,7 @@ import io
 import tarfile
 from pathlib import Path
 
+from sandbox_tools.artifacts import atomic_output
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
@@ -48,21 +49,18 @@ def create_bundle(dist: Path, manifest: Manifest, out: Path) -> Path:
             remedy="Bundle exactly what was released: `tools fetch` or rebuild, then retry.",
         )
     top = f"sandbox-tools-{manifest.version}"
-    partial = out.with_name(f".{out.name}.partial")
     out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
-            texts = {MANIFEST_FILE: manifest.dumps(), SUMS_FILE: sha256sums(manifest)}
-            for name, text in texts.items():
-                data = text.encode()
-                tar.addfile(_info(f"{top}/{name}", len(data), 0o644), io.BytesIO(data))
-            for artifact in sorted(manifest.artifacts, key=lambda a: a.name):
-                with (dist / artifact.name).open("rb") as handle:
-                    tar.addfile(_info(f"{top}/{artifact.name}", artifact.size, 0o755), handle)
-        partial.replace(out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with (
+        atomic_output(out) as handle,
+        tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        texts = {MANIFEST_FILE: manifest.dumps(), SUMS_FILE: sha256sums(manifest)}
+        for name, text in texts.items():
+            data = text.encode()
+            tar.addfile(_info(f"{top}/{name}", len(data), 0o644), io.BytesIO(data))
+        for artifact in sorted(manifest.artifacts, key=lambda a: a.name):
+            with (dist / artifact.name).open("rb") as source:
+                tar.addfile(_info(f"{top}/{artifact.name}", artifact.size, 0o755), source)
     return out
 
 

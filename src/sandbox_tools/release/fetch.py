@@ -23,10 +23,9 @@ from urllib.parse import unquote, urlparse
 
 import requests
 
-from sandbox_tools.build_containers.records import sha256_of
+from sandbox_tools.artifacts import Artifact, place, remember_digest, sha256_of
 from sandbox_tools.errors import ConfigurationError, FetchError
-from sandbox_tools.release.digests import file_matches, remember_digest
-from sandbox_tools.release.manifest import Manifest, ManifestArtifact
+from sandbox_tools.release.manifest import Manifest
 from sandbox_tools.release.progress import NoProgress, Transfers
 
 CHUNK = 1 << 16
@@ -43,14 +42,14 @@ class Source(Protocol):
     @property
     def label(self) -> str: ...
 
-    def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
+    def fetch_into(self, partial: Path, artifact: Artifact, progress: Transfers) -> None:
         """Leave the artifact's bytes in `partial` (possibly resuming what is there)."""
 
 
 def _write_blocks(
     blocks: Iterable[bytes],
     partial: Path,
-    artifact: ManifestArtifact,
+    artifact: Artifact,
     label: str,
     progress: Transfers,
     offset: int = 0,
@@ -79,7 +78,7 @@ class FileSource:
     def label(self) -> str:
         return str(self.path)
 
-    def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
+    def fetch_into(self, partial: Path, artifact: Artifact, progress: Transfers) -> None:
         try:
             with self.path.open("rb") as stream:
                 _write_blocks(_blocks(stream), partial, artifact, self.label, progress)
@@ -97,7 +96,7 @@ class BundleSource:
     def label(self) -> str:
         return f"{self.bundle} (bundle)"
 
-    def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
+    def fetch_into(self, partial: Path, artifact: Artifact, progress: Transfers) -> None:
         try:
             with tarfile.open(self.bundle) as tar:
                 member = next(
@@ -126,7 +125,7 @@ class HttpSource:
     def label(self) -> str:
         return self.url
 
-    def fetch_into(self, partial: Path, artifact: ManifestArtifact, progress: Transfers) -> None:
+    def fetch_into(self, partial: Path, artifact: Artifact, progress: Transfers) -> None:
         last_error = "the server closed the connection early"
         with requests.Session() as session:
             for attempt in range(1, HTTP_ATTEMPTS + 1):
@@ -155,7 +154,7 @@ class HttpSource:
         self,
         session: requests.Session,
         partial: Path,
-        artifact: ManifestArtifact,
+        artifact: Artifact,
         have: int,
         progress: Transfers,
     ) -> None:
@@ -190,7 +189,7 @@ def source_for(location: str) -> Source:
 
 
 def sources_for(
-    artifact: ManifestArtifact, mirrors: Sequence[str] = (), origin: Path | None = None
+    artifact: Artifact, mirrors: Sequence[str] = (), origin: Path | None = None
 ) -> list[Source]:
     """Where to look, in order: --from, else --mirror bases, then the manifest's URLs."""
     if origin is not None:
@@ -210,7 +209,7 @@ def sources_for(
 
 @dataclass(frozen=True)
 class FetchOutcome:
-    artifact: ManifestArtifact
+    artifact: Artifact
     path: Path
     action: str  # "present" (re-verified), "fetched", "replaced" (a stale file was there)
     source: str = ""
@@ -226,27 +225,15 @@ def _directory_lock(directory: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _place(partial: Path, target: Path) -> None:
-    with partial.open("rb") as handle:
-        os.fsync(handle.fileno())
-    partial.chmod(0o755)
-    partial.replace(target)
-    directory = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
 def fetch_artifact(
-    artifact: ManifestArtifact,
+    artifact: Artifact,
     dest: Path,
     sources: Sequence[Source],
     progress: Transfers,
 ) -> FetchOutcome:
     """Caller holds the directory lock."""
     target = dest / artifact.name
-    if file_matches(target, artifact.size, artifact.sha256):
+    if artifact.matches(target):
         return FetchOutcome(artifact, target, "present")
     stale = target.exists()
     partial = dest / f".{artifact.name}.partial"
@@ -267,8 +254,8 @@ def fetch_artifact(
                 progress.finish(artifact.name)
             size = partial.stat().st_size
             digest = sha256_of(partial) if size == artifact.size else None
-            if digest == artifact.sha256:
-                _place(partial, target)
+            if digest is not None and digest == artifact.sha256:
+                place(partial, target, 0o755)
                 remember_digest(target, digest)
                 action = "replaced" if stale else "fetched"
                 return FetchOutcome(artifact, target, action, source.label)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sandbox_tools.build_containers.records import ArtifactRecord, sha256_of
+from sandbox_tools.artifacts import Artifact, ArtifactFormat, atomic_write, file_digest
 from sandbox_tools.errors import ConfigurationError
 
 MANIFEST_SCHEMA = 1
@@ -27,31 +27,9 @@ PUBLISHED_DIR = "published"
 
 
 @dataclass(frozen=True, kw_only=True)
-class ManifestArtifact:
-    platform: str
-    name: str
-    format: str
-    size: int
-    sha256: str
-    build_id: str
-    urls: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "platform": self.platform,
-            "name": self.name,
-            "format": self.format,
-            "size": self.size,
-            "sha256": self.sha256,
-            "build_id": self.build_id,
-            "urls": list(self.urls),
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
 class Manifest:
     version: str
-    artifacts: tuple[ManifestArtifact, ...] = field(default=())
+    artifacts: tuple[Artifact, ...] = field(default=())
 
     def __post_init__(self) -> None:
         platforms = [a.platform for a in self.artifacts]
@@ -62,7 +40,7 @@ class Manifest:
                 remedy="Exactly one artifact is valid per version and platform.",
             )
 
-    def for_platform(self, platform: str) -> ManifestArtifact:
+    def for_platform(self, platform: str) -> Artifact:
         for artifact in self.artifacts:
             if artifact.platform == platform:
                 return artifact
@@ -76,7 +54,7 @@ class Manifest:
         return {
             "schema": MANIFEST_SCHEMA,
             "version": self.version,
-            "artifacts": [a.to_json() for a in ordered],
+            "artifacts": [a.to_json(urls=True) for a in ordered],
         }
 
     def dumps(self) -> str:
@@ -90,27 +68,15 @@ class Manifest:
         if data.get("schema") != MANIFEST_SCHEMA:
             raise ConfigurationError(f"unsupported manifest schema {data.get('schema')!r}")
 
-        def field(where: dict[str, Any], name: str, context: str) -> Any:
-            if name not in where:
-                raise ValueError(f"{context} has no {name!r}")
-            return where[name]
-
+        if "version" not in data:
+            raise ValueError("the manifest has no 'version'")
         entries = data.get("artifacts", [])
-        if not isinstance(entries, list) or not all(isinstance(a, dict) for a in entries):
+        if not isinstance(entries, list):
             raise ValueError("'artifacts' must be a list of objects")
         return cls(
-            version=str(field(data, "version", "the manifest")),
+            version=str(data["version"]),
             artifacts=tuple(
-                ManifestArtifact(
-                    platform=str(field(a, "platform", f"artifact {n}")),
-                    name=str(field(a, "name", f"artifact {n}")),
-                    format=str(field(a, "format", f"artifact {n}")),
-                    size=int(field(a, "size", f"artifact {n}")),
-                    sha256=str(field(a, "sha256", f"artifact {n}")),
-                    build_id=str(field(a, "build_id", f"artifact {n}")),
-                    urls=tuple(str(u) for u in a.get("urls", [])),
-                )
-                for n, a in enumerate(entries, 1)
+                Artifact.from_json(entry, f"artifact {n}") for n, entry in enumerate(entries, 1)
             ),
         )
 
@@ -143,22 +109,20 @@ def published_dir() -> Path:
 
 
 def manifest_from_records(
-    version: str, records: Iterable[ArtifactRecord], mirrors: Iterable[str] = ()
+    version: str, records: Iterable[Artifact], mirrors: Iterable[str] = ()
 ) -> Manifest:
     """One artifact per platform: the default format's record (portable)."""
     mirror_list = [m.rstrip("/") for m in mirrors]
-    chosen = [r for r in records if r.format == "portable"]
+    chosen = [r for r in records if r.format is ArtifactFormat.PORTABLE]
     return Manifest(
         version=version,
         artifacts=tuple(
-            ManifestArtifact(
-                platform=r.platform,
-                name=r.name,
-                format=r.format,
-                size=r.size,
-                sha256=r.sha256,
-                build_id=r.build_id,
+            replace(
+                r,
+                tool_versions={},
                 urls=tuple(f"{m}/{r.name}" for m in mirror_list),
+                path=None,
+                provenance=None,
             )
             for r in chosen
         ),
@@ -172,14 +136,11 @@ def sha256sums(manifest: Manifest) -> str:
 
 
 def write_release_files(directory: Path, manifest: Manifest) -> tuple[Path, Path]:
-    """Write manifest.json and SHA256SUMS atomically (temp file, then rename)."""
+    """Write manifest.json and SHA256SUMS, each whole or not at all."""
     paths = []
     for name, text in ((MANIFEST_FILE, manifest.dumps()), (SUMS_FILE, sha256sums(manifest))):
-        target = directory / name
-        partial = target.with_name(target.name + ".partial")
-        partial.write_text(text)
-        partial.replace(target)
-        paths.append(target)
+        atomic_write(directory / name, text)
+        paths.append(directory / name)
     return paths[0], paths[1]
 
 
@@ -194,6 +155,8 @@ def verify_local(directory: Path, manifest: Manifest) -> list[str]:
             problems.append(
                 f"{artifact.name}: {path.stat().st_size} bytes, manifest says {artifact.size}"
             )
-        elif (digest := sha256_of(path)) != artifact.sha256:
-            problems.append(f"{artifact.name}: sha256 {digest}, manifest says {artifact.sha256}")
+        elif not artifact.matches(path):
+            problems.append(
+                f"{artifact.name}: sha256 {file_digest(path)}, manifest says {artifact.sha256}"
+            )
     return problems

@@ -20,9 +20,13 @@ class Transfers(Protocol):
 
 
 class NoProgress:
+    """Nobody watching: for fetches and releases called as a library (and the tests)."""
+
     def start(self, label: str, total: int, completed: int = 0) -> Callable[[int], None]:
         return lambda _n: None
 
     def finish(self, label: str) -> None: ...
 
     def note(self, message: str) -> None: ...
+
+    def outcome(self, target: str, name: str, action: str) -> None: ...

@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Protocol
 
 from sandbox_tools._version import __version__
-from sandbox_tools.build_containers.records import (
+from sandbox_tools.artifacts import (
     BUILD_RECORD_FILE,
     ArtifactFormat,
     artifact_name,
-    read_records,
+    read_build_records,
     sha256_of,
 )
+from sandbox_tools.distro_matrix.report import ValidationReport
 from sandbox_tools.errors import (
     ConfigurationError,
     ReleaseFailedError,
@@ -56,10 +57,6 @@ BUMP = "Bump the version in src/sandbox_tools/_version.py, rebuild, validate and
 class ReleaseReporter(Transfers, Protocol):
     def outcome(self, target: str, name: str, action: str) -> None:
         """`action`: would upload, uploaded, skipped (identical), verified."""
-
-
-class _NullReporter(NoProgress):
-    def outcome(self, target: str, name: str, action: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +102,7 @@ def _check_version(request: ReleaseRequest) -> None:
 
 
 def _release_manifest(request: ReleaseRequest, mirrors: Sequence[str]) -> Manifest:
-    records = [r for r in read_records(request.dist) if r.format == RELEASED_FORMAT.value]
+    records = [r for r in read_build_records(request.dist) if r.format is RELEASED_FORMAT]
     missing = [a.platform for a in Arch if a.platform not in {r.platform for r in records}]
     if missing:
         raise ReleaseRefusedError(
@@ -128,44 +125,25 @@ def _release_manifest(request: ReleaseRequest, mirrors: Sequence[str]) -> Manife
 
 def _check_validated(request: ReleaseRequest, manifest: Manifest) -> None:
     remedy = "Run `tools validate` on these artifacts and release only if every cell passes."
+    where = request.validate_report
     try:
-        report = json.loads(request.validate_report.read_text())
+        report = ValidationReport.load(where)
     except FileNotFoundError:
-        raise ReleaseRefusedError(
-            f"no validation report at {request.validate_report}", remedy=remedy
-        ) from None
+        raise ReleaseRefusedError(f"no validation report at {where}", remedy=remedy) from None
     except IsADirectoryError:
         raise ReleaseRefusedError(
-            f"{request.validate_report} is a directory, not a validation report", remedy=remedy
+            f"{where} is a directory, not a validation report", remedy=remedy
         ) from None
+    except OSError as exc:
+        raise ReleaseRefusedError(f"cannot read {where}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise ReleaseRefusedError(f"{request.validate_report}: {exc}", remedy=remedy) from None
-    artifacts = report.get("artifacts") if isinstance(report, dict) else None
-    results = report.get("results") if isinstance(report, dict) else None
-    if not isinstance(artifacts, list) or not isinstance(results, list):
         raise ReleaseRefusedError(
-            f"{request.validate_report} is not a `tools validate` report (no artifacts/results)",
-            remedy=remedy,
-        )
-    validated = {(a.get("name"), a.get("sha256")) for a in artifacts if isinstance(a, dict)}
-    results = [r for r in results if isinstance(r, dict)]
+            f"{where} is not a `tools validate` report: {exc}", remedy=remedy
+        ) from None
     for artifact in manifest.artifacts:
-        if (artifact.name, artifact.sha256) not in validated:
-            raise ReleaseRefusedError(
-                f"{request.validate_report} does not name {artifact.name} with sha256 "
-                f"{artifact.sha256}: these bytes were not validated",
-                remedy=remedy,
-            )
-        mine = [r for r in results if r.get("artifact") == artifact.name]
-        failed = [r.get("id", "?") for r in mine if r.get("status") == "failed"]
-        if failed:
-            raise ReleaseRefusedError(
-                f"validation failed for {artifact.name}: {', '.join(failed)}", remedy=remedy
-            )
-        if not any(r.get("status") == "passed" for r in mine):
-            raise ReleaseRefusedError(
-                f"no validation cell passed for {artifact.name}", remedy=remedy
-            )
+        problem = report.problems_for(artifact)
+        if problem is not None:
+            raise ReleaseRefusedError(f"{where}: {problem}", remedy=remedy)
 
 
 def _check_clean(request: ReleaseRequest) -> None:
@@ -208,7 +186,7 @@ def _check_clean(request: ReleaseRequest) -> None:
 
 
 @dataclass(frozen=True)
-class _Local:
+class _ReleaseFile:
     """A file to publish, hashed once for every comparison and verification."""
 
     path: Path
@@ -227,7 +205,7 @@ def _remote_digest(
 
 
 def _compare(
-    targets: Sequence[Target], files: dict[str, _Local], reporter: ReleaseReporter
+    targets: Sequence[Target], files: dict[str, _ReleaseFile], reporter: ReleaseReporter
 ) -> dict[str, list[str]]:
     """What each target lacks; refuses the whole release if any object has other bytes."""
     missing: dict[str, list[str]] = {}
@@ -264,7 +242,7 @@ def publish(
 ) -> ReleaseResult:
     """Release: refuse unless every precondition holds, upload what is missing, verify every
     object by downloading it again, then make it public. A dry run changes nothing."""
-    reporter = reporter or _NullReporter()
+    reporter = reporter or NoProgress()
     if not targets:
         raise ConfigurationError(
             "no release target", remedy="Give --s3-bucket and/or --github-repo."
@@ -281,12 +259,12 @@ def publish(
     # The artifacts were verified against the manifest above; the two small files are
     # hashed here. Artifacts first, the files that point at them last.
     files = {
-        a.name: _Local(request.dist / a.name, a.size, a.sha256)
+        a.name: _ReleaseFile(request.dist / a.name, a.size, a.sha256)
         for a in sorted(manifest.artifacts, key=lambda a: a.name)
     }
     for name in (SUMS_FILE, MANIFEST_FILE):
         path = release_dir / name
-        files[name] = _Local(path, path.stat().st_size, sha256_of(path))
+        files[name] = _ReleaseFile(path, path.stat().st_size, sha256_of(path))
     result = ReleaseResult(manifest=manifest, files=list(files))
 
     try:
@@ -337,7 +315,7 @@ def publish(
 
 def _verify_published(
     targets: Sequence[Target],
-    files: dict[str, _Local],
+    files: dict[str, _ReleaseFile],
     reporter: ReleaseReporter,
     result: ReleaseResult,
 ) -> None:

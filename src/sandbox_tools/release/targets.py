@@ -10,7 +10,7 @@ overwrite an object; GitHub refuses a second asset of the same name by itself.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -19,6 +19,7 @@ from urllib.parse import quote
 import requests
 
 from sandbox_tools.errors import ConfigurationError, ReleaseRefusedError
+from sandbox_tools.settings import Settings
 
 CHUNK = 1 << 16
 
@@ -394,3 +395,54 @@ def _check(response: requests.Response, what: str) -> None:
         raise TargetError(
             f"{what}: HTTP {response.status_code} from {response.url}: {response.text[:300]}"
         )
+
+
+# -- from options to targets --------------------------------------------------------------
+
+
+def expand(template: str, option: str, version: str) -> str:
+    """`{version}` in an option's value; any other placeholder is a clear error."""
+    try:
+        return template.format(version=version)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigurationError(
+            f"{option} {template!r}: only {{version}} may be used ({exc!s} is not known)",
+            remedy=f"Write {option} with {{version}} or no placeholder at all.",
+        ) from None
+
+
+def release_targets(
+    where: Settings, version: str, environ: Mapping[str, str] | None = None
+) -> list[Target]:
+    """The targets the resolved settings name (flags already applied by the caller);
+    GITHUB_TOKEN comes from `environ` (default: this process's)."""
+    environ = os.environ if environ is None else environ
+    targets: list[Target] = []
+    if where.s3_bucket:
+        targets.append(
+            S3Target(
+                bucket=where.s3_bucket,
+                prefix=expand(where.s3_prefix, "--s3-prefix", version),
+                region=where.s3_region,
+                endpoint_url=where.s3_endpoint_url,
+                public_read=where.s3_public_read,
+                public_url=where.s3_public_url,
+            )
+        )
+    if where.github_repo:
+        token = environ.get("GITHUB_TOKEN", "")
+        if not token:
+            raise ConfigurationError(
+                "--github-repo needs a token", remedy="Export GITHUB_TOKEN (contents:write)."
+            )
+        targets.append(
+            GitHubTarget(
+                repo=where.github_repo,
+                tag=expand(where.github_tag, "--github-tag", version),
+                token=token,
+                api_url=where.github_api_url,
+                web_url=where.github_web_url,
+                release_name=f"sandbox-tools {version}",
+            )
+        )
+    return targets

@@ -15,11 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sandbox_tools.build_containers.records import (
-    ArtifactRecord,
-    read_records,
-    write_records,
-)
+from sandbox_tools.artifacts import Artifact, atomic_output, read_build_records, write_build_records
 from sandbox_tools.errors import BuildError, ConfigurationError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import (
@@ -32,8 +28,8 @@ from sandbox_tools.release.manifest import (
 BUNDLED_DIR = "_artifacts"  # src/sandbox_tools/_artifacts in the wheel
 
 
-def _bundled_records(dist: Path, manifest: Manifest) -> list[ArtifactRecord]:
-    by_name = {r.name: r for r in read_records(dist)}
+def _bundled_records(dist: Path, manifest: Manifest) -> list[Artifact]:
+    by_name = {r.name: r for r in read_build_records(dist)}
     records = []
     for artifact in manifest.artifacts:
         record = by_name.get(artifact.name)
@@ -88,7 +84,7 @@ def build_wheel(checkout: Path, dist: Path, manifest: Manifest, out: Path) -> Pa
         bundled.mkdir()
         for artifact in manifest.artifacts:
             shutil.copy2(dist / artifact.name, bundled / artifact.name)
-        write_records(bundled, records)
+        write_build_records(bundled, records)
         write_release_files(bundled, manifest)
         wheels = Path(tmp) / "wheels"
         completed = subprocess.run(
@@ -116,7 +112,6 @@ def build_wheel(checkout: Path, dist: Path, manifest: Manifest, out: Path) -> Pa
             )
         (wheel,) = wheels.glob("*.whl")
         target = out / wheel.name
-        partial = out / f".{wheel.name}.partial"
-        shutil.copyfile(wheel, partial)
-        partial.replace(target)
+        with atomic_output(target) as handle, wheel.open("rb") as built:
+            shutil.copyfileobj(built, handle)
     return target

@@ -26,6 +26,7 @@ from sandbox_tools.protocol import (
     RESPONSE_MAX_BYTES_ENV,
 )
 from sandbox_tools.runtime.client import (
+    START_LOCK_FD_ENV,
     ServerUnavailable,
     call,
     connect,
@@ -188,6 +189,11 @@ class _StdioBridge:
                     return
 
     def run(self) -> int:
+        if START_LOCK_FD_ENV in os.environ:
+            # The launcher started the server alongside us and holds the start lock for
+            # us: connect now and so release it, not at the first request.
+            with contextlib.suppress(OSError, ServerUnavailable):
+                self._connection()
         _each_stdin_request(self.send, self.emit)
         with self.state_lock:
             sock = self.sock

@@ -21,10 +21,13 @@ import subprocess
 import sys
 import time
 
-from sandbox_tools.protocol import FRAME_TERMINATOR, MAX_FRAME_BYTES
+from sandbox_tools.protocol import FRAME_TERMINATOR, LAUNCHER_SELF_ENV, MAX_FRAME_BYTES
 from sandbox_tools.runtime.paths import ServerDirError, ServerPaths
 
 SERVER_START_TIMEOUT = 30.0
+# Set by the portable launcher when it started the server alongside a `stdio` bridge:
+# the start lock's descriptor, held until the server answers (launcher.c).
+START_LOCK_FD_ENV = "SANDBOX_TOOLS_START_LOCK_FD"
 
 
 class ServerUnavailable(Exception):
@@ -37,7 +40,7 @@ def self_command() -> list[str]:
     The portable launcher exports SANDBOX_TOOLS_SELF because `sys.executable`
     (the PyInstaller bootloader) cannot be started directly in libc-free images.
     """
-    launcher = os.environ.get("SANDBOX_TOOLS_SELF")
+    launcher = os.environ.get(LAUNCHER_SELF_ENV)
     if launcher:
         return [launcher]
     if getattr(sys, "frozen", False):
@@ -85,7 +88,28 @@ def server_is_running(paths: ServerPaths) -> bool:
     return False
 
 
+def _inherited_start_lock(paths: ServerPaths) -> int | None:
+    """The start lock the launcher holds for us, if it started the server (once)."""
+    value = os.environ.pop(START_LOCK_FD_ENV, "")
+    if not value.isdigit():
+        return None
+    fd = int(value)
+    try:
+        held, lock = os.fstat(fd), os.stat(paths.start_lock, follow_symlinks=False)
+    except OSError:
+        return None
+    if (held.st_dev, held.st_ino) != (lock.st_dev, lock.st_ino):
+        return None  # not the lock of this directory: not ours to use or close
+    return fd
+
+
 def connect(paths: ServerPaths, start: bool = True) -> socket.socket:
+    held = _inherited_start_lock(paths)
+    if held is not None:
+        try:
+            return _wait_for_server(paths)
+        finally:
+            os.close(held)
     sock = try_connect(paths)
     if sock is not None:
         return sock
@@ -123,6 +147,10 @@ def _start_server(paths: ServerPaths) -> socket.socket:
             )
         finally:
             os.close(log)
+    return _wait_for_server(paths)
+
+
+def _wait_for_server(paths: ServerPaths) -> socket.socket:
     deadline = time.monotonic() + SERVER_START_TIMEOUT
     delay = 0.002
     while time.monotonic() < deadline:

@@ -226,6 +226,29 @@ async def dispatch(methods: Mapping[str, Method], line: bytes) -> dict[str, Any]
 # -- typed access to params -------------------------------------------------------------
 
 
+class WireParams:
+    """A dataclass of a method's params that the host can also build requests from.
+
+    `parse` (on each class) reads params on the server; `to_params` writes them on the
+    host: each key is spelled once, in the dataclass's fields. None is left out (the
+    server reads a missing field and a null alike). A `user` field is sent as the caller
+    gave it (`user=`): the host passes identities through, the server parses them.
+    """
+
+    def to_params(self, user: Any = None) -> dict[str, Any]:
+        import dataclasses
+
+        assert dataclasses.is_dataclass(self)
+        params = {
+            f.name: list(value) if isinstance(value, tuple) else value
+            for f in dataclasses.fields(self)
+            if (value := getattr(self, f.name)) is not None and f.name != "user"
+        }
+        if user is not None:
+            params["user"] = user
+        return params
+
+
 def _type_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {

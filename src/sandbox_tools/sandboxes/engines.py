@@ -9,26 +9,44 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import docker
+from docker import DockerClient
 
+from sandbox_tools.artifacts import TextEnum
 from sandbox_tools.errors import ConfigurationError, EngineUnavailableError
-from sandbox_tools.sandboxes.docker import docker_client
+
+
+def docker_client() -> DockerClient:
+    """A client for the engine named by the environment (DOCKER_HOST, default socket)."""
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise EngineUnavailableError(f"no Docker engine answers: {exc}") from None
+    return client
+
 
 URL_SCHEMES = ("unix://", "tcp://", "ssh://", "http://", "https://", "npipe://")
 
 
+class EngineKind(TextEnum):
+    DOCKER = "docker"  # a Docker endpoint: containers through its API
+    MODAL = "modal"  # Modal: each cell or build in its own Modal sandbox, no client here
+
+
 @dataclass(frozen=True)
 class Engine:
+    """Somewhere to run containers, and whether it can be used."""
+
     label: str  # as the user named it: "default", a URL, a context name, or "modal"
-    client: Any | None  # a Docker client; None for modal, or when unreachable
+    client: DockerClient | None  # a Docker client; None for modal, or when unreachable
     error: str = ""  # why it cannot be used; empty when it can
-    kind: str = "docker"  # or "modal": each cell in its own Modal sandbox
+    kind: EngineKind = EngineKind.DOCKER
 
     @property
     def available(self) -> bool:
-        return not self.error and (self.client is not None or self.kind == "modal")
+        return not self.error and (self.client is not None or self.kind is EngineKind.MODAL)
 
 
 def _base_url(spec: str) -> str:
@@ -50,9 +68,9 @@ def connect_engine(spec: str) -> Engine:
     """An engine from a spec (default, a URL, a docker context, modal); unreachable ones carry
     the reason instead of raising, so a run can report every engine."""
     if spec == "modal":
-        from sandbox_tools.sandboxes.modal import modal_unavailable
+        from sandbox_tools.sandboxes.modal_config import modal_unavailable
 
-        return Engine(spec, None, modal_unavailable() or "", kind="modal")
+        return Engine(spec, None, modal_unavailable() or "", kind=EngineKind.MODAL)
     try:
         if spec == "default":
             return Engine(spec, docker_client())
@@ -61,6 +79,11 @@ def connect_engine(spec: str) -> Engine:
         return Engine(spec, client)
     except (docker.errors.DockerException, EngineUnavailableError) as exc:
         return Engine(spec, None, str(exc)[:300])
+
+
+def local_engine() -> Engine:
+    """The engine the environment names (DOCKER_HOST, else the default socket)."""
+    return Engine("default", docker_client())
 
 
 def connect_engines(specs: Sequence[str]) -> list[Engine]:

@@ -23,17 +23,18 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import docker.errors
+from docker import DockerClient
 
+from sandbox_tools import settings
+from sandbox_tools.artifacts import atomic_output
 from sandbox_tools.cache import cache_root
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
 
 # Bump when the way roots are made changes, so old cache entries are not reused.
 RECIPE_FORMAT = 1
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 IMAGE_REPOSITORY = "sandbox-tools/base"
 
 
@@ -49,9 +50,7 @@ class RootfsRecipe:
     arch: Arch
     include: tuple[str, ...] = ()
     variant: str = "minbase"
-    mirror: str = field(
-        default_factory=lambda: os.environ.get("SANDBOX_TOOLS_DEBIAN_MIRROR", DEFAULT_MIRROR)
-    )
+    mirror: str = field(default_factory=lambda: settings.current().debian_mirror)
 
     @property
     def digest(self) -> str:
@@ -123,7 +122,7 @@ def build_rootfs(recipe: RootfsRecipe, log: Callable[[str], None] = lambda _: No
     return target
 
 
-def image_exists(client: Any, tag: str) -> bool:
+def image_exists(client: DockerClient, tag: str) -> bool:
     """Whether the engine has `tag` locally (we never pull implicitly)."""
     try:
         client.images.get(tag)
@@ -132,7 +131,9 @@ def image_exists(client: Any, tag: str) -> bool:
     return True
 
 
-def import_rootfs(client: Any, rootfs: Path, tag: str, arch: Arch, cmd: str = "/bin/sh") -> None:
+def import_rootfs(
+    client: DockerClient, rootfs: Path, tag: str, arch: Arch, cmd: str = "/bin/sh"
+) -> None:
     """Turn a root tarball into an image labelled with the right platform."""
     dockerfile = f'FROM scratch\nADD root.tar /\nCMD ["{cmd}"]\n'.encode()
     with tempfile.TemporaryFile() as context:
@@ -152,7 +153,7 @@ def import_rootfs(client: Any, rootfs: Path, tag: str, arch: Arch, cmd: str = "/
 
 
 def ensure_image(
-    client: Any, recipe: RootfsRecipe, log: Callable[[str], None] = lambda _: None
+    client: DockerClient, recipe: RootfsRecipe, log: Callable[[str], None] = lambda _: None
 ) -> str:
     """The recipe's image tag, building root and image only if missing."""
     tag = recipe.image_tag
@@ -164,7 +165,7 @@ def ensure_image(
     return tag
 
 
-def remove_image(client: Any, tag: str) -> None:
+def remove_image(client: DockerClient, tag: str) -> None:
     with contextlib.suppress(docker.errors.ImageNotFound):
         client.images.remove(tag, force=True)
 
@@ -269,8 +270,7 @@ def _busybox_rootfs(source: Path, target: Path, applets: bool = True) -> None:
         info.size = len(data) if kind == tarfile.REGTYPE else 0
         tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
-    partial = target.with_name(target.name + ".partial")
-    with tarfile.open(partial, "w") as tar:
+    with atomic_output(target) as handle, tarfile.open(fileobj=handle, mode="w") as tar:
         for directory, mode in (
             ("bin", 0o755),
             ("etc", 0o755),
@@ -291,11 +291,13 @@ def _busybox_rootfs(source: Path, target: Path, applets: bool = True) -> None:
             add(tar, ".sleeper/busybox", tarfile.REGTYPE, 0o755, busybox)
         for name, text in _ETC_FILES.items():
             add(tar, name, tarfile.REGTYPE, 0o644, text.encode())
-    partial.replace(target)
 
 
 def ensure_busybox_image(
-    client: Any, arch: Arch, log: Callable[[str], None] = lambda _: None, applets: bool = True
+    client: DockerClient,
+    arch: Arch,
+    log: Callable[[str], None] = lambda _: None,
+    applets: bool = True,
 ) -> str:
     """A libc-free image: static busybox and a few applet links, nothing else.
 
@@ -312,3 +314,26 @@ def ensure_busybox_image(
     log(f"importing {rootfs} as {tag}")
     import_rootfs(client, rootfs, tag, arch)
     return tag
+
+
+def installed_packages(rootfs: Path) -> list[str]:
+    """`name:arch=version` of every package installed in a root tarball, sorted: its
+    dpkg status file read from the tar, nothing run."""
+    with tarfile.open(rootfs) as tar:
+        member = next(
+            (m for m in tar if m.name.lstrip("./") == "var/lib/dpkg/status" and m.isfile()),
+            None,
+        )
+        handle = tar.extractfile(member) if member is not None else None
+        if handle is None:
+            raise BuildError(f"{rootfs} has no var/lib/dpkg/status: not a Debian root")
+        text = handle.read().decode("utf-8", "replace")
+    packages = []
+    for stanza in text.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " "
+        )
+        if fields.get("Status", "").endswith(" installed") and "Package" in fields:
+            arch = fields.get("Architecture", "all")
+            packages.append(f"{fields['Package']}:{arch}={fields.get('Version', '')}")
+    return sorted(packages)

@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import os
 import signal
-import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
+from sandbox_tools.artifacts import atomic_write
 from sandbox_tools.sandboxes.base import (
     DEFAULT_EXEC_OUTPUT_LIMIT,
     DEFAULT_EXEC_TIMEOUT,
@@ -71,18 +72,8 @@ class LocalSandbox(Sandbox):
         return ExecOutput(process.returncode, stdout, stderr)
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        directory = os.path.dirname(path) or "."
-        os.makedirs(directory, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.chmod(temporary, mode)
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-            raise
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        atomic_write(Path(path), data, mode)
 
     async def read_file(self, path: str) -> bytes:
         with open(path, "rb") as handle:

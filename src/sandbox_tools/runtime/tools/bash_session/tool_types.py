@@ -8,6 +8,7 @@ from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import (
     InvalidParams,
     Params,
+    WireParams,
     optional,
     optional_or_none,
     required,
@@ -18,7 +19,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
-class NewSessionParams:
+class NewSessionParams(WireParams):
     user: UserSpec | None
 
     @classmethod
@@ -27,7 +28,7 @@ class NewSessionParams:
 
 
 @dataclass(frozen=True, kw_only=True)
-class InteractParams:
+class InteractParams(WireParams):
     session_name: str
     input: str | None
     restart: bool

@@ -9,6 +9,7 @@ from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import (
     InvalidParams,
     Params,
+    WireParams,
     optional,
     optional_or_none,
     required,
@@ -26,7 +27,7 @@ DEFAULT_WAIT_MS = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
-class StartParams:
+class StartParams(WireParams):
     command: str
     input: str | None
     stdin_open: bool
@@ -58,7 +59,7 @@ def _ack_seq(params: Params) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PollParams:
+class PollParams(WireParams):
     pid: int
     ack_seq: int
     wait_ms: int
@@ -72,7 +73,7 @@ class PollParams:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AckParams:
+class AckParams(WireParams):
     """Params of kill and close_stdin: a pid and what the client has seen."""
 
     pid: int
@@ -84,7 +85,7 @@ class AckParams:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WriteStdinParams:
+class WriteStdinParams(WireParams):
     pid: int
     ack_seq: int
     data: str

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import (
@@ -100,6 +100,18 @@ class SendParams:
             raise InvalidParams('Invalid params: "response" needs an "id" and a result or error')
         return cls(_session(params), message)
 
+    def to_params(self, kind: MessageKind) -> dict[str, Any]:
+        """The host's side: the params `SendParams.<kind>` parses."""
+        return {"session_id": self.session_id, kind: self.message}
+
+
+MessageKind = Literal["request", "notification", "response"]
+
 
 def session_id(params: Params) -> int:
     return _session(params)
+
+
+def session_params(session: int) -> dict[str, Any]:
+    """The params of the methods that name only a session (kill, stderr)."""
+    return {"session_id": session}

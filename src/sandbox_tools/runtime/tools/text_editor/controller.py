@@ -132,13 +132,13 @@ class TextEditorController:
 
     async def _view(self, files: FileAccess, params: TextEditorParams) -> str:
         path = params.path
-        found = await files.call("kind", path=path)
+        found = await files.kind(path=path)
         if found == "missing":
             raise ToolError(f"the path {path} does not exist")
         if found == "directory":
             if params.view_range is not None:
                 raise ToolError("view_range is only for files; the path is a directory")
-            entries = await files.call("list_tree", path=path)
+            entries = await files.list_tree(path=path)
             listing = "\n".join([path, *entries])
             return clip(
                 f"Here are the files and directories up to 2 levels deep in {path}, "
@@ -166,7 +166,7 @@ class TextEditorController:
 
     async def _create(self, files: FileAccess, params: TextEditorParams) -> str:
         text = params.need("file_text")
-        await files.call("write_text", path=params.path, text=text, create_only=True)
+        await files.write_text(path=params.path, text=text, create_only=True)
         self._remember(params.path, None, text)
         return f"File created successfully at: {params.path}"
 
@@ -189,7 +189,7 @@ class TextEditorController:
                 "surrounding lines to make it unique"
             )
         updated = text.replace(old, new, 1)
-        await files.call("write_text", path=params.path, text=updated)
+        await files.write_text(path=params.path, text=updated)
         self._remember(params.path, text, updated)
         edit_line = text.count("\n", 0, text.index(old)) + 1
         return self._edited(params.path, updated, edit_line, new.count("\n") + 1)
@@ -218,7 +218,7 @@ class TextEditorController:
             updated = f"{body[:offset]}{inserted}\n{body[offset:]}"
         if text.endswith("\n"):
             updated += "\n"
-        await files.call("write_text", path=params.path, text=updated)
+        await files.write_text(path=params.path, text=updated)
         self._remember(params.path, text, updated)
         return self._edited(params.path, updated, at + 1, inserted.count("\n") + 1)
 
@@ -227,7 +227,7 @@ class TextEditorController:
         if not history:
             raise ToolError(f"no edit to undo for {params.path}")
         edit = history[-1]
-        found = await files.call("kind", path=params.path)
+        found = await files.kind(path=params.path)
         current = None if found == "missing" else await self._read_file(files, params.path, found)
         if _digest(current) != edit.written:
             raise ToolError(
@@ -238,9 +238,9 @@ class TextEditorController:
         if not history:
             del self._history[params.path]
         if edit.previous is None:
-            await files.call("remove", path=params.path)
+            await files.remove(path=params.path)
             return f"Last edit to {params.path} undone: the file it created was removed."
-        await files.call("write_text", path=params.path, text=edit.previous)
+        await files.write_text(path=params.path, text=edit.previous)
         return f"Last edit to {params.path} undone successfully.\n" + clip(
             f"Here's the result of running `cat -n` on {params.path}:\n{numbered(edit.previous)}"
         )
@@ -249,14 +249,14 @@ class TextEditorController:
 
     @staticmethod
     async def _read_file(files: FileAccess, path: str, found: str | None = None) -> str:
-        found = found or await files.call("kind", path=path)
+        found = found or await files.kind(path=path)
         if found == "missing":
             raise ToolError(f"the path {path} does not exist")
         if found == "directory":
             raise ToolError(f"the path {path} is a directory; this command needs a file")
         if found != "file":
             raise ToolError(f"the path {path} is not a regular file")
-        text: str = await files.call("read_text", path=path)
+        text: str = await files.read_text(path=path)
         return text
 
     def _remember(self, path: str, previous: str | None, written: str) -> None:

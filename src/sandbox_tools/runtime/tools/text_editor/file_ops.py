@@ -7,6 +7,7 @@ child running under that uid/gid, so the kernel checks the permissions, not us.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import errno
@@ -16,7 +17,8 @@ import signal
 import stat
 import tempfile
 import threading
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from sandbox_tools.runtime.identity import Identity, become
 from sandbox_tools.runtime.jsonrpc import ToolError
@@ -205,17 +207,30 @@ def list_tree(path: str, depth: int = 2) -> list[str]:
     return entries
 
 
-OPERATIONS: dict[str, Any] = {
-    "kind": kind,
-    "read_text": read_text,
-    "write_text": write_text,
-    "remove": remove,
-    "list_tree": list_tree,
-}
+class FileAccess(abc.ABC):
+    """The file operations text_editor needs, each typed; subclasses say where they run."""
 
+    @abc.abstractmethod
+    async def _run(self, operation: Callable[..., Any], path: str, **args: Any) -> Any:
+        """`operation(path=path, **args)` somewhere safe; its result or its ToolError."""
 
-class FileAccess(Protocol):
-    async def call(self, op: str, **args: Any) -> Any: ...
+    async def kind(self, path: str) -> str:
+        result: str = await self._run(kind, path)
+        return result
+
+    async def read_text(self, path: str) -> str:
+        result: str = await self._run(read_text, path)
+        return result
+
+    async def write_text(self, path: str, text: str, create_only: bool = False) -> None:
+        await self._run(write_text, path, text=text, create_only=create_only)
+
+    async def remove(self, path: str) -> None:
+        await self._run(remove, path)
+
+    async def list_tree(self, path: str) -> list[str]:
+        result: list[str] = await self._run(list_tree, path)
+        return result
 
 
 class _FileWorkers:
@@ -272,14 +287,14 @@ class _FileWorkers:
 FILE_WORKERS = _FileWorkers(8)
 
 
-class DirectFileAccess:
+class DirectFileAccess(FileAccess):
     """Operations as the server's own user, off the event loop, bounded in number and time."""
 
-    async def call(self, op: str, **args: Any) -> Any:
-        return await FILE_WORKERS.run(OPERATIONS[op], args.get("path"), **args)
+    async def _run(self, operation: Callable[..., Any], path: str, **args: Any) -> Any:
+        return await FILE_WORKERS.run(operation, path, path=path, **args)
 
 
-class UserFileAccess:
+class UserFileAccess(FileAccess):
     """Operations as another user, in a forked child that switches to that identity first.
 
     A fork, not a new program: the runtime may be installed where only its own user can
@@ -291,8 +306,8 @@ class UserFileAccess:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
 
-    async def call(self, op: str, **args: Any) -> Any:
-        operation = OPERATIONS[op]
+    async def _run(self, operation: Callable[..., Any], path: str, **args: Any) -> Any:
+        args = {"path": path, **args}
         read_end, write_end = os.pipe()
         try:
             pid = os.fork()

@@ -6,14 +6,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sandbox_tools.runtime.identity import UserSpec, parse_user
-from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, optional_or_none, required
+from sandbox_tools.runtime.jsonrpc import (
+    InvalidParams,
+    Params,
+    WireParams,
+    optional_or_none,
+    required,
+)
 
 Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
 COMMANDS: tuple[Command, ...] = ("view", "create", "str_replace", "insert", "undo_edit")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TextEditorParams:
+class TextEditorParams(WireParams):
     command: Command
     path: str
     view_range: tuple[int, int] | None

@@ -1,0 +1,622 @@
+"""The Docker engine's exec and archive API, spoken from asyncio.
+
+The docker SDK is synchronous: driving it from an event loop cost one OS thread per
+exec and one per read of a persistent stream, so a host with hundreds of sandboxes
+ran hundreds of threads (issue 16). For engines reached over a Unix socket or plain
+TCP, this module speaks the few HTTP calls an exec needs (create, start with the
+connection upgraded to a raw stream, inspect) and the archive calls directly on
+asyncio streams: no thread at all per call or per stream.
+
+Owning the connection also fixes a lost-output bug of the SDK's socket hand-off: its
+HTTP parser reads the upgrade response through a buffer, and output frames that
+arrived in the same read as the response headers stayed in that buffer, unseen by a
+reader of the raw socket. A short command on a busy host came back with no output.
+Here every byte after the headers stays in the one stream reader.
+
+Engines over TLS or SSH keep the SDK's socket, in a worker thread per blocking call
+(asyncio cannot half-close a TLS stream, which is how an exec's stdin is ended).
+
+A per-engine limit (settings: `engine-concurrency`, default 32) bounds how many
+execs run at once against one engine, so that 64 samples starting together queue
+instead of overwhelming it.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import json
+import socket
+import struct
+import threading
+import urllib.parse
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import docker.errors
+import requests.exceptions
+from docker import DockerClient
+
+from sandbox_tools import settings
+from sandbox_tools.errors import SandboxExecError
+
+T = TypeVar("T")
+FRAME_HEADER = struct.Struct(">BxxxL")
+STDOUT, STDERR = 1, 2
+MAX_FRAME = 1 << 32
+MAX_RESPONSE_HEAD = 64 * 1024  # status line and headers of one engine response
+MAX_ENGINE_JSON = 16 * 1024 * 1024  # an engine's JSON answer (exec inspect and the like)
+SEND_SLICE = 256 * 1024  # large bodies go out in slices: the transport copies only what waits
+CONTINUE_WAIT = 5.0  # seconds to wait for "100 Continue" before sending anyway
+
+
+class EngineRequestError(SandboxExecError):
+    """The engine answered an API call with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class FrameTooLarge(Exception):
+    """A frame larger than the reader may still accept; `args[0]` is its size."""
+
+
+class ExecConnection(abc.ABC):
+    """A started exec: its stdin and its multiplexed stdout/stderr frames."""
+
+    @abc.abstractmethod
+    async def send(self, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def close_input(self) -> None:
+        """End the process's stdin; its output keeps arriving."""
+
+    @abc.abstractmethod
+    async def next_frame(self, max_payload: int = MAX_FRAME) -> tuple[int, bytes] | None:
+        """The next (stream, payload), None at the end; FrameTooLarge past `max_payload`.
+
+        The size is checked before the payload is read: a header alone may announce 4 GiB.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connection at once, waking any pending read."""
+
+
+class EngineAPI(abc.ABC):
+    """What a sandbox needs of one engine, each call awaitable."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        # asyncio primitives belong to one loop; a sandbox may be driven by several
+        # (tests, `asyncio.run` per command), each gets its own limiter.
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
+        self._slots = weakref.WeakKeyDictionary()
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one of the engine's exec slots for the duration of the block."""
+        loop = asyncio.get_running_loop()
+        semaphore = self._slots.get(loop)
+        if semaphore is None:
+            semaphore = self._slots[loop] = asyncio.Semaphore(self.concurrency)
+        async with semaphore:
+            yield
+
+    @abc.abstractmethod
+    async def exec_create(
+        self,
+        container_id: str,
+        cmd: list[str],
+        stdin: bool,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        user: str | None,
+    ) -> str: ...
+
+    @abc.abstractmethod
+    async def exec_start(self, exec_id: str) -> ExecConnection: ...
+
+    @abc.abstractmethod
+    async def exec_inspect(self, exec_id: str) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    async def put_archive(
+        self, container_id: str, directory: str, archive: Sequence[bytes]
+    ) -> None:
+        """Extract `archive` into `directory`; EngineRequestError(404) if it is missing."""
+
+    @abc.abstractmethod
+    async def get_archive(self, container_id: str, path: str, max_bytes: int) -> bytes:
+        """A tar of `path`; EngineRequestError(404) if it is missing."""
+
+    async def exit_code(self, exec_id: str) -> int:
+        # The engine can report the exit code a moment after the stream's end.
+        for _ in range(200):
+            info = await self.exec_inspect(exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            await asyncio.sleep(0.005)
+        raise SandboxExecError(f"exec {exec_id[:12]} did not report an exit code")
+
+
+def _exec_config(
+    cmd: list[str],
+    stdin: bool,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    user: str | None,
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "Cmd": cmd,
+        "AttachStdin": stdin,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Tty": False,
+        "User": user or "",
+    }
+    if env:
+        config["Env"] = [f"{key}={value}" for key, value in env.items()]
+    if cwd:
+        config["WorkingDir"] = cwd
+    return config
+
+
+# -- the native transport: HTTP/1.1 on asyncio streams ----------------------------------
+
+
+class _StreamExec(ExecConnection):
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def send(self, data: bytes) -> None:
+        await _write_slices(self._writer, [data])
+
+    async def close_input(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            if self._writer.can_write_eof():
+                self._writer.write_eof()
+
+    async def next_frame(self, max_payload: int = MAX_FRAME) -> tuple[int, bytes] | None:
+        try:
+            header = await self._reader.readexactly(FRAME_HEADER.size)
+            stream, length = FRAME_HEADER.unpack(header)
+            if length > max_payload:
+                raise FrameTooLarge(length)
+            return stream, await self._reader.readexactly(length)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+async def _write_slices(writer: asyncio.StreamWriter, parts: Sequence[bytes]) -> None:
+    """Write without copying a large body whole into the transport's buffer (a 9 MB
+    upload to 64 sandboxes at once would hold 64 copies)."""
+    for part in parts:
+        view = memoryview(part)
+        for start in range(0, len(view), SEND_SLICE):
+            writer.write(view[start : start + SEND_SLICE])
+            await writer.drain()
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        raise SandboxExecError("the engine sent an oversized response header") from None
+    except (asyncio.IncompleteReadError, ConnectionError):
+        raise SandboxExecError("the engine closed the connection without answering") from None
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[1].isdigit():
+        raise SandboxExecError(f"the engine sent a malformed status line: {status_line[:80]!r}")
+    headers: dict[str, str] = {}
+    for line in header_lines:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return int(parts[1]), headers
+
+
+async def _read_body(
+    reader: asyncio.StreamReader, headers: Mapping[str, str], max_bytes: int, what: str
+) -> bytes:
+    def check(size: int) -> None:
+        if size > max_bytes:
+            raise SandboxExecError(f"{what} is larger than {max_bytes} bytes")
+
+    try:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            body = bytearray()
+            while True:
+                size_line = await reader.readuntil(b"\r\n")
+                size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    with contextlib.suppress(asyncio.IncompleteReadError):
+                        await reader.readuntil(b"\r\n")  # the trailer's end
+                    return bytes(body)
+                check(len(body) + size)
+                body += await reader.readexactly(size)
+                await reader.readexactly(2)
+        if "content-length" in headers:
+            length = int(headers["content-length"])
+            check(length)
+            return await reader.readexactly(length)
+        body = bytearray()
+        while chunk := await reader.read(1 << 20):
+            body += chunk
+            check(len(body))
+        return bytes(body)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, ConnectionError):
+        raise SandboxExecError(f"the engine sent a malformed body for {what}") from None
+
+
+def _error_message(status: int, body: bytes) -> str:
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or body[:300].decode(errors="replace") or f"HTTP {status}")
+
+
+class NativeEngineAPI(EngineAPI):
+    """An engine on a Unix socket or plain TCP; one short connection per call."""
+
+    def __init__(
+        self, version: str, concurrency: int, unix_path: str = "", host: str = "", port: int = 0
+    ) -> None:
+        super().__init__(concurrency)
+        self._prefix = f"/v{version}"
+        self._unix_path = unix_path
+        self._host, self._port = host, port
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            if self._unix_path:
+                return await asyncio.open_unix_connection(self._unix_path, limit=MAX_RESPONSE_HEAD)
+            return await asyncio.open_connection(self._host, self._port, limit=MAX_RESPONSE_HEAD)
+        except OSError as exc:
+            raise SandboxExecError(f"cannot reach the Docker engine: {exc}") from None
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: Sequence[bytes] | None = None,
+        content_type: str = "application/json",
+        upgrade: bool = False,
+        may_refuse: bool = False,
+    ) -> tuple[int, dict[str, str], asyncio.StreamReader, asyncio.StreamWriter]:
+        """Send one request; `may_refuse` holds the body back until the engine says go.
+
+        An engine may answer a request it refuses (an archive into a missing
+        directory: 404) and close without reading the body. If our send then breaks,
+        asyncio drops the connection with the answer still unread: the caller would
+        see a broken pipe instead of the 404 (a CI flake of write_file, which walks up
+        to the nearest existing directory by exactly such refusals).
+        """
+        reader, writer = await self._connect()
+        lines = [f"{method} {self._prefix}{path} HTTP/1.1", "Host: docker"]
+        lines.append("Connection: Upgrade\r\nUpgrade: tcp" if upgrade else "Connection: close")
+        length = sum(len(part) for part in body) if body is not None else 0
+        if body is not None:
+            lines.append(f"Content-Type: {content_type}\r\nContent-Length: {length}")
+        expect = may_refuse and body is not None
+        if expect:
+            lines.append("Expect: 100-continue")
+        try:
+            await _write_slices(writer, [("\r\n".join(lines) + "\r\n\r\n").encode()])
+            if expect:
+                try:
+                    status, headers = await asyncio.wait_for(_read_head(reader), CONTINUE_WAIT)
+                except asyncio.TimeoutError:
+                    status, headers = 100, {}  # an engine that never says: send anyway
+                if status != 100:
+                    return status, headers, reader, writer
+            try:
+                await _write_slices(writer, body or ())
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # it answered before reading everything: its answer says why
+            status, headers = await _read_head(reader)
+        except ConnectionError as exc:
+            writer.close()
+            raise SandboxExecError(f"the engine closed the connection: {exc}") from None
+        except BaseException:
+            writer.close()
+            raise
+        return status, headers, reader, writer
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Sequence[bytes] | None = None,
+        content_type: str = "application/json",
+        max_bytes: int = MAX_ENGINE_JSON,
+        may_refuse: bool = False,
+    ) -> bytes:
+        status, headers, reader, writer = await self._send(
+            method, path, body, content_type, may_refuse=may_refuse
+        )
+        try:
+            answer = await _read_body(reader, headers, max_bytes, f"{method} {path}")
+        finally:
+            writer.close()
+        if status >= 400:
+            raise EngineRequestError(status, _error_message(status, answer))
+        return answer
+
+    async def exec_create(
+        self,
+        container_id: str,
+        cmd: list[str],
+        stdin: bool,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        user: str | None,
+    ) -> str:
+        config = json.dumps(_exec_config(cmd, stdin, cwd, env, user)).encode()
+        answer = await self._call("POST", f"/containers/{container_id}/exec", [config])
+        return str(json.loads(answer)["Id"])
+
+    async def exec_start(self, exec_id: str) -> ExecConnection:
+        body = [b'{"Detach": false, "Tty": false}']
+        status, headers, reader, writer = await self._send(
+            "POST", f"/exec/{exec_id}/start", body, upgrade=True
+        )
+        if status not in (101, 200):
+            try:
+                answer = await _read_body(reader, headers, MAX_ENGINE_JSON, "exec start")
+            finally:
+                writer.close()
+            raise EngineRequestError(status, _error_message(status, answer))
+        return _StreamExec(reader, writer)
+
+    async def exec_inspect(self, exec_id: str) -> dict[str, Any]:
+        answer: dict[str, Any] = json.loads(await self._call("GET", f"/exec/{exec_id}/json"))
+        return answer
+
+    async def put_archive(
+        self, container_id: str, directory: str, archive: Sequence[bytes]
+    ) -> None:
+        query = urllib.parse.urlencode({"path": directory or "/"})
+        await self._call(
+            "PUT",
+            f"/containers/{container_id}/archive?{query}",
+            archive,
+            "application/x-tar",
+            may_refuse=True,
+        )
+
+    async def get_archive(self, container_id: str, path: str, max_bytes: int) -> bytes:
+        query = urllib.parse.urlencode({"path": path})
+        return await self._call(
+            "GET", f"/containers/{container_id}/archive?{query}", max_bytes=max_bytes
+        )
+
+
+# -- the SDK transport: TLS and SSH engines ---------------------------------------------
+
+
+def _in_daemon_thread(function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """Run blocking socket I/O in a daemon thread, not the loop's executor.
+
+    A read that never returns (an exec whose other end stays open) must not hold up
+    the event loop's shutdown, which waits for every executor thread.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def deliver(outcome: Callable[[], None]) -> None:
+        # The caller may have given up and its loop closed: nobody is left to tell.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, outcome)
+
+    def run() -> None:
+        try:
+            result = function(*args)
+        except BaseException as exc:
+            error = exc
+            deliver(lambda: future.set_exception(error))
+        else:
+            deliver(lambda: future.set_result(result))
+
+    threading.Thread(target=run, daemon=True, name="docker-socket").start()
+    return future
+
+
+class _SocketExec(ExecConnection):
+    """The SDK's hijacked socket, read in worker threads."""
+
+    def __init__(self, response: Any, sock: Any, early: bytes) -> None:
+        self._owner = response  # keeps the HTTP response (and so the socket) alive
+        self._sock = sock
+        self._buffer = bytearray(early)
+
+    async def send(self, data: bytes) -> None:
+        await _in_daemon_thread(self._sock.sendall, data)
+
+    async def close_input(self) -> None:
+        with contextlib.suppress(OSError):
+            await _in_daemon_thread(self._sock.shutdown, socket.SHUT_WR)
+
+    def _fill(self, count: int) -> bool:
+        while len(self._buffer) < count:
+            chunk = self._sock.recv(1 << 20)
+            if not chunk:
+                return False
+            self._buffer += chunk
+        return True
+
+    def _next_frame(self, max_payload: int) -> tuple[int, bytes] | None:
+        try:
+            if not self._fill(FRAME_HEADER.size):
+                return None
+            stream, length = FRAME_HEADER.unpack_from(self._buffer)
+            if length > max_payload:
+                raise FrameTooLarge(length)
+            if not self._fill(FRAME_HEADER.size + length):
+                return None
+        except OSError:
+            return None
+        payload = bytes(self._buffer[FRAME_HEADER.size : FRAME_HEADER.size + length])
+        del self._buffer[: FRAME_HEADER.size + length]
+        return stream, payload
+
+    async def next_frame(self, max_payload: int = MAX_FRAME) -> tuple[int, bytes] | None:
+        return await _in_daemon_thread(self._next_frame, max_payload)
+
+    def close(self) -> None:
+        # shutdown() wakes a thread blocked in recv() on this socket; close() alone does not.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        with contextlib.suppress(Exception):
+            self._owner.close()
+
+
+def _api_error(exc: docker.errors.APIError) -> EngineRequestError:
+    status = exc.response.status_code if exc.response is not None else 500
+    return EngineRequestError(status, str(exc.explanation or exc))
+
+
+class SdkEngineAPI(EngineAPI):
+    """Any engine the docker SDK reaches (TLS, SSH): its calls run in worker threads."""
+
+    def __init__(self, client: DockerClient, concurrency: int) -> None:
+        super().__init__(concurrency)
+        self._api = client.api
+
+    async def _run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return await asyncio.to_thread(function, *args, **kwargs)
+        except docker.errors.APIError as exc:
+            raise _api_error(exc) from None
+        except (requests.exceptions.RequestException, OSError) as exc:
+            raise SandboxExecError(f"the Docker engine's connection failed: {exc}") from None
+
+    async def exec_create(
+        self,
+        container_id: str,
+        cmd: list[str],
+        stdin: bool,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        user: str | None,
+    ) -> str:
+        created = await self._run(
+            self._api.exec_create,
+            container_id,
+            cmd,
+            stdin=stdin,
+            stdout=True,
+            stderr=True,
+            environment=dict(env) if env else None,
+            workdir=cwd,
+            user=user or "",
+        )
+        return str(created["Id"])
+
+    def _start(self, exec_id: str) -> _SocketExec:
+        api: Any = self._api  # the SDK's own (untyped) exec-start plumbing
+        response = api._post_json(
+            api._url("/exec/{0}/start", exec_id),
+            headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+            data={"Tty": False, "Detach": False},
+            stream=True,
+        )
+        sock = api._get_raw_response_socket(response)
+        # The response parser may have read output frames along with the headers: they
+        # sit in its buffer, not in the socket (the SDK's own hand-off loses them).
+        early = _take_buffered(response.raw._fp.fp)
+        return _SocketExec(response, getattr(sock, "_sock", sock), early)
+
+    async def exec_start(self, exec_id: str) -> ExecConnection:
+        return await self._run(self._start, exec_id)
+
+    async def exec_inspect(self, exec_id: str) -> dict[str, Any]:
+        info: dict[str, Any] = await self._run(self._api.exec_inspect, exec_id)
+        return info
+
+    async def put_archive(
+        self, container_id: str, directory: str, archive: Sequence[bytes]
+    ) -> None:
+        data = b"".join(archive)
+        ok = await self._run(self._api.put_archive, container_id, directory or "/", data)
+        if not ok:
+            raise EngineRequestError(500, "the engine refused the archive")
+
+    async def get_archive(self, container_id: str, path: str, max_bytes: int) -> bytes:
+        def fetch() -> bytes:
+            chunks, _ = self._api.get_archive(container_id, path)
+            data = bytearray()
+            for chunk in chunks:
+                data += chunk
+                if len(data) > max_bytes:
+                    raise SandboxExecError(f"{path} is larger than {max_bytes} bytes")
+            return bytes(data)
+
+        return await self._run(fetch)
+
+
+def _take_buffered(reader: Any) -> bytes:
+    """The bytes a BufferedReader over a socket already holds, taken out of it.
+
+    The socket is non-blocking meanwhile, so an empty buffer costs no wait.
+    """
+    sock = getattr(getattr(reader, "raw", None), "_sock", None)
+    if sock is None:
+        return b""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        early = bytes(reader.peek(0))
+        return bytes(reader.read(len(early))) if early else b""
+    except (OSError, ValueError):
+        return b""
+    finally:
+        sock.settimeout(timeout)
+
+
+# -- choosing the transport ------------------------------------------------------------
+
+_APIS: weakref.WeakKeyDictionary[Any, EngineAPI] = weakref.WeakKeyDictionary()
+_APIS_LOCK = threading.Lock()
+
+
+def engine_api(client: DockerClient, concurrency: int | None = None) -> EngineAPI:
+    """The one EngineAPI of a docker client (so its limit is shared by every sandbox)."""
+    with _APIS_LOCK:
+        api = _APIS.get(client)
+        if api is None:
+            api = _APIS[client] = _make_api(
+                client, concurrency or settings.current().engine_concurrency
+            )
+        elif concurrency is not None:
+            api.concurrency = concurrency
+        return api
+
+
+def _make_api(client: DockerClient, concurrency: int) -> EngineAPI:
+    from docker.transport import UnixHTTPAdapter
+
+    low = client.api
+    version = str(low.api_version)
+    adapter = getattr(low, "_custom_adapter", None)
+    if isinstance(adapter, UnixHTTPAdapter):
+        return NativeEngineAPI(version, concurrency, unix_path=adapter.socket_path)
+    base = urllib.parse.urlsplit(str(low.base_url))
+    if base.scheme == "http" and base.hostname:
+        return NativeEngineAPI(version, concurrency, host=base.hostname, port=base.port or 2375)
+    return SdkEngineAPI(client, concurrency)

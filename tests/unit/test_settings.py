@@ -1,0 +1,72 @@
+"""The settings cascade (issue 17): defaults -> [tool.sandbox-tools] -> environment -> flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbox_tools import settings
+from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.settings import SETTINGS, Settings, load_settings
+
+
+def project(tmp_path: Path, table: str) -> Path:
+    path = tmp_path / "pyproject.toml"
+    path.write_text(f'[project]\nname = "x"\n\n[tool.sandbox-tools]\n{table}\n')
+    return path
+
+
+def test_defaults_then_the_table_then_the_environment(tmp_path: Path) -> None:
+    assert load_settings({}, pyproject=tmp_path / "none.toml") == Settings()
+    toml = project(tmp_path, 'offline = true\nengine-concurrency = 8\ndist = "/srv/dist"')
+    from_table = load_settings({}, pyproject=toml)
+    assert (from_table.offline, from_table.engine_concurrency) == (True, 8)
+    assert from_table.dist == Path("/srv/dist")
+    environ = {"SANDBOX_TOOLS_ENGINE_CONCURRENCY": "4", "SANDBOX_TOOLS_OFFLINE": "0"}
+    both = load_settings(environ, pyproject=toml)
+    assert (both.offline, both.engine_concurrency, both.dist) == (False, 4, Path("/srv/dist"))
+
+
+def test_flags_come_last_and_do_not_outlive_the_invocation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SANDBOX_TOOLS_DEBUG", "0")
+    settings.override(debug=True)
+    assert settings.current().debug is True
+    settings.reset_overrides()
+    assert settings.current().debug is False
+    with pytest.raises(ValueError, match="no such settings: colour"):
+        settings.override(colour=True)
+
+
+@pytest.mark.parametrize(
+    ("table", "environ", "words"),
+    [
+        ("ofline = true", {}, "unknown key 'ofline'; did you mean 'offline'?"),
+        ("engine-concurrency = 0", {}, "[tool.sandbox-tools] engine-concurrency: '0' is not"),
+        ("", {"SANDBOX_TOOLS_OFFLINE": "maybe"}, "SANDBOX_TOOLS_OFFLINE: 'maybe' is not a yes/no"),
+    ],
+)
+def test_bad_settings_are_one_sentence_naming_their_source(
+    tmp_path: Path, table: str, environ: dict[str, str], words: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(environ, pyproject=project(tmp_path, table))
+    assert words in caught.value.message
+
+
+def test_a_broken_project_file_is_not_ours_to_judge(tmp_path: Path) -> None:
+    broken = tmp_path / "pyproject.toml"
+    broken.write_text("[project\n")
+    assert load_settings({}, pyproject=broken) == Settings()
+
+
+def test_every_setting_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for setting in SETTINGS:
+        assert f"| `{setting.env}` | `{setting.key}` |" in readme, setting.env
+    assert {s.field for s in SETTINGS} == set(Settings.__dataclass_fields__)
+    defaults = Settings()
+    for setting in SETTINGS:  # one default, stated twice only for the type checker
+        assert getattr(defaults, setting.field) == setting.default, setting.key
