@@ -595,16 +595,12 @@ _APIS: weakref.WeakKeyDictionary[Any, EngineAPI] = weakref.WeakKeyDictionary()
 _APIS_LOCK = threading.Lock()
 
 
-def engine_api(client: DockerClient, concurrency: int | None = None) -> EngineAPI:
+def engine_api(client: DockerClient) -> EngineAPI:
     """The one EngineAPI of a docker client (so its limit is shared by every sandbox)."""
     with _APIS_LOCK:
         api = _APIS.get(client)
         if api is None:
-            api = _APIS[client] = _make_api(
-                client, concurrency or settings.current().engine_concurrency
-            )
-        elif concurrency is not None:
-            api.concurrency = concurrency
+            api = _APIS[client] = _make_api(client, settings.current().engine_concurrency)
         return api
 
 
