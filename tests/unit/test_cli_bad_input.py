@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_tools import settings
+
 GOLDEN = str(Path(__file__).parent / "golden" / "manifest.json")
 
 
@@ -86,6 +88,16 @@ def test_an_unexpected_error_is_one_line_and_exit_70(
     monkeypatch.setenv(cli.DEBUG_ENV, "1")  # on request, the traceback itself
     with pytest.raises(RuntimeError):
         cli.main()
+    monkeypatch.setenv(cli.DEBUG_ENV, "yes")  # the setting's own yes/no spellings
+    with pytest.raises(RuntimeError):
+        cli.main()
+    monkeypatch.delenv(cli.DEBUG_ENV)
+    settings.override(debug=True)  # what --debug does
+    try:
+        with pytest.raises(RuntimeError):
+            cli.main()
+    finally:
+        settings.reset_overrides()
 
 
 def test_ctrl_c_is_one_line_and_exit_130(

@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sandbox_tools import __version__
+from sandbox_tools import __version__, settings
 from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.cli.manifest_cmd import manifest_app
 from sandbox_tools.cli.output import Verbosity, configure, console, err_console, notes, quiet
@@ -71,7 +71,7 @@ app = typer.Typer(
 )
 
 
-DEBUG_ENV = "SANDBOX_TOOLS_DEBUG"
+DEBUG_ENV = next(s.env for s in settings.SETTINGS if s.key == "debug")
 
 
 def _version_callback(value: bool) -> None:
@@ -115,6 +115,7 @@ def _root(
     ] = False,
 ) -> None:
     """Build, validate, release and inject sandbox-tools' in-container runtime."""
+    settings.reset_overrides()  # each invocation's flags are its own
     if quiet_flag and verbose_flag:
         raise ConfigurationError("--quiet and --verbose exclude each other")
     configure(
@@ -124,7 +125,7 @@ def _root(
 
     echo_to(_echo_line if verbose_flag else None)
     if debug:
-        os.environ[DEBUG_ENV] = "1"
+        settings.override(debug=True)
 
 
 async def _stream(
@@ -327,6 +328,15 @@ def _say(label: str, text: str) -> None:
     err_console.print(f"[bold]{label}[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
+def _debugging() -> bool:
+    """The `debug` setting (--debug, or SANDBOX_TOOLS_DEBUG as any yes/no value); off if
+    the settings themselves cannot be read, so the one-line report still comes out."""
+    try:
+        return settings.current().debug
+    except ConfigurationError:
+        return False
+
+
 def main() -> None:
     """The console script: every failure is one clear line and a code of EXIT_CODES."""
     try:
@@ -347,7 +357,7 @@ def main() -> None:
             _say("[yellow]interrupted[/]", "")
         raise
     except Exception as exc:
-        if os.environ.get(DEBUG_ENV) == "1":  # read late: --debug sets it
+        if _debugging():
             raise
         _say("[red]internal error:[/]", f"{type(exc).__name__}: {exc}")
         _say(
