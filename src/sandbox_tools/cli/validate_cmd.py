@@ -177,7 +177,6 @@ def validate_command(
         state = "ready" if each.available else f"[bold red]unavailable[/]: {escape(each.error)}"
         (notes if each.available else console).print(f"engine {escape(each.label)}: {state}")
     results: list[CellResult] = []
-    records = artifacts
     try:
         if notes.is_terminal and not notes.quiet:
             planned = len(artifacts) * len(matrix.distros) * len(matrix.scenarios)
@@ -213,10 +212,10 @@ def validate_command(
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
         # containers go; main() says "interrupted" and exits 130.
         remove_live_containers()
-        write_reports(results, report, junit, records, engines, interrupted=True)
+        write_reports(results, report, junit, artifacts, engines, interrupted=True)
         raise
     unvalidated = [] if allow_skipped else _unvalidated(outcome, only)
-    write_reports(outcome, report, junit, records, engines, unvalidated)
+    write_reports(outcome, report, junit, artifacts, engines, unvalidated)
     counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
     console.print(
         f"[bold]{counts['passed']} passed, {counts['failed']} failed, "

@@ -45,11 +45,6 @@ def _track(container: Container) -> None:
         _LIVE.add(container)
 
 
-def _untrack(container: Container) -> None:
-    with _LIVE_LOCK:
-        _LIVE.discard(container)
-
-
 def remove_live_containers() -> int:
     """Remove every container this process started and still runs; how many."""
     with _LIVE_LOCK:
@@ -80,6 +75,17 @@ def _echo(action: str, image: str, command: list[str] | None, options: Mapping[s
     _ECHO[0](f"+ docker {action} {flags} {image} {argv}".replace("  ", " ").rstrip())
 
 
+def _release(container: Container) -> None:
+    """The end of every container of ours: untracked, and removed unless kept."""
+    with _LIVE_LOCK:
+        _LIVE.discard(container)
+    if _ECHO:
+        _ECHO[0](f"+ docker rm -f {container.short_id}")
+    if not settings.current().keep_containers:
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+
+
 @contextlib.contextmanager
 def running_container(
     client: DockerClient, image: str, *, command: list[str] | None = None, **kwargs: Any
@@ -96,12 +102,7 @@ def running_container(
     try:
         yield container
     finally:
-        _untrack(container)
-        if _ECHO:
-            _ECHO[0](f"+ docker rm -f {container.short_id}")
-        if not settings.current().keep_containers:
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+        _release(container)
 
 
 def _archive_of(copy_in: Mapping[str, Path]) -> bytes:
@@ -171,8 +172,5 @@ def run_to_completion(
             chunks, _ = container.get_archive(copy_out[0])
             _extract_into(chunks, copy_out[1])
     finally:
-        _untrack(container)
-        if not settings.current().keep_containers:
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+        _release(container)
     return int(status.get("StatusCode", 1)), "\n".join(lines)
