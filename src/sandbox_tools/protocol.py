@@ -48,6 +48,9 @@ RESPONSE_LIMIT_OPTION = b"#max-response-bytes "
 HOST_MESSAGE_MCP = "mcp_server_message"  # {session_id, message}
 HOST_MESSAGE_HTTP_REQUEST = "http_request"  # {request_id, method, path, headers, body}
 HOST_MESSAGE_HTTP_CANCEL = "http_cancel"  # {request_id, reason}
+# From the `stdio` bridge itself: it lost its server connection, and with it the
+# subscription to the messages above; the host subscribes again.
+RUNTIME_SERVER_LOST = "runtime_server_lost"  # {reason}
 # HTTP headers about one connection, not the message: the model proxy never relays them.
 HOP_BY_HOP_HEADERS = frozenset(
     {

@@ -85,6 +85,11 @@ class ToolSupport:
     def exe(self) -> str:
         return f"{self.install_dir}/{EXE_NAME}"
 
+    @property
+    def command(self) -> list[str]:
+        """The runtime's argv prefix in the sandbox (its subcommands follow)."""
+        return [self.exe]
+
     async def aclose(self) -> None:
         """Close the connection to the runtime (its server keeps running in the sandbox)."""
         await self.client.aclose()

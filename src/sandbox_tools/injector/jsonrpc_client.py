@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
+import logging
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +28,12 @@ from sandbox_tools.errors import (
     SandboxExecError,
     ToolError,
 )
-from sandbox_tools.protocol import JSONRPC_VERSION, MAX_FRAME_BYTES, TOOL_ERROR
+from sandbox_tools.protocol import (
+    JSONRPC_VERSION,
+    MAX_FRAME_BYTES,
+    RUNTIME_SERVER_LOST,
+    TOOL_ERROR,
+)
 from sandbox_tools.sandboxes.base import Sandbox, Stream
 
 # Every call is bounded in time by default (THREAT_MODEL.md, rule 3): a runtime that is
@@ -105,63 +113,115 @@ def result_fields(result: Any, method: str, **fields: type | tuple[type, ...]) -
     return result
 
 
-# Sandbox -> host messages (PROTOCOL.md) waiting for a slow listener, at most; past that
-# the listener fails loudly instead of the host buffering without limit.
+# Sandbox -> host messages (PROTOCOL.md) waiting for a slow listener, at most, in count
+# and bytes; past either the listener fails loudly (a typed drop its owner hears)
+# instead of the host buffering without limit (THREAT_MODEL.md, rule 3).
 LISTENER_QUEUE = 1024
+LISTENER_BYTES = 64 * 1024 * 1024
 # One long poll of host_messages_poll on exec-per-call transports.
 HOST_POLL_WAIT_MS = 5000
 HOST_POLL_SLACK = 15.0
 
 MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
+FailureHandler = Callable[[str], Awaitable[None]]
+
+log = logging.getLogger(__name__)
 
 
 class Listener:
     """Delivers one kind of sandbox -> host message to `handler`, in order, off the reader.
 
-    `failed` holds the reason once the listener stopped (it fell more than
-    LISTENER_QUEUE messages behind, or its transport ended); `on_failure` hears it.
+    Only messages `accepts` takes are queued (a session's listener holds that session's
+    messages, never another's). `failed` holds the reason once the listener stopped: it
+    fell more than LISTENER_QUEUE messages or LISTENER_BYTES behind, its transport
+    ended, or (`per_server`) the runtime server it was bound to was replaced. What was
+    queued is dropped at once, and `on_failure` hears the reason even while `handler`
+    is stuck.
     """
 
     def __init__(
         self,
         method: str,
         handler: MessageHandler,
-        on_failure: Callable[[str], Awaitable[None]] | None,
+        on_failure: FailureHandler | None,
         release: Callable[[Listener], None],
+        accepts: Callable[[dict[str, Any]], bool] | None = None,
+        per_server: bool = False,
+        max_messages: int = LISTENER_QUEUE,
+        max_bytes: int = LISTENER_BYTES,
     ) -> None:
         self.method = method
+        self.per_server = per_server
         self.failed: str | None = None
+        self.max_messages, self.max_bytes = max_messages, max_bytes
         self._handler = handler
         self._on_failure = on_failure
+        self._accepts = accepts
         self._release = release
-        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(LISTENER_QUEUE)
+        self._queue: collections.deque[tuple[dict[str, Any], int]] = collections.deque()
+        self._bytes = 0
+        self._ready = asyncio.Event()
         self._task = asyncio.create_task(self._consume())
+        self._failure_task: asyncio.Task[None] | None = None
 
-    def deliver(self, params: dict[str, Any]) -> None:
-        if self.failed is not None:
+    @property
+    def queued(self) -> tuple[int, int]:
+        """Messages and bytes waiting for the handler."""
+        return len(self._queue), self._bytes
+
+    def deliver(self, params: dict[str, Any], size: int) -> None:
+        if self.failed is not None or (self._accepts is not None and not self._accepts(params)):
             return
-        try:
-            self._queue.put_nowait(params)
-        except asyncio.QueueFull:
-            self.fail(f"the host fell {LISTENER_QUEUE} messages behind the sandbox")
+        if self._queue and (
+            len(self._queue) >= self.max_messages or self._bytes + size > self.max_bytes
+        ):
+            self.fail(
+                f"the host fell behind the sandbox: {len(self._queue)} {self.method} messages "
+                f"({self._bytes} bytes) were waiting, at most {self.max_messages} messages "
+                f"or {self.max_bytes} bytes are kept"
+            )
+            return
+        self._queue.append((params, size))
+        self._bytes += size
+        self._ready.set()
 
     def fail(self, reason: str) -> None:
-        if self.failed is None:
-            self.failed = reason
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(None)
+        if self.failed is not None:
+            return
+        self.failed = reason
+        self._queue.clear()
+        self._bytes = 0
+        self._ready.set()
+        if self._on_failure is not None:
+            on_failure = self._on_failure
+
+            async def report() -> None:
+                await on_failure(reason)
+
+            self._failure_task = asyncio.create_task(report())
 
     async def _consume(self) -> None:
-        while (params := await self._queue.get()) is not None:
-            await self._handler(params)
-        if self._on_failure is not None and self.failed is not None:
-            await self._on_failure(self.failed)
+        while True:
+            while not self._queue:
+                if self.failed is not None:
+                    return
+                self._ready.clear()
+                await self._ready.wait()
+            params, size = self._queue.popleft()
+            self._bytes -= size
+            try:
+                await self._handler(params)
+            except Exception:
+                log.exception("a handler of %s messages failed", self.method)
 
     async def aclose(self) -> None:
         self._release(self)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
+        tasks = [t for t in (self._task, self._failure_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 class RuntimeClient(abc.ABC):
@@ -173,15 +233,30 @@ class RuntimeClient(abc.ABC):
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
+        # The secret that makes this client the owner of the sandbox -> host queue: no
+        # other client of the runtime (an agent with its uid) can then take the messages
+        # or answer them in the host's place (THREAT_MODEL.md, "Sandbox -> host").
+        self.host_key = secrets.token_urlsafe(24)
+        self._server_instance: str | None = None
 
     async def listen(
         self,
         method: str,
         handler: MessageHandler,
-        on_failure: Callable[[str], Awaitable[None]] | None = None,
+        on_failure: FailureHandler | None = None,
+        *,
+        accepts: Callable[[dict[str, Any]], bool] | None = None,
+        per_server: bool = False,
     ) -> Listener:
-        """Hear the sandbox -> host messages named `method` (their params), until closed."""
-        listener = Listener(method, handler, on_failure, self._listeners.remove)
+        """Hear the sandbox -> host messages named `method` (their params), until closed.
+
+        `accepts` keeps only the messages meant for this listener; `per_server` says they
+        belong to the runtime server of this moment (an MCP session), so the listener
+        fails if that server is replaced instead of hearing the new one's.
+        """
+        listener = Listener(
+            method, handler, on_failure, self._listeners.remove, accepts, per_server
+        )
         self._listeners.append(listener)
         try:
             await self._start_listening()
@@ -195,7 +270,7 @@ class RuntimeClient(abc.ABC):
             f"{type(self).__name__} cannot receive messages from the sandbox"
         )
 
-    def _dispatch(self, message: Any) -> None:
+    def _dispatch(self, message: Any, size: int) -> None:
         """Route one sandbox -> host notification (untrusted: checked before use)."""
         if not isinstance(message, dict):
             return
@@ -204,11 +279,25 @@ class RuntimeClient(abc.ABC):
             return
         for listener in list(self._listeners):
             if listener.method == method:
-                listener.deliver(params)
+                listener.deliver(params, size)
 
     def _fail_listeners(self, reason: str) -> None:
         for listener in list(self._listeners):
             listener.fail(reason)
+
+    def _note_server(self, instance: Any) -> None:
+        """The runtime server answering now; listeners bound to an older one fail."""
+        if not isinstance(instance, str):
+            raise RuntimeTransportError(f"the runtime named its server {_describe(instance)}")
+        if self._server_instance is not None and instance != self._server_instance:
+            log.warning("the runtime server in the sandbox was restarted")
+            for listener in list(self._listeners):
+                if listener.per_server:
+                    listener.fail(
+                        "the runtime server in the sandbox was restarted; what it was "
+                        "running (MCP servers) is gone"
+                    )
+        self._server_instance = instance
 
     @abc.abstractmethod
     async def call(
@@ -275,14 +364,19 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
             while self._listeners:
                 result = await self.call(
                     "host_messages_poll",
-                    {"ack_seq": ack, "wait_ms": HOST_POLL_WAIT_MS},
+                    {"key": self.host_key, "ack_seq": ack, "wait_ms": HOST_POLL_WAIT_MS},
                     timeout=HOST_POLL_WAIT_MS / 1000 + HOST_POLL_SLACK,
                 )
-                fields = result_fields(result, "host_messages_poll", seq=int, messages=list)
+                fields = result_fields(
+                    result, "host_messages_poll", seq=int, messages=list, server=str
+                )
+                if fields["server"] != self._server_instance:
+                    self._note_server(fields["server"])
+                    ack = 0  # a new server numbers its messages from 1 again
                 for message in fields["messages"]:
                     seq = message.get("seq") if isinstance(message, dict) else None
                     if type(seq) is int and seq > ack:  # a retried poll repeats nothing
-                        self._dispatch(message)
+                        self._dispatch(message, len(json.dumps(message)))
                 ack = max(ack, fields["seq"])
         except Exception as exc:
             self._fail_listeners(f"polling the sandbox for its messages failed: {exc}")
@@ -292,6 +386,9 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._poller
+            self._poller = None
+            with contextlib.suppress(Exception):  # the next client may claim the queue
+                await self.call("host_messages_release", {"key": self.host_key}, CLOSE_TIMEOUT)
 
     async def call(
         self,
@@ -343,12 +440,36 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._open_lock = asyncio.Lock()
         self._subscribed = False
+        self._resubscribing: asyncio.Task[None] | None = None
+        self._last_id = 0  # the newest request id sent: older unknown ids are late answers
 
     async def _start_listening(self) -> None:
         # Pushed on this channel from now on: no polling (PROTOCOL.md).
         if not self._subscribed:
-            await self.call("host_messages_subscribe")
-            self._subscribed = True
+            await self._subscribe()
+
+    async def _subscribe(self) -> None:
+        result = await self.call("host_messages_subscribe", {"key": self.host_key})
+        self._note_server(result_fields(result, "host_messages_subscribe", server=str)["server"])
+        self._subscribed = True
+
+    def _server_lost(self, reason: Any) -> None:
+        """The channel's bridge lost its server: the subscription went with it. Subscribe
+        again at once (a restarted server is then noticed), or fail the listeners loudly."""
+        self._subscribed = False
+        if not self._listeners or (self._resubscribing and not self._resubscribing.done()):
+            return
+
+        async def again() -> None:
+            try:
+                await self._subscribe()
+            except Exception as exc:
+                self._fail_listeners(
+                    f"the runtime server in the sandbox went away ({_describe(reason)}) and "
+                    f"subscribing again failed: {exc}"
+                )
+
+        self._resubscribing = asyncio.create_task(again())
 
     async def _ensure_stream(self) -> Stream:
         async with self._open_lock:
@@ -378,11 +499,19 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                 # desynchronised), so it is declared failed rather than skipped.
                 response = parse_response_line(line, "stdio channel")
                 if isinstance(response, dict) and "method" in response and "id" not in response:
-                    self._dispatch(response)  # a message the sandbox sends first
+                    if response["method"] == RUNTIME_SERVER_LOST:
+                        self._server_lost(response.get("params"))
+                    else:
+                        self._dispatch(response, len(line))  # a message the sandbox sent first
                     continue
                 request_id = response.get("id") if isinstance(response, dict) else None
                 future = self._pending.pop(request_id, None) if type(request_id) is int else None
                 if future is None:
+                    if type(request_id) is int and 0 < request_id <= self._last_id:
+                        # The answer to a call that timed out or was cancelled: it has
+                        # nobody left to hear it, and the channel is as sound as before.
+                        log.debug("a late answer to request %d was dropped", request_id)
+                        continue
                     raise RuntimeTransportError(
                         f"the runtime answered a request that was never sent: {line[:200]!r}"
                     )
@@ -410,6 +539,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
     ) -> Any:
         stream = await self._ensure_stream()
         request_id = next(self._ids)
+        self._last_id = request_id
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
@@ -428,6 +558,11 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         return unwrap_response(response, method)
 
     async def aclose(self) -> None:
+        if self._resubscribing is not None:
+            self._resubscribing.cancel()
+        if self._subscribed and self._stream is not None:
+            with contextlib.suppress(Exception):  # the next client may claim the queue
+                await self.call("host_messages_release", {"key": self.host_key}, CLOSE_TIMEOUT)
         stream, self._stream = self._stream, None
         if stream is not None:
             with contextlib.suppress(Exception):

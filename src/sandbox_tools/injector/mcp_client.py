@@ -19,6 +19,8 @@ on exec-per-call transports. The host's answers to server requests go back with
 from __future__ import annotations
 
 import contextlib
+import logging
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,6 +43,8 @@ from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient
 from sandbox_tools.protocol import HOST_MESSAGE_MCP, User
 from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, session_params
+
+log = logging.getLogger(__name__)
 
 # Bounds one request to the MCP server (a tool call may legitimately take long).
 DEFAULT_REQUEST_TIMEOUT = 600.0
@@ -68,43 +72,67 @@ async def sandbox_mcp_client(
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     session_id: int | None = None
-    early: list[dict[str, Any]] = []  # messages that arrived before the launch returned
+    # Chosen here and echoed by the runtime in each of this session's messages: the
+    # listener keeps only those, so no other session's traffic is ever queued for us.
+    tag = secrets.token_hex(16)
+    launched = anyio.Event()
 
-    async def to_session(message: dict[str, Any]) -> None:
-        try:
-            parsed = JSONRPCMessage.model_validate(message)
-        except ValidationError as exc:
-            # Untrusted bytes from the sandbox: the session hears of it, nothing else.
-            await read_writer.send(ValueError(f"the MCP server sent an invalid message: {exc}"))
-            return
+    async def to_session(message: dict[str, Any] | Exception) -> None:
+        item: SessionMessage | Exception
+        if isinstance(message, Exception):
+            item = message
+        else:
+            try:
+                item = SessionMessage(JSONRPCMessage.model_validate(message))
+            except ValidationError as exc:
+                # Untrusted bytes from the sandbox: the session hears of it, nothing else.
+                item = ValueError(f"the MCP server sent an invalid message: {exc}")
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await read_writer.send(SessionMessage(parsed))
+            await read_writer.send(item)
 
     async def from_sandbox(params: dict[str, Any]) -> None:
-        message = params.get("message")
-        if not isinstance(message, dict):
+        await launched.wait()  # messages sent before the launch returned wait, in order
+        dropped = params.get("dropped")
+        if isinstance(dropped, dict):
+            reason = str(dropped.get("reason"))[:500]
+            log.warning("MCP server in the sandbox: %s", reason)
+            await to_session(ValueError(reason))
             return
-        if session_id is None:
-            early.append(params)
-        elif params.get("session_id") == session_id:
+        message = params.get("message")
+        if isinstance(message, dict) and params.get("session_id") == session_id:
             await to_session(message)
 
     async def transport_failed(reason: str) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await read_writer.send(ConnectionError(f"MCP server messages stopped: {reason}"))
+        # Messages were lost: the session cannot be trusted to be whole any more, so the
+        # server is stopped (a flooding server stops flooding) and the session told.
+        log.warning("MCP session in the sandbox ended: %s", reason)
+        if session_id is not None:
+            with anyio.move_on_after(KILL_TIMEOUT), contextlib.suppress(Exception):
+                await client.call(
+                    "mcp_kill_server", session_params(session_id), timeout=KILL_TIMEOUT
+                )
+        await to_session(ConnectionError(f"MCP server messages stopped: {reason}"))
 
-    listener = await client.listen(HOST_MESSAGE_MCP, from_sandbox, transport_failed)
+    listener = await client.listen(
+        HOST_MESSAGE_MCP,
+        from_sandbox,
+        transport_failed,
+        accepts=lambda params: params.get("tag") == tag,
+        per_server=True,
+    )
     try:
-        launch: dict[str, Any] = {"server_params": server.model_dump(), "host_messages": True}
+        launch: dict[str, Any] = {
+            "server_params": server.model_dump(),
+            "host_messages": True,
+            "message_tag": tag,
+        }
         if user is not None:
             launch["user"] = user
         result = await client.call("mcp_launch_server", launch)
         if type(result) is not int:
             raise SandboxToolsError(f"mcp_launch_server answered {result!r:.100}, not a session id")
         session_id = result
-        for params in early:
-            await from_sandbox(params)
-        early.clear()
+        launched.set()
 
         async def request(root: JSONRPCRequest) -> None:
             try:
@@ -142,7 +170,7 @@ async def sandbox_mcp_client(
                     try:
                         await forward(message)
                     except SandboxToolsError as exc:
-                        await transport_failed(str(exc))
+                        await to_session(ConnectionError(f"MCP server messages stopped: {exc}"))
 
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(writer)

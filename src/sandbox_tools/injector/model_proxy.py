@@ -25,9 +25,11 @@ import binascii
 import contextlib
 import json
 import logging
+import re
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.exec_remote import (
@@ -38,8 +40,7 @@ from sandbox_tools.injector.exec_remote import (
     StdoutChunk,
     start_exec_remote,
 )
-from sandbox_tools.injector.inject import ToolSupport
-from sandbox_tools.injector.jsonrpc_client import Listener
+from sandbox_tools.injector.jsonrpc_client import Listener, RuntimeClient
 from sandbox_tools.protocol import (
     HOP_BY_HOP_HEADERS,
     HOST_MESSAGE_HTTP_CANCEL,
@@ -87,17 +88,89 @@ class ProxyResponse:
 Handler = Callable[[ProxyRequest], Awaitable[ProxyResponse]]
 
 
-def _request_from(params: Mapping[str, Any]) -> tuple[str, ProxyRequest] | None:
-    """The sandbox's request, or None if it is malformed (untrusted input)."""
+class RuntimeAccess(Protocol):
+    """What the proxy needs of an injected runtime (`ToolSupport` is one): a connected
+    client, the command that runs the runtime, and the environment it needs."""
+
+    @property
+    def client(self) -> RuntimeClient: ...
+
+    @property
+    def command(self) -> list[str]: ...
+
+    @property
+    def env(self) -> dict[str, str]: ...
+
+
+# RFC 3986 characters a path or query may hold as they are; anything else (space,
+# quotes, backslash, braces, non-ASCII, controls) must arrive percent-encoded.
+_PATH_CHARS = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/%"
+)
+_QUERY_CHARS = _PATH_CHARS | {"?"}
+_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Encoded forms that a server may decode into a separator or a dot segment after we
+# checked: refused rather than guessed at.
+_ENCODED_SEPARATORS = ("%2f", "%5c", "%00")
+
+
+class ProxyRequestRefused(ValueError):
+    """A request from the sandbox that the host will not handle; the message says why."""
+
+
+def origin_form_path(target: str) -> str:
+    """`target` as a normalised origin-form path (`/a/b?query`), or ProxyRequestRefused.
+
+    The sandbox chooses this text, and handlers append it to a base URL that may carry
+    the host's credentials, so it must not be able to name another host, port, scheme
+    or a place above the base path: it starts with one `/`, holds only RFC 3986
+    characters, no `.` or `..` segment (also percent-encoded), no encoded `/`, `\\` or
+    NUL, and repeated slashes are merged.
+    """
+    if len(target) > 8192:
+        raise ProxyRequestRefused("the request target is longer than 8192 characters")
+    path, sep, query = target.partition("?")
+    if not path.startswith("/"):
+        raise ProxyRequestRefused(f"the request target {target[:80]!r} is not a path")
+    if not set(path) <= _PATH_CHARS or not set(query) <= _QUERY_CHARS:
+        raise ProxyRequestRefused(
+            f"the request target {target[:80]!r} holds a character that must be percent-encoded"
+        )
+    if _PERCENT.search(target):
+        raise ProxyRequestRefused(f"the request target {target[:80]!r} has a malformed %-escape")
+    lowered = path.lower()
+    if any(encoded in lowered for encoded in _ENCODED_SEPARATORS):
+        raise ProxyRequestRefused(
+            f"the request path {path[:80]!r} holds an encoded separator (%2F, %5C or %00)"
+        )
+    segments = [s for s in path.split("/") if s]
+    for segment in segments:
+        if urllib.parse.unquote(segment) in (".", ".."):
+            raise ProxyRequestRefused(f"the request path {path[:80]!r} has a dot segment")
+    normal = "/" + "/".join(segments) + ("/" if path.endswith("/") and segments else "")
+    return normal + sep + query
+
+
+def _request_from(params: Mapping[str, Any]) -> ProxyRequest:
+    """The sandbox's request, checked field by field (untrusted input)."""
     try:
-        request_id, method, path = params["request_id"], params["method"], params["path"]
-        headers = [(str(k), str(v)) for k, v in params["headers"]]
-        body = base64.b64decode(params["body"], validate=True)
+        method, path = params["method"], params["path"]
+        raw_headers, body = params["headers"], params["body"]
+        if not isinstance(method, str) or not isinstance(path, str):
+            raise TypeError
+        headers = [(k, v) for k, v in raw_headers if isinstance(k, str) and isinstance(v, str)]
+        if len(headers) != len(raw_headers) or not isinstance(body, str):
+            raise TypeError
+        decoded = base64.b64decode(body, validate=True)
     except (KeyError, TypeError, ValueError, binascii.Error):
-        return None
-    if not all(isinstance(x, str) for x in (request_id, method, path)):
-        return None
-    return request_id, ProxyRequest(method, path, headers, body)
+        raise ProxyRequestRefused("the request from the sandbox is malformed") from None
+    if len(method) > 32 or not _TOKEN.fullmatch(method):
+        raise ProxyRequestRefused(f"the request method {method[:40]!r} is not an HTTP token")
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\x00"):
+            raise ProxyRequestRefused(f"the request header {name[:40]!r} is malformed")
+    return ProxyRequest(method, origin_form_path(path), headers, decoded)
 
 
 class ModelProxy:
@@ -111,7 +184,7 @@ class ModelProxy:
 
     def __init__(
         self,
-        support: ToolSupport,
+        support: RuntimeAccess,
         handler: Handler,
         *,
         port: int = DEFAULT_PORT,
@@ -159,7 +232,7 @@ class ModelProxy:
             await client.listen(HOST_MESSAGE_HTTP_REQUEST, self._on_request),
             await client.listen(HOST_MESSAGE_HTTP_CANCEL, self._on_cancel),
         ]
-        command = [self.support.exe, "model_proxy", "--port", str(self.port)]
+        command = [*self.support.command, "model_proxy", "--port", str(self.port)]
         command += ["--timeout", str(self.timeout)]
         options = ExecRemoteOptions(env=self.support.env, poll_interval=5.0)
         self._process = await start_exec_remote(client, command, options)
@@ -218,13 +291,17 @@ class ModelProxy:
     # -- serving -------------------------------------------------------------------------
 
     async def _on_request(self, params: dict[str, Any]) -> None:
-        parsed = _request_from(params)
-        if parsed is None:
-            log.warning("model proxy: ignored a malformed request from the sandbox")
+        request_id = params.get("request_id")
+        if not isinstance(request_id, str) or not request_id or len(request_id) > 64:
+            log.warning("model proxy: ignored a request from the sandbox without a valid id")
             return
-        request_id, request = parsed
         if request_id in self._tasks:
             return
+        try:
+            request: ProxyRequest | ProxyRequestRefused = _request_from(params)
+        except ProxyRequestRefused as exc:
+            log.warning("model proxy: refused a request from the sandbox: %s", exc)
+            request = exc
         task = asyncio.create_task(self._serve(request_id, request))
         self._tasks[request_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(request_id, None))
@@ -234,12 +311,18 @@ class ModelProxy:
         if task is not None:
             task.cancel()
 
-    async def _serve(self, request_id: str, request: ProxyRequest) -> None:
+    async def _serve(self, request_id: str, request: ProxyRequest | ProxyRequestRefused) -> None:
         async with self._slots:
             try:
-                response = await self.handler(request)
+                if isinstance(request, ProxyRequestRefused):
+                    response = refusal(str(request))
+                else:
+                    response = await self.handler(request)
             except asyncio.CancelledError:
                 raise
+            except ProxyRequestRefused as exc:
+                log.warning("model proxy: refused %s: %s", request_id, exc)
+                response = refusal(str(exc))
             except Exception as exc:
                 log.exception("model proxy handler failed")
                 response = ProxyResponse.json(
@@ -268,6 +351,7 @@ class ModelProxy:
             nonlocal head
             params: dict[str, Any] = {
                 **(head or {"request_id": request_id}),
+                "key": client.host_key,  # only the queue's owner may answer
                 "chunks": [base64.b64encode(c).decode("ascii") for c in chunks],
                 "end": end,
             }
@@ -320,10 +404,24 @@ HOP_BY_HOP = HOP_BY_HOP_HEADERS | {"host", "accept-encoding"}
 SANDBOX_CREDENTIALS = {"authorization", "x-api-key", "api-key", "x-goog-api-key"}
 
 
+def refusal(reason: str) -> ProxyResponse:
+    """The answer to a request the host will not handle: 400 with the reason, as JSON."""
+    return ProxyResponse.json(
+        {"error": {"type": "sandbox_tools_refused", "message": reason}}, status=400
+    )
+
+
 class forward_to:
     """A handler sending each request to `base_url` (e.g. a vLLM server or a provider API),
     with `headers` (the host's credentials) in place of whatever the sandbox sent; the
-    answer streams back as the upstream produces it. `ModelProxy` closes it."""
+    answer streams back as the upstream produces it. `ModelProxy` closes it.
+
+    The sandbox chooses only the path below `base_url`'s path and the query: the
+    upstream URL is built from the base's scheme, host and port and the checked path
+    (never by joining text), then checked again to have exactly that scheme, host, port
+    and base path; a request that would leave them is refused with 400 and logged
+    (THREAT_MODEL.md, "the host's credentials go only where the host sends them").
+    """
 
     def __init__(
         self,
@@ -333,11 +431,48 @@ class forward_to:
     ) -> None:
         import httpx
 
-        self.base_url = base_url.rstrip("/")
+        base = httpx.URL(base_url)
+        if base.scheme not in ("http", "https") or not base.host:
+            raise ValueError(f"forward_to needs an http(s) URL with a host, not {base_url!r}")
+        if base.query or base.fragment or base.userinfo:
+            raise ValueError(
+                f"forward_to's base URL {base_url!r} must not carry a query, fragment or "
+                "user info; pass credentials in headers="
+            )
+        self.base_url = str(base).rstrip("/")
+        self._base = base
+        self._base_path = base.raw_path.decode("ascii").rstrip("/")
         self.headers = dict(headers or {})
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0))
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=30.0),
+            follow_redirects=False,  # a redirect must not carry the host's credentials on
+            trust_env=False,  # nor a proxy from the host's environment see them
+        )
+
+    def upstream_url(self, path: str) -> Any:
+        """The URL for the sandbox's `path`, or ProxyRequestRefused if it would leave the base."""
+        import httpx
+
+        relative = origin_form_path(path)
+        url = httpx.URL(
+            scheme=self._base.scheme,
+            host=self._base.host,
+            port=self._base.port,
+            raw_path=(self._base_path + relative).encode("ascii"),
+        )
+        path_only = url.raw_path.decode("ascii").partition("?")[0]
+        if (
+            url.scheme != self._base.scheme
+            or url.host != self._base.host
+            or url.port != self._base.port
+            or url.userinfo
+            or not (path_only + "/").startswith(self._base_path + "/")
+        ):
+            raise ProxyRequestRefused(f"the path {path[:80]!r} leaves {self.base_url}")
+        return url
 
     async def __call__(self, request: ProxyRequest) -> ProxyResponse:
+        url = self.upstream_url(request.path)
         forwarded = [
             (k, v)
             for k, v in request.headers
@@ -345,7 +480,7 @@ class forward_to:
         ]
         outgoing = self._client.build_request(
             request.method,
-            self.base_url + request.path,
+            url,
             headers=[*forwarded, *self.headers.items()],
             content=request.body,
         )

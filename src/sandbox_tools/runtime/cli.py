@@ -24,6 +24,7 @@ from sandbox_tools.protocol import (
     MAX_FRAME_BYTES,
     RESPONSE_LIMIT_OPTION,
     RESPONSE_MAX_BYTES_ENV,
+    RUNTIME_SERVER_LOST,
 )
 from sandbox_tools.runtime.client import (
     START_LOCK_FD_ENV,
@@ -128,6 +129,7 @@ class _StdioBridge:
         self.sock: socket.socket | None = None
         self.outstanding: dict[int, set[Any]] = {}
         self.readers: list[threading.Thread] = []
+        self.closing = False  # stdin ended: connections close because we close them
 
     def emit(self, payload: bytes) -> None:
         with self.out_lock:
@@ -153,6 +155,16 @@ class _StdioBridge:
                 self.sock = None
         for request_id in lost:
             self.emit(_unavailable(request_id, "connection to the runtime server was lost"))
+        if not self.closing:
+            # A subscription to host messages lived on that connection: say it is gone,
+            # so the host subscribes again instead of waiting for messages that never come.
+            lost_note = {
+                "jsonrpc": JSONRPC_VERSION,
+                "method": RUNTIME_SERVER_LOST,
+                "params": {"reason": "connection to the runtime server was lost"},
+            }
+            with contextlib.suppress(OSError, ValueError):
+                self.emit(json.dumps(lost_note).encode())
         sock.close()
 
     def _connection(self) -> socket.socket:
@@ -195,6 +207,7 @@ class _StdioBridge:
             with contextlib.suppress(OSError, ServerUnavailable):
                 self._connection()
         _each_stdin_request(self.send, self.emit)
+        self.closing = True
         with self.state_lock:
             sock = self.sock
         if sock is not None:

@@ -25,7 +25,7 @@ from sandbox_tools.protocol import (
     RESPONSE_LIMIT_OPTION,
 )
 from sandbox_tools.runtime.chunks import HeldResponses
-from sandbox_tools.runtime.host_messages import CURRENT_PUSH
+from sandbox_tools.runtime.host_messages import CURRENT_CONNECTION, Connection
 from sandbox_tools.runtime.jsonrpc import Method, RpcError, dispatch, encode, error_response
 from sandbox_tools.runtime.methods import Controllers, all_methods
 from sandbox_tools.runtime.paths import ServerPaths
@@ -178,7 +178,8 @@ class RuntimeServer:
                     return False
             return True
 
-        CURRENT_PUSH.set(push)  # for host_messages_subscribe, in this connection's tasks
+        # For host_messages_subscribe, in this connection's tasks.
+        CURRENT_CONNECTION.set(Connection(push, lambda: not writer.is_closing()))
 
         async def handle(line: bytes) -> None:
             response = await dispatch(self.methods, line)

@@ -9,6 +9,10 @@ with `http_tunnel_read` and writes them to its client at once, so a streamed (SS
 answer is never buffered whole. A client that goes away becomes `http_cancel` for the
 host.
 
+Only the client that owns the sandbox -> host queue (the host, by its secret key) may
+answer; request ids are random, so no other client can read or cancel an exchange it
+did not open without being told its id.
+
 Bounded: each exchange holds at most MAX_BUFFERED_CHUNKS chunks the proxy has not read;
 the host's body call then waits (backpressure), at most BODY_WAIT seconds.
 """
@@ -19,12 +23,12 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import itertools
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_tools.protocol import HOST_MESSAGE_HTTP_CANCEL, HOST_MESSAGE_HTTP_REQUEST
-from sandbox_tools.runtime.host_messages import HostMessages
+from sandbox_tools.runtime.host_messages import HostMessageRefused, HostMessages
 from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, ToolError, optional, required
 
 MAX_BUFFERED_CHUNKS = 256
@@ -32,6 +36,7 @@ BODY_WAIT = 60.0
 MAX_READ_BYTES = 1024 * 1024
 DEFAULT_HEAD_TIMEOUT = 300.0
 MAX_EXCHANGES = 256
+SOURCE = "http"  # the tunnel's share of the sandbox -> host queue
 
 
 @dataclass
@@ -69,7 +74,6 @@ class HttpTunnelController:
     def __init__(self, host: HostMessages) -> None:
         self.host = host
         self._exchanges: dict[str, _Exchange] = {}
-        self._ids = itertools.count(1)
 
     # -- the proxy's side ----------------------------------------------------------------
 
@@ -87,11 +91,16 @@ class HttpTunnelController:
         }
         _b64(request["body"], "body")
         timeout = optional(params, "timeout", float, DEFAULT_HEAD_TIMEOUT)
-        exchange = _Exchange(f"h{next(self._ids)}", asyncio.get_running_loop().create_future())
+        exchange = _Exchange(f"h{secrets.token_hex(8)}", asyncio.get_running_loop().create_future())
         self._exchanges[exchange.id] = exchange
         try:
-            await self.host.put(HOST_MESSAGE_HTTP_REQUEST, {"request_id": exchange.id, **request})
+            await self.host.put(
+                HOST_MESSAGE_HTTP_REQUEST, {"request_id": exchange.id, **request}, SOURCE
+            )
             head = await asyncio.wait_for(exchange.head, timeout)
+        except HostMessageRefused as exc:
+            self._exchanges.pop(exchange.id, None)
+            raise ToolError(f"the request cannot be sent to the host: {exc}") from None
         except asyncio.TimeoutError:
             await self._cancel(exchange.id, f"the host did not answer within {timeout:g} s")
             raise ToolError(f"the host did not answer within {timeout:g} s") from None
@@ -132,6 +141,7 @@ class HttpTunnelController:
     # -- the host's side -----------------------------------------------------------------
 
     async def respond(self, params: Params) -> None:
+        self.host.check_owner(params.get("key"))
         exchange = self._exchange(required(params, "request_id", str))
         status = required(params, "status", int)
         if not 100 <= status <= 599:
@@ -144,6 +154,7 @@ class HttpTunnelController:
             await self.body({**params, "chunks": params.get("chunks", [])})
 
     async def body(self, params: Params) -> None:
+        self.host.check_owner(params.get("key"))
         exchange = self._exchange(required(params, "request_id", str))
         chunks = required(params, "chunks", list)
         decoded = [_b64(c, "chunks[]") for c in chunks]
@@ -177,7 +188,9 @@ class HttpTunnelController:
             return
         if not exchange.head.done():
             exchange.head.cancel()
-        await self.host.put(HOST_MESSAGE_HTTP_CANCEL, {"request_id": request_id, "reason": reason})
+        await self.host.put(
+            HOST_MESSAGE_HTTP_CANCEL, {"request_id": request_id, "reason": reason}, SOURCE
+        )
 
     def methods(self) -> dict[str, Any]:
         return {

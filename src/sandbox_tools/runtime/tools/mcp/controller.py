@@ -26,7 +26,7 @@ from typing import Any
 
 from sandbox_tools.protocol import HOST_MESSAGE_MCP
 from sandbox_tools.runtime.child_env import child_environment
-from sandbox_tools.runtime.host_messages import HostMessages
+from sandbox_tools.runtime.host_messages import HostMessageRefused, HostMessages
 from sandbox_tools.runtime.identity import Identity, resolve_user
 from sandbox_tools.runtime.jsonrpc import InvalidParams, ToolError
 from sandbox_tools.runtime.tools.mcp.tool_types import LaunchParams, SendParams
@@ -52,6 +52,7 @@ class _Session:
     label: str
     process: asyncio.subprocess.Process
     forward: bool
+    tag: str
     encoding: str
     errors: str
     pending: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
@@ -79,23 +80,31 @@ class McpController:
         self._sessions: dict[int, _Session] = {}
         self._next_id = 1
         self.max_sessions = int(os.environ.get(MAX_SESSIONS_ENV, DEFAULT_MAX_SESSIONS))
+        self._launching = 0  # launches past the limit check that hold no session yet
 
     # -- methods -------------------------------------------------------------------------
 
-    async def launch(self, params: LaunchParams, forward: bool) -> int:
-        live = [s for s in self._sessions.values() if s.ended is None]
-        if len(live) >= self.max_sessions:
+    async def launch(self, params: LaunchParams, forward: bool, tag: str = "") -> int:
+        # Check and reserve in one step, before any await: launches racing each other
+        # must not all pass the check (100 concurrent launches were once all accepted).
+        held = sum(1 for s in self._sessions.values() if s.ended is None) + self._launching
+        if held >= self.max_sessions:
             raise ToolError(
-                f"too many MCP sessions: {len(live)} are running (at most {self.max_sessions}); "
-                "end some with mcp_kill_server"
+                f"too many MCP sessions: {held} are running or starting (at most "
+                f"{self.max_sessions}); end some with mcp_kill_server"
             )
-        identity = resolve_user(params.user)
-        process = await self._spawn(params, identity)
+        self._launching += 1
+        try:
+            identity = resolve_user(params.user)
+            process = await self._spawn(params, identity)
+        finally:
+            self._launching -= 1  # from here the session counts itself (no await between)
         session = _Session(
             id=self._next_id,
             label=f"MCP session {self._next_id} ({params.command})",
             process=process,
             forward=forward,
+            tag=tag,
             encoding=params.encoding,
             errors=params.encoding_error_handler,
         )
@@ -280,21 +289,46 @@ class McpController:
                     future.set_result(message)
             return
         if session.forward:
-            session.forwarded_seq = await self.host.put(
-                HOST_MESSAGE_MCP, {"session_id": session.id, "message": message}
-            )
+            await self._to_host(session, message)
         elif "id" in message:  # a request nobody will answer: say so at once
-            refusal = {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {
-                    "code": -32601,
-                    "message": "this client does not handle requests from the server "
-                    "(launch with host_messages: true to receive them)",
-                },
-            }
-            with contextlib.suppress(ToolError):
-                await self._write(session, refusal)
+            await self._refuse(
+                session,
+                message["id"],
+                "this client does not handle requests from the server "
+                "(launch with host_messages: true to receive them)",
+            )
+
+    async def _to_host(self, session: _Session, message: dict[str, Any]) -> None:
+        """Queue `message` for the host in the session's own share of the queue; one that
+        can never be delivered is dropped here, and both ends are told."""
+        params: dict[str, Any] = {"session_id": session.id, "message": message}
+        if session.tag:
+            params["tag"] = session.tag
+        try:
+            session.forwarded_seq = await self.host.put(
+                HOST_MESSAGE_MCP, params, f"mcp:{session.id}"
+            )
+            return
+        except HostMessageRefused as exc:
+            reason = f"{session.label}: a message was dropped: {exc}"
+        method = message.get("method")
+        notice: dict[str, Any] = {
+            "session_id": session.id,
+            "dropped": {"method": str(method)[:200], "reason": reason},
+        }
+        if session.tag:
+            notice["tag"] = session.tag
+        with contextlib.suppress(HostMessageRefused):
+            session.forwarded_seq = await self.host.put(
+                HOST_MESSAGE_MCP, notice, f"mcp:{session.id}"
+            )
+        if "id" in message:  # the server would wait for an answer that cannot come
+            await self._refuse(session, message["id"], reason)
+
+    async def _refuse(self, session: _Session, request_id: Any, reason: str) -> None:
+        refusal = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": reason}}
+        with contextlib.suppress(ToolError):
+            await self._write(session, refusal)
 
     async def _answer_after(
         self, session: _Session, future: asyncio.Future[dict[str, Any]], message: dict[str, Any]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox_tools.runtime.jsonrpc import Method, Params, optional
+from sandbox_tools.runtime.jsonrpc import InvalidParams, Method, Params, optional
 from sandbox_tools.runtime.tools.mcp.controller import McpController
 from sandbox_tools.runtime.tools.mcp.tool_types import LaunchParams, SendParams, session_id
 
@@ -12,8 +12,13 @@ from sandbox_tools.runtime.tools.mcp.tool_types import LaunchParams, SendParams,
 def methods(controller: McpController) -> dict[str, Method]:
     async def mcp_launch_server(params: Params) -> Any:
         # ours: host_messages=true forwards what the server says on its own to the host.
+        # message_tag: echoed as "tag" in each of those messages, so a host routes them
+        # to the session it launched without trusting anything else in them.
         forward = optional(params, "host_messages", bool, False)
-        return await controller.launch(LaunchParams.parse(params), forward)
+        tag = optional(params, "message_tag", str, "")
+        if len(tag) > 128:
+            raise InvalidParams('Invalid params: "message_tag" is longer than 128 characters')
+        return await controller.launch(LaunchParams.parse(params), forward, tag)
 
     async def mcp_send_request(params: Params) -> Any:
         return await controller.send_request(SendParams.request(params))
