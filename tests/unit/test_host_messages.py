@@ -35,7 +35,9 @@ async def test_a_full_queue_pauses_the_producer_instead_of_growing() -> None:
     seen = await queue.poll({"key": KEY, "ack_seq": 0})
     await queue.poll({"key": KEY, "ack_seq": seen["seq"]})  # the host drained it
     await asyncio.wait_for(blocked, 5)
-    assert [m["params"]["n"] for m in (await queue.poll({"key": KEY, "ack_seq": 3}))["messages"]] == [3]
+    assert [
+        m["params"]["n"] for m in (await queue.poll({"key": KEY, "ack_seq": 3}))["messages"]
+    ] == [3]
 
 
 async def test_a_long_poll_returns_as_soon_as_a_message_arrives() -> None:

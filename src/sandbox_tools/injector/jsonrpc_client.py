@@ -121,6 +121,8 @@ LISTENER_BYTES = 64 * 1024 * 1024
 # One long poll of host_messages_poll on exec-per-call transports.
 HOST_POLL_WAIT_MS = 5000
 HOST_POLL_SLACK = 15.0
+# Waits before polling again after a failed poll; past the last, the listeners fail.
+POLL_RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
 
 MessageHandler = Callable[[dict[str, Any]], Awaitable[None]]
 FailureHandler = Callable[[str], Awaitable[None]]
@@ -360,13 +362,24 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
 
     async def _poll_host_messages(self) -> None:
         ack = 0
+        failures = 0
         try:
             while self._listeners:
-                result = await self.call(
-                    "host_messages_poll",
-                    {"key": self.host_key, "ack_seq": ack, "wait_ms": HOST_POLL_WAIT_MS},
-                    timeout=HOST_POLL_WAIT_MS / 1000 + HOST_POLL_SLACK,
-                )
+                try:
+                    result = await self.call(
+                        "host_messages_poll",
+                        {"key": self.host_key, "ack_seq": ack, "wait_ms": HOST_POLL_WAIT_MS},
+                        timeout=HOST_POLL_WAIT_MS / 1000 + HOST_POLL_SLACK,
+                    )
+                except (RuntimeTransportError, RuntimeRpcError) as exc:
+                    # A server that died is started again by the next call: a few polls
+                    # may fail on the way, and only a failure that lasts ends the listeners.
+                    if isinstance(exc, ToolError) or failures >= len(POLL_RETRY_DELAYS):
+                        raise
+                    await asyncio.sleep(POLL_RETRY_DELAYS[failures])
+                    failures += 1
+                    continue
+                failures = 0
                 fields = result_fields(
                     result, "host_messages_poll", seq=int, messages=list, server=str
                 )

@@ -1,0 +1,375 @@
+"""Attacks on the surfaces a sandbox uses to reach the host: the model proxy's tunnel,
+the sandbox -> host message queue and the MCP bridge, over real processes (the runtime
+from source, its `model_proxy`, hostile MCP servers, HTTP listeners on loopback).
+
+The attacker is a client of the runtime's socket (an agent with the runtime's uid, the
+normal case when a sandbox's default user is root) or the agent's HTTP client of the
+in-sandbox proxy. Each test names the THREAT_MODEL.md rule it defends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_tools.errors import RuntimeRpcError, ToolError
+from sandbox_tools.injector.jsonrpc_client import (
+    ExecRuntimeClient,
+    RuntimeClient,
+    StdioRuntimeClient,
+)
+from sandbox_tools.injector.model_proxy import ModelProxy, forward_to
+from sandbox_tools.injector.source_runtime import local_source_runtime
+from sandbox_tools.sandboxes.local import LocalSandbox
+from tests.conftest import RuntimeDir
+
+pytest.importorskip("httpx", reason="the [proxy] extra is not installed")
+mcp = pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.types import CreateMessageResult, TextContent  # noqa: E402
+
+from sandbox_tools.injector.mcp_client import sandbox_mcp_client  # noqa: E402
+
+pytestmark = [pytest.mark.security, pytest.mark.timeout(300)]
+
+HOSTILE = str(Path(__file__).parents[1] / "mcp_servers" / "hostile_server.py")
+HOST_TOKEN = "Bearer host-only-token"
+
+
+@dataclass
+class SourceRuntime:
+    """The runtime from this checkout, as `ModelProxy` needs it (what ToolSupport gives)."""
+
+    client: RuntimeClient
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@pytest.fixture(params=["stdio", "exec"])
+async def runtime(
+    request: pytest.FixtureRequest, runtime_dir: RuntimeDir
+) -> AsyncIterator[SourceRuntime]:
+    launch = local_source_runtime(runtime_dir.path)
+    kind = StdioRuntimeClient if request.param == "stdio" else ExecRuntimeClient
+    client = kind(LocalSandbox(), launch.command, env=launch.env)
+    yield SourceRuntime(client, launch.command, launch.env)
+    await client.aclose()
+
+
+class Listener:
+    """A plain HTTP listener on loopback that records every request it receives."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.port = 0
+        self._server: asyncio.AbstractServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> Listener:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
+        self.requests.append({"line": head[0], "headers": headers})
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+
+async def raw_http(port: int, request: bytes) -> bytes:
+    """One request to the in-sandbox proxy, as the agent's own client sends it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(65536), 60)
+    writer.close()
+    return answer
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_the_sandbox_cannot_send_the_hosts_credentials_anywhere_else(
+    runtime: SourceRuntime, runtime_dir: RuntimeDir, caplog: pytest.LogCaptureFixture
+) -> None:
+    """THREAT_MODEL.md "Sandbox -> host surfaces", the tunnel: the host's credentials go
+    only to the host's base URL. The path comes from the sandbox, through the proxy or
+    straight to `http_tunnel_open` from a client with the runtime's uid; userinfo, host,
+    port and dot-segment tricks are refused with 400 and logged, and neither the agent's
+    listener nor the upstream's other paths ever see the token."""
+    port = free_port()
+    async with Listener() as upstream, Listener() as evil:
+        handler = forward_to(f"{upstream.url}/openai/v1", headers={"Authorization": HOST_TOKEN})
+        async with ModelProxy(runtime, handler, port=port, timeout=30):
+            # Straight to the tunnel, as a same-uid client of the runtime socket can.
+            attacker = StdioRuntimeClient(LocalSandbox(), runtime.command, env=runtime.env)
+            try:
+                for path in (
+                    f"@127.0.0.1:{evil.port}/x",
+                    f":{evil.port}/x",
+                    f"0:{evil.port}/x",
+                    ".evil.example/x",
+                    "/../../admin/keys",
+                    "/%2e%2e/%2E%2E/admin/keys",
+                    "/a/..%2f..%2fadmin",
+                    "//127.0.0.1/x",
+                ):
+                    head = await attacker.call(
+                        "http_tunnel_open",
+                        {"method": "GET", "path": path, "headers": [], "body": ""},
+                        timeout=60,
+                    )
+                    body = await attacker.call(
+                        "http_tunnel_read", {"request_id": head["request_id"], "wait_ms": 30_000}
+                    )
+                    text = b"".join(base64.b64decode(c) for c in body["chunks"]).decode()
+                    if path == "//127.0.0.1/x":  # merged slashes: stays under the base
+                        assert head["status"] == 200, (path, head)
+                    else:
+                        assert head["status"] == 400 and "refused" in text, (path, head, text)
+            finally:
+                await attacker.aclose()
+            # Through the proxy, as the agent's HTTP client (uid 1000 or any) can.
+            answer = await raw_http(port, b"GET /../../admin/keys HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert evil.requests == []
+    assert [r["line"] for r in upstream.requests] == ["GET /openai/v1/127.0.0.1/x HTTP/1.1"]
+    assert upstream.requests[0]["headers"]["authorization"] == HOST_TOKEN
+    assert "refused" in caplog.text
+
+
+async def test_another_client_can_neither_take_the_messages_nor_answer_for_the_host(
+    runtime: SourceRuntime,
+) -> None:
+    """THREAT_MODEL.md "Sandbox -> host surfaces", one owner: while the host listens, a
+    second client (an agent with the runtime's uid) cannot subscribe, poll or answer a
+    tunnelled request in the host's place."""
+    port = free_port()
+    async with Listener() as upstream:
+        async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30):
+            attacker = StdioRuntimeClient(LocalSandbox(), runtime.command, env=runtime.env)
+            try:
+                with pytest.raises(ToolError, match="another client receives"):
+                    await attacker.call("host_messages_subscribe", {"key": "x" * 32})
+                with pytest.raises(ToolError, match="another client receives"):
+                    await attacker.call("host_messages_poll", {"key": "x" * 32})
+                with pytest.raises(ToolError, match="only the client"):
+                    await attacker.call(
+                        "http_tunnel_respond",
+                        {"request_id": "h0", "status": 200, "headers": [], "key": "x" * 32},
+                    )
+            finally:
+                await attacker.aclose()
+            answer = await raw_http(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200")  # the host still answers
+
+
+async def test_a_late_answer_to_an_abandoned_call_leaves_the_channel_whole(
+    runtime_dir: RuntimeDir,
+) -> None:
+    """THREAT_MODEL.md rule 5 (no request wedges the rest): an answer that arrives after
+    its call timed out is dropped; calls in flight and listeners go on; closing one
+    ModelProxy and opening another on the same client works."""
+    launch = local_source_runtime(runtime_dir.path)
+    client = StdioRuntimeClient(LocalSandbox(), launch.command, env=launch.env)
+    runtime = SourceRuntime(client, launch.command, launch.env)
+    try:
+        port = free_port()
+        async with Listener() as upstream:
+            async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30):
+                slow = asyncio.create_task(
+                    client.call("host_messages_poll", {"key": client.host_key, "wait_ms": 3000}, 10)
+                )
+                with pytest.raises(Exception, match="within 0.5 s"):
+                    await client.call(
+                        "host_messages_poll", {"key": client.host_key, "wait_ms": 1500}, 0.5
+                    )
+                await asyncio.sleep(2)  # its answer arrives now, to nobody
+                assert (await client.call("version")) and not slow.done()
+                await slow
+                answer = await raw_http(port, b"GET /v1/a HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert answer.startswith(b"HTTP/1.1 200")
+            async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30):
+                answer = await raw_http(port, b"GET /v1/b HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert answer.startswith(b"HTTP/1.1 200")
+    finally:
+        await client.aclose()
+
+
+async def test_a_restarted_server_is_noticed_and_the_proxy_answers_again(
+    runtime: SourceRuntime, runtime_dir: RuntimeDir
+) -> None:
+    """THREAT_MODEL.md rule 5 (a dead server recovers) and rule 3: after the runtime
+    server is killed, the host subscribes again (or polls the new server from its first
+    message) and the model proxy answers; an MCP session of the old server fails loudly
+    instead of hearing the new server's sessions."""
+    port = free_port()
+    server = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
+    async with Listener() as upstream:
+        async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=5):
+            async with (
+                sandbox_mcp_client(runtime.client, server) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                pid = runtime_dir.server_pid()
+                assert pid is not None
+                os.kill(pid, signal.SIGKILL)
+                # The next call starts a new server (exec), or the bridge reports the loss
+                # and the client subscribes again (stdio). A call in flight at the kill
+                # fails (it is never silently sent twice).
+                with contextlib.suppress(RuntimeRpcError):
+                    await runtime.client.call("version")
+                deadline = asyncio.get_running_loop().time() + 60
+                while asyncio.get_running_loop().time() < deadline:
+                    answer = await raw_http(port, b"GET /v1/c HTTP/1.1\r\nHost: x\r\n\r\n")
+                    if answer.startswith(b"HTTP/1.1 200"):
+                        break
+                    await asyncio.sleep(0.2)
+                assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+                assert runtime_dir.server_pid() not in (None, pid)
+                with pytest.raises(Exception, match="no MCP session|restarted|stopped"):
+                    await session.call_tool("echo", {"text": "hi"})
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [["flood", "15000000", "1000"], ["sampling", "20000000", "60"]],
+    ids=["notifications", "sampling"],
+)
+async def test_an_mcp_flood_behind_a_slow_callback_keeps_host_memory_bounded(
+    runtime: SourceRuntime, attack: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """THREAT_MODEL.md rule 3 (the host is never exhausted): a server that sends one
+    sampling request and then 1000 x 15 MB notifications, or 60 x 20 MB sampling
+    requests, while the host's sampling callback is slow, costs the host a bounded
+    amount of memory; the session is ended and the host says why."""
+    release = asyncio.Event()
+
+    async def slow_sampling(context: Any, params: Any) -> CreateMessageResult:
+        await release.wait()
+        return CreateMessageResult(
+            role="assistant", content=TextContent(type="text", text="late"), model="m"
+        )
+
+    caplog.set_level(logging.WARNING)
+    server = StdioServerParameters(command=sys.executable, args=[HOSTILE, *attack])
+    baseline = rss_mib()
+    peak = baseline
+    async with (
+        sandbox_mcp_client(runtime.client, server) as (read, write),
+        ClientSession(read, write, sampling_callback=slow_sampling) as session,
+    ):
+        await session.initialize()
+        for _ in range(600):  # up to 60 s
+            peak = max(peak, rss_mib())
+            if "fell behind" in caplog.text:
+                break
+            await asyncio.sleep(0.1)
+        for _ in range(30):  # and a little longer: nothing keeps growing
+            peak = max(peak, rss_mib())
+            await asyncio.sleep(0.1)
+        release.set()
+    growth = peak - baseline
+    print(f"host RSS under {attack[0]}: baseline {baseline:.0f} MiB, peak {peak:.0f} MiB")
+    assert "fell behind" in caplog.text
+    assert growth < 600, f"the host grew by {growth:.0f} MiB"
+
+
+async def test_an_oversized_or_chatty_server_blocks_no_other_session(
+    runtime: SourceRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """THREAT_MODEL.md "Sandbox -> host surfaces": a notification that grows past the
+    message limit when encoded (30 MB of 'é') is refused in the sandbox and reported,
+    never left at the head of the queue; an endless stream of small notifications from
+    one server does not starve another session or the model proxy."""
+    caplog.set_level(logging.WARNING)
+    big = StdioServerParameters(command=sys.executable, args=[HOSTILE, "unicode", "15000000"])
+    chatty = StdioServerParameters(command=sys.executable, args=[HOSTILE, "chatter"])
+    quiet = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
+    port = free_port()
+    async with Listener() as upstream:
+        async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30):
+            async with (
+                sandbox_mcp_client(runtime.client, big) as (read1, write1),
+                ClientSession(read1, write1) as first,
+                sandbox_mcp_client(runtime.client, chatty) as (read2, write2),
+                ClientSession(read2, write2) as second,
+                sandbox_mcp_client(runtime.client, quiet) as (read3, write3),
+                ClientSession(read3, write3) as third,
+            ):
+                for session in (first, second, third):
+                    await session.initialize()
+                for _ in range(300):
+                    if "was dropped" in caplog.text:
+                        break
+                    await asyncio.sleep(0.1)
+                assert "larger than" in caplog.text
+                for n in range(5):
+                    result = await asyncio.wait_for(third.call_tool("echo", {"text": f"n{n}"}), 10)
+                    assert isinstance(result.content[0], TextContent)
+                    assert result.content[0].text == f"n{n}"
+                    answer = await asyncio.wait_for(
+                        raw_http(port, b"GET /v1/d HTTP/1.1\r\nHost: x\r\n\r\n"), 10
+                    )
+                    assert answer.startswith(b"HTTP/1.1 200")
+                assert (await first.call_tool("echo", {"text": "still"})).content
+
+
+def test_hostile_server_is_valid_json_lines() -> None:
+    """The attack server itself speaks JSON lines (a broken attacker proves nothing)."""
+    import subprocess
+
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-03-26"},
+    }
+    done = subprocess.run(
+        [sys.executable, HOSTILE, "quiet"],
+        input=json.dumps(init) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert json.loads(done.stdout)["result"]["serverInfo"]["name"] == "hostile-quiet"
