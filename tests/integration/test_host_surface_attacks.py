@@ -176,23 +176,25 @@ async def test_another_client_can_neither_take_the_messages_nor_answer_for_the_h
     second client (an agent with the runtime's uid) cannot subscribe, poll or answer a
     tunnelled request in the host's place."""
     port = free_port()
-    async with Listener() as upstream:
-        async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30):
-            attacker = StdioRuntimeClient(LocalSandbox(), runtime.command, env=runtime.env)
-            try:
-                with pytest.raises(ToolError, match="another client receives"):
-                    await attacker.call("host_messages_subscribe", {"key": "x" * 32})
-                with pytest.raises(ToolError, match="another client receives"):
-                    await attacker.call("host_messages_poll", {"key": "x" * 32})
-                with pytest.raises(ToolError, match="only the client"):
-                    await attacker.call(
-                        "http_tunnel_respond",
-                        {"request_id": "h0", "status": 200, "headers": [], "key": "x" * 32},
-                    )
-            finally:
-                await attacker.aclose()
-            answer = await raw_http(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert answer.startswith(b"HTTP/1.1 200")  # the host still answers
+    async with (
+        Listener() as upstream,
+        ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30),
+    ):
+        attacker = StdioRuntimeClient(LocalSandbox(), runtime.command, env=runtime.env)
+        try:
+            with pytest.raises(ToolError, match="another client receives"):
+                await attacker.call("host_messages_subscribe", {"key": "x" * 32})
+            with pytest.raises(ToolError, match="another client receives"):
+                await attacker.call("host_messages_poll", {"key": "x" * 32})
+            with pytest.raises(ToolError, match="only the client"):
+                await attacker.call(
+                    "http_tunnel_respond",
+                    {"request_id": "h0", "status": 200, "headers": [], "key": "x" * 32},
+                )
+        finally:
+            await attacker.aclose()
+        answer = await raw_http(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200")  # the host still answers
 
 
 async def test_a_late_answer_to_an_abandoned_call_leaves_the_channel_whole(
@@ -211,7 +213,7 @@ async def test_a_late_answer_to_an_abandoned_call_leaves_the_channel_whole(
                 slow = asyncio.create_task(
                     client.call("host_messages_poll", {"key": client.host_key, "wait_ms": 3000}, 10)
                 )
-                with pytest.raises(Exception, match="within 0.5 s"):
+                with pytest.raises(Exception, match=r"within 0\.5 s"):
                     await client.call(
                         "host_messages_poll", {"key": client.host_key, "wait_ms": 1500}, 0.5
                     )
@@ -236,31 +238,31 @@ async def test_a_restarted_server_is_noticed_and_the_proxy_answers_again(
     instead of hearing the new server's sessions."""
     port = free_port()
     server = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
-    async with Listener() as upstream:
-        async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=5):
-            async with (
-                sandbox_mcp_client(runtime.client, server) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                pid = runtime_dir.server_pid()
-                assert pid is not None
-                os.kill(pid, signal.SIGKILL)
-                # The next call starts a new server (exec), or the bridge reports the loss
-                # and the client subscribes again (stdio). A call in flight at the kill
-                # fails (it is never silently sent twice).
-                with contextlib.suppress(RuntimeRpcError):
-                    await runtime.client.call("version")
-                deadline = asyncio.get_running_loop().time() + 60
-                while asyncio.get_running_loop().time() < deadline:
-                    answer = await raw_http(port, b"GET /v1/c HTTP/1.1\r\nHost: x\r\n\r\n")
-                    if answer.startswith(b"HTTP/1.1 200"):
-                        break
-                    await asyncio.sleep(0.2)
-                assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
-                assert runtime_dir.server_pid() not in (None, pid)
-                with pytest.raises(Exception, match="no MCP session|restarted|stopped"):
-                    await session.call_tool("echo", {"text": "hi"})
+    async with (
+        Listener() as upstream,
+        ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=5),
+        sandbox_mcp_client(runtime.client, server) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        pid = runtime_dir.server_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        # The next call starts a new server (exec), or the bridge reports the loss
+        # and the client subscribes again (stdio). A call in flight at the kill
+        # fails (it is never silently sent twice).
+        with contextlib.suppress(RuntimeRpcError):
+            await runtime.client.call("version")
+        deadline = asyncio.get_running_loop().time() + 60
+        while asyncio.get_running_loop().time() < deadline:
+            answer = await raw_http(port, b"GET /v1/c HTTP/1.1\r\nHost: x\r\n\r\n")
+            if answer.startswith(b"HTTP/1.1 200"):
+                break
+            await asyncio.sleep(0.2)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        assert runtime_dir.server_pid() not in (None, pid)
+        with pytest.raises(Exception, match=r"no MCP session|restarted|stopped"):
+            await session.call_tool("echo", {"text": "hi"})
 
 
 def rss_mib() -> float:
@@ -327,32 +329,32 @@ async def test_an_oversized_or_chatty_server_blocks_no_other_session(
     chatty = StdioServerParameters(command=sys.executable, args=[HOSTILE, "chatter"])
     quiet = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
     port = free_port()
-    async with Listener() as upstream:
-        async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30):
-            async with (
-                sandbox_mcp_client(runtime.client, big) as (read1, write1),
-                ClientSession(read1, write1) as first,
-                sandbox_mcp_client(runtime.client, chatty) as (read2, write2),
-                ClientSession(read2, write2) as second,
-                sandbox_mcp_client(runtime.client, quiet) as (read3, write3),
-                ClientSession(read3, write3) as third,
-            ):
-                for session in (first, second, third):
-                    await session.initialize()
-                for _ in range(300):
-                    if "was dropped" in caplog.text:
-                        break
-                    await asyncio.sleep(0.1)
-                assert "larger than" in caplog.text
-                for n in range(5):
-                    result = await asyncio.wait_for(third.call_tool("echo", {"text": f"n{n}"}), 10)
-                    assert isinstance(result.content[0], TextContent)
-                    assert result.content[0].text == f"n{n}"
-                    answer = await asyncio.wait_for(
-                        raw_http(port, b"GET /v1/d HTTP/1.1\r\nHost: x\r\n\r\n"), 10
-                    )
-                    assert answer.startswith(b"HTTP/1.1 200")
-                assert (await first.call_tool("echo", {"text": "still"})).content
+    async with (
+        Listener() as upstream,
+        ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30),
+        sandbox_mcp_client(runtime.client, big) as (read1, write1),
+        ClientSession(read1, write1) as first,
+        sandbox_mcp_client(runtime.client, chatty) as (read2, write2),
+        ClientSession(read2, write2) as second,
+        sandbox_mcp_client(runtime.client, quiet) as (read3, write3),
+        ClientSession(read3, write3) as third,
+    ):
+        for session in (first, second, third):
+            await session.initialize()
+        for _ in range(300):
+            if "was dropped" in caplog.text:
+                break
+            await asyncio.sleep(0.1)
+        assert "larger than" in caplog.text
+        for n in range(5):
+            result = await asyncio.wait_for(third.call_tool("echo", {"text": f"n{n}"}), 10)
+            assert isinstance(result.content[0], TextContent)
+            assert result.content[0].text == f"n{n}"
+            answer = await asyncio.wait_for(
+                raw_http(port, b"GET /v1/d HTTP/1.1\r\nHost: x\r\n\r\n"), 10
+            )
+            assert answer.startswith(b"HTTP/1.1 200")
+        assert (await first.call_tool("echo", {"text": "still"})).content
 
 
 def test_hostile_server_is_valid_json_lines() -> None:
