@@ -2,16 +2,21 @@
 
 Execs and file copies go through `docker_api` (asyncio, no thread per call); the docker
 SDK is used only off the hot path (looking the container up, its image's architecture).
+Every wait on the engine has a deadline there (THREAT_MODEL.md, rule 3); an exec's
+`timeout` covers all of it, the wait for an engine slot included.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import io
+import os
+import posixpath
 import tarfile
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import docker
 import docker.errors
@@ -33,6 +38,7 @@ from sandbox_tools.sandboxes.base import (
 from sandbox_tools.sandboxes.docker_api import (
     STDOUT,
     EngineRequestError,
+    EngineTimeoutError,
     ExecConnection,
     FrameTooLarge,
     engine_api,
@@ -41,6 +47,7 @@ from sandbox_tools.sandboxes.engines import docker_client
 
 _STDERR_KEPT = 65536  # a stream's stderr is kept for diagnostics only: its newest bytes
 MAX_READ_FILE = 256 * 1024 * 1024  # a file read out of a sandbox (THREAT_MODEL.md, rule 3)
+MAX_SYMLINKS = 40  # links followed by one read_file, as Linux does before ELOOP
 
 
 class _MissingDirectory(Exception):
@@ -57,6 +64,27 @@ def _tar_parts(entries: list[tuple[tarfile.TarInfo, bytes]]) -> list[bytes]:
             parts += [data, b"\0" * (-len(data) % tarfile.BLOCKSIZE)]
     parts.append(b"\0" * (2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
     return parts
+
+
+def _archived_file(data: bytes, path: str) -> tuple[bytes, str | None]:
+    """(content, None) of the one file in an engine's archive of `path`, or (b"", target)
+    when it is a symbolic link. Anything malformed is a SandboxExecError.
+
+    Plain tar only ("r:"): a compressed archive could expand past MAX_READ_FILE.
+    """
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            member = tar.next()
+            if member is not None and member.issym():
+                return b"", member.linkname
+            if member is None or member.islnk():  # a lone hard link has nothing to point at
+                raise tarfile.ReadError("no file in the archive")
+            extracted = tar.extractfile(member)
+            if extracted is None:
+                raise IsADirectoryError(path)
+            return extracted.read(), None
+    except (tarfile.TarError, ValueError, EOFError) as exc:
+        raise SandboxExecError(f"the engine sent a malformed archive of {path}: {exc}") from None
 
 
 class DockerSandbox(Sandbox):
@@ -100,6 +128,18 @@ class DockerSandbox(Sandbox):
         user: str | None,
         budget: OutputBudget,
     ) -> ExecOutput:
+        async with self._api.slot():
+            return await self._run_in_slot(cmd, data, cwd, env, user, budget)
+
+    async def _run_in_slot(
+        self,
+        cmd: list[str],
+        data: bytes | None,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        user: str | None,
+        budget: OutputBudget,
+    ) -> ExecOutput:
         exec_id, conn = await self._start_exec(cmd, data is not None, cwd, env, user)
         out, err = bytearray(), bytearray()
         feeder = asyncio.create_task(self._feed(conn, data)) if data is not None else None
@@ -118,8 +158,11 @@ class DockerSandbox(Sandbox):
             conn.close()
             if feeder is not None:
                 feeder.cancel()
-                with contextlib.suppress(asyncio.CancelledError, OSError):
-                    await feeder
+                # Not `await feeder` under suppress(CancelledError): that would also swallow
+                # the cancellation of this exec by its deadline, and carry on past it.
+                await asyncio.wait({feeder})
+                if not feeder.cancelled():
+                    feeder.result()  # what _feed does not expect, it does not hide
         return ExecOutput(await self._api.exit_code(exec_id), bytes(out), bytes(err))
 
     @staticmethod
@@ -144,19 +187,30 @@ class DockerSandbox(Sandbox):
         max_output: int = DEFAULT_EXEC_OUTPUT_LIMIT,
     ) -> ExecOutput:
         budget = OutputBudget(max_output, f"{cmd[0]} in {self.name}")
-        async with self._api.slot():
-            try:
-                return await asyncio.wait_for(
-                    self._run(cmd, as_bytes(input), cwd, env, user, budget), timeout
-                )
-            except asyncio.TimeoutError:  # not the builtin one before 3.11
-                raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s") from None
+        try:
+            # The wait for an engine slot counts: with every slot held by execs on a hung
+            # engine, exec(timeout=2) returned after 29 s.
+            return await asyncio.wait_for(
+                self._run(cmd, as_bytes(input), cwd, env, user, budget), timeout
+            )
+        except EngineTimeoutError:
+            raise  # a deadline of the engine's, shorter than ours: already a TimeoutError
+        except asyncio.TimeoutError:  # not the builtin one before 3.11
+            raise TimeoutError(f"{cmd[0]} did not finish within {timeout}s") from None
 
     # -- files ---------------------------------------------------------------------------
 
     def _read_only_root(self) -> bool:
-        host_config = self.container.attrs.get("HostConfig") or {}
-        return bool(host_config.get("ReadonlyRootfs"))
+        """Whether the container's root is read-only, from the engine's (checked) answer."""
+        attrs: Any = self.container.attrs
+        host_config = (attrs.get("HostConfig") if isinstance(attrs, dict) else None) or {}
+        read_only = host_config.get("ReadonlyRootfs") if isinstance(host_config, dict) else ""
+        if not isinstance(read_only, (bool, type(None))):
+            raise SandboxExecError(
+                f"the engine's description of {self.name} is malformed: "
+                f"HostConfig {host_config!r:.80}"
+            )
+        return bool(read_only)
 
     async def _upload(self, directory: str, archive: list[bytes], verb: str, path: str) -> None:
         """Extract `archive` into `directory`; any refusal becomes a SandboxExecError."""
@@ -209,26 +263,41 @@ class DockerSandbox(Sandbox):
             ) from None
 
     async def read_file(self, path: str) -> bytes:
-        try:
-            async with self._api.slot():
-                data = await self._api.get_archive(self.container_id, path, MAX_READ_FILE)
-        except EngineRequestError as exc:
-            if exc.status == 404:
-                raise FileNotFoundError(path) from None
-            raise SandboxExecError(f"cannot read {path} in {self.name}: {exc}") from None
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = tar.next()
-            extracted = tar.extractfile(member) if member is not None else None
-            if extracted is None:
-                raise IsADirectoryError(path)
-            return extracted.read()
+        """The file's bytes; symbolic links are followed, in the container, as open() does.
+
+        The engine archives a link itself, not its target (reading one raised KeyError).
+        """
+        wanted = path
+        for _ in range(MAX_SYMLINKS + 1):
+            try:
+                async with self._api.slot():
+                    data = await self._api.get_archive(self.container_id, wanted, MAX_READ_FILE)
+            except EngineRequestError as exc:
+                if exc.status == 404:
+                    raise FileNotFoundError(path) from None
+                raise SandboxExecError(f"cannot read {path} in {self.name}: {exc}") from None
+            content, link = _archived_file(data, path)
+            if link is None:
+                return content
+            wanted = posixpath.join(posixpath.dirname(wanted), link)
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
 
     async def architecture_hint(self) -> str | None:
         def image_arch() -> str | None:
-            image = self.client.images.get(self.container.attrs["Image"])
-            return str(image.attrs.get("Architecture") or "") or None
+            attrs: Any = self.container.attrs
+            image_id = attrs.get("Image") if isinstance(attrs, dict) else None
+            if not isinstance(image_id, str):
+                raise SandboxExecError(f"the engine names no image for {self.name}")
+            low: Any = self.client.api  # the SDK's low-level client: its raw JSON, no model
+            image = low.inspect_image(image_id)
+            arch = image.get("Architecture") if isinstance(image, dict) else 0
+            if not isinstance(arch, (str, type(None))):
+                raise SandboxExecError(
+                    f"the engine's image {image_id[:80]} has a malformed Architecture"
+                )
+            return arch or None
 
-        return await asyncio.to_thread(image_arch)
+        return await self._api.sdk_call("describe the image", image_arch)
 
     # -- persistent stream ---------------------------------------------------------------
 

@@ -19,6 +19,12 @@ Engines over TLS or SSH keep the SDK's socket, in a worker thread per blocking c
 A per-engine limit (settings: `engine-concurrency`, default 32) bounds how many
 execs run at once against one engine, so that 64 samples starting together queue
 instead of overwhelming it.
+
+A hung or hostile engine must not hang the host (THREAT_MODEL.md, rule 3): every wait
+on the engine has a deadline (ENGINE_TIMEOUT for a control request, ARCHIVE_TIMEOUT for
+a file copy, SLOT_TIMEOUT for a free slot), past which the caller gets EngineTimeoutError;
+and every JSON answer is checked before use, a malformed one is a SandboxExecError
+naming what was wrong.
 """
 
 from __future__ import annotations
@@ -26,13 +32,15 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 import json
+import re
 import socket
 import struct
 import threading
 import urllib.parse
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import docker.errors
@@ -50,6 +58,11 @@ MAX_RESPONSE_HEAD = 64 * 1024  # status line and headers of one engine response
 MAX_ENGINE_JSON = 16 * 1024 * 1024  # an engine's JSON answer (exec inspect and the like)
 SEND_SLICE = 256 * 1024  # large bodies go out in slices: the transport copies only what waits
 CONTINUE_WAIT = 5.0  # seconds to wait for "100 Continue" before sending anyway
+# Deadlines (seconds) on the engine, each read when an EngineAPI is made:
+ENGINE_TIMEOUT = 60.0  # one control request (exec create, start, inspect): the SDK's default
+ARCHIVE_TIMEOUT = 600.0  # one file copy in or out, up to 256 MiB (docker.MAX_READ_FILE)
+SLOT_TIMEOUT = 600.0  # a free engine slot, for calls without a timeout of their own
+_ENGINE_ID = re.compile(r"[0-9A-Za-z_.-]{1,128}")  # an exec id, spliced into request paths
 
 
 class EngineRequestError(SandboxExecError):
@@ -58,6 +71,64 @@ class EngineRequestError(SandboxExecError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class EngineTimeoutError(SandboxExecError, TimeoutError):
+    """The engine did not answer within its deadline (THREAT_MODEL.md, rule 3).
+
+    Both a SandboxExecError (the provider could not do it) and a TimeoutError, so every
+    caller that already bounds a sandbox call in time (the injector, the CLI) handles it.
+    """
+
+    default_remedy = "The Docker engine is hung or overloaded; check it with `docker info`."
+
+
+async def within(seconds: float, what: str, awaitable: Awaitable[T]) -> T:
+    """`awaitable`'s result, or EngineTimeoutError naming `what` after `seconds`.
+
+    A shorter deadline inside that fires first keeps its own, more precise, message.
+    """
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except EngineTimeoutError:
+        raise
+    except asyncio.TimeoutError:  # the builtin one from 3.11 on
+        raise EngineTimeoutError(f"the Docker engine did not {what} within {seconds:g} s") from None
+
+
+def _json(answer: bytes, what: str) -> Any:
+    try:
+        return json.loads(answer)
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested too deep
+        raise SandboxExecError(f"the engine's answer to {what} is not JSON") from None
+
+
+def _json_object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SandboxExecError(
+            f"the engine's answer to {what} is a JSON {type(value).__name__}, not an object"
+        )
+    return value
+
+
+def _exec_id(value: Any) -> str:
+    """The Id of an exec-create answer: a short token, as it is put into request paths."""
+    ident = _json_object(value, "exec create").get("Id")
+    if not isinstance(ident, str) or not _ENGINE_ID.fullmatch(ident):
+        raise SandboxExecError(f"the engine's answer to exec create has no valid Id: {ident!r:.80}")
+    return ident
+
+
+def _exec_state(info: Any, exec_id: str) -> tuple[bool, int | None]:
+    """(Running, ExitCode) of an exec-inspect answer; anything else there is an error."""
+    what = f"inspect of exec {exec_id[:12]}"
+    info = _json_object(info, what)
+    running, code = info.get("Running"), info.get("ExitCode")
+    if not isinstance(running, bool):
+        raise SandboxExecError(f"the engine's {what} has Running={running!r:.80}, not a boolean")
+    if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
+        raise SandboxExecError(f"the engine's {what} has ExitCode={code!r:.80}, not an integer")
+    return running, code
 
 
 class FrameTooLarge(Exception):
@@ -89,22 +160,45 @@ class ExecConnection(abc.ABC):
 class EngineAPI(abc.ABC):
     """What a sandbox needs of one engine, each call awaitable."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        timeout: float | None = None,
+        archive_timeout: float | None = None,
+        slot_timeout: float | None = None,
+    ) -> None:
+        """Deadlines left None are the module's (ENGINE_TIMEOUT and so on) at this moment."""
         self.concurrency = concurrency
+        self.timeout = ENGINE_TIMEOUT if timeout is None else timeout
+        self.archive_timeout = ARCHIVE_TIMEOUT if archive_timeout is None else archive_timeout
+        self.slot_timeout = SLOT_TIMEOUT if slot_timeout is None else slot_timeout
         # asyncio primitives belong to one loop; a sandbox may be driven by several
         # (tests, `asyncio.run` per command), each gets its own limiter.
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
         self._slots = weakref.WeakKeyDictionary()
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one of the engine's exec slots for the duration of the block."""
+    async def slot(self, timeout: float | None = None) -> AsyncIterator[None]:
+        """Hold one of the engine's exec slots for the duration of the block.
+
+        The wait for one ends with EngineTimeoutError after `timeout` seconds (None:
+        `slot_timeout`): slots held by execs on a hung engine must not queue the rest
+        forever.
+        """
         loop = asyncio.get_running_loop()
         semaphore = self._slots.get(loop)
         if semaphore is None:
             semaphore = self._slots[loop] = asyncio.Semaphore(self.concurrency)
-        async with semaphore:
+        seconds = self.slot_timeout if timeout is None else timeout
+        await within(seconds, "free an exec slot", semaphore.acquire())
+        try:
             yield
+        finally:
+            semaphore.release()
+
+    async def sdk_call(self, what: str, function: Callable[[], T]) -> T:
+        """A blocking docker SDK call (off the hot path) within the control deadline."""
+        return await _blocking(self.timeout, what, function)
 
     @abc.abstractmethod
     async def exec_create(
@@ -134,13 +228,18 @@ class EngineAPI(abc.ABC):
         """A tar of `path`; EngineRequestError(404) if it is missing."""
 
     async def exit_code(self, exec_id: str) -> int:
-        # The engine can report the exit code a moment after the stream's end.
-        for _ in range(200):
-            info = await self.exec_inspect(exec_id)
-            if not info.get("Running") and info.get("ExitCode") is not None:
-                return int(info["ExitCode"])
-            await asyncio.sleep(0.005)
-        raise SandboxExecError(f"exec {exec_id[:12]} did not report an exit code")
+        """The exec's exit code, polled for within one control deadline in all."""
+
+        async def poll() -> int:
+            # The engine can report the exit code a moment after the stream's end.
+            for _ in range(200):
+                running, code = _exec_state(await self.exec_inspect(exec_id), exec_id)
+                if not running and code is not None:
+                    return code
+                await asyncio.sleep(0.005)
+            raise SandboxExecError(f"exec {exec_id[:12]} did not report an exit code")
+
+        return await within(self.timeout, f"report exec {exec_id[:12]}'s exit code", poll())
 
 
 def _exec_config(
@@ -205,6 +304,10 @@ async def _write_slices(writer: asyncio.StreamWriter, parts: Sequence[bytes]) ->
             await writer.drain()
 
 
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_DIGITS = re.compile(r"[0-9]{1,15}")
+
+
 async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -214,7 +317,8 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]
         raise SandboxExecError("the engine closed the connection without answering") from None
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     parts = status_line.split(" ", 2)
-    if len(parts) < 2 or not parts[1].isdigit():
+    # isascii: "²00".isdigit() is true, but int() refuses it
+    if len(parts) < 2 or len(parts[1]) != 3 or not (parts[1].isascii() and parts[1].isdigit()):
         raise SandboxExecError(f"the engine sent a malformed status line: {status_line[:80]!r}")
     headers: dict[str, str] = {}
     for line in header_lines:
@@ -236,7 +340,10 @@ async def _read_body(
             body = bytearray()
             while True:
                 size_line = await reader.readuntil(b"\r\n")
-                size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+                size_field = size_line.split(b";", 1)[0].strip()
+                if not _HEX.fullmatch(size_field):  # int() would take "-5" and "0x5"
+                    raise ValueError(size_field)
+                size = int(size_field, 16)
                 if size == 0:
                     with contextlib.suppress(asyncio.IncompleteReadError):
                         await reader.readuntil(b"\r\n")  # the trailer's end
@@ -245,6 +352,8 @@ async def _read_body(
                 body += await reader.readexactly(size)
                 await reader.readexactly(2)
         if "content-length" in headers:
+            if not _DIGITS.fullmatch(headers["content-length"]):
+                raise ValueError(headers["content-length"])
             length = int(headers["content-length"])
             check(length)
             return await reader.readexactly(length)
@@ -259,19 +368,31 @@ async def _read_body(
 
 def _error_message(status: int, body: bytes) -> str:
     try:
-        message = json.loads(body).get("message")
-    except (ValueError, AttributeError):
-        message = None
-    return str(message or body[:300].decode(errors="replace") or f"HTTP {status}")
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        value = None
+    message = value.get("message") if isinstance(value, dict) else None
+    if not isinstance(message, str):
+        message = body[:300].decode(errors="replace")
+    return message[:300] or f"HTTP {status}"
 
 
 class NativeEngineAPI(EngineAPI):
     """An engine on a Unix socket or plain TCP; one short connection per call."""
 
     def __init__(
-        self, version: str, concurrency: int, unix_path: str = "", host: str = "", port: int = 0
+        self,
+        version: str,
+        concurrency: int,
+        unix_path: str = "",
+        host: str = "",
+        port: int = 0,
+        *,
+        timeout: float | None = None,
+        archive_timeout: float | None = None,
+        slot_timeout: float | None = None,
     ) -> None:
-        super().__init__(concurrency)
+        super().__init__(concurrency, timeout, archive_timeout, slot_timeout)
         self._prefix = f"/v{version}"
         self._unix_path = unix_path
         self._host, self._port = host, port
@@ -340,17 +461,24 @@ class NativeEngineAPI(EngineAPI):
         content_type: str = "application/json",
         max_bytes: int = MAX_ENGINE_JSON,
         may_refuse: bool = False,
+        timeout: float | None = None,
     ) -> bytes:
-        status, headers, reader, writer = await self._send(
-            method, path, body, content_type, may_refuse=may_refuse
-        )
-        try:
-            answer = await _read_body(reader, headers, max_bytes, f"{method} {path}")
-        finally:
-            writer.close()
-        if status >= 400:
-            raise EngineRequestError(status, _error_message(status, answer))
-        return answer
+        """One request and its whole answer, within `timeout` (None: the control deadline)."""
+
+        async def exchange() -> bytes:
+            status, headers, reader, writer = await self._send(
+                method, path, body, content_type, may_refuse=may_refuse
+            )
+            try:
+                answer = await _read_body(reader, headers, max_bytes, f"{method} {path}")
+            finally:
+                writer.close()
+            if status >= 400:
+                raise EngineRequestError(status, _error_message(status, answer))
+            return answer
+
+        seconds = self.timeout if timeout is None else timeout
+        return await within(seconds, f"answer {method} {path[:200]}", exchange())
 
     async def exec_create(
         self,
@@ -363,24 +491,30 @@ class NativeEngineAPI(EngineAPI):
     ) -> str:
         config = json.dumps(_exec_config(cmd, stdin, cwd, env, user)).encode()
         answer = await self._call("POST", f"/containers/{container_id}/exec", [config])
-        return str(json.loads(answer)["Id"])
+        return _exec_id(_json(answer, "exec create"))
 
     async def exec_start(self, exec_id: str) -> ExecConnection:
-        body = [b'{"Detach": false, "Tty": false}']
-        status, headers, reader, writer = await self._send(
-            "POST", f"/exec/{exec_id}/start", body, upgrade=True
-        )
-        if status not in (101, 200):
-            try:
-                answer = await _read_body(reader, headers, MAX_ENGINE_JSON, "exec start")
-            finally:
-                writer.close()
-            raise EngineRequestError(status, _error_message(status, answer))
-        return _StreamExec(reader, writer)
+        """The upgraded connection, within the control deadline; its frames are not bounded
+        here (an exec's own timeout does that, a stream lives as long as its sandbox)."""
+
+        async def start() -> ExecConnection:
+            body = [b'{"Detach": false, "Tty": false}']
+            status, headers, reader, writer = await self._send(
+                "POST", f"/exec/{exec_id}/start", body, upgrade=True
+            )
+            if status not in (101, 200):
+                try:
+                    answer = await _read_body(reader, headers, MAX_ENGINE_JSON, "exec start")
+                finally:
+                    writer.close()
+                raise EngineRequestError(status, _error_message(status, answer))
+            return _StreamExec(reader, writer)
+
+        return await within(self.timeout, f"start exec {exec_id[:12]}", start())
 
     async def exec_inspect(self, exec_id: str) -> dict[str, Any]:
-        answer: dict[str, Any] = json.loads(await self._call("GET", f"/exec/{exec_id}/json"))
-        return answer
+        answer = await self._call("GET", f"/exec/{exec_id}/json")
+        return _json_object(_json(answer, "exec inspect"), "exec inspect")
 
     async def put_archive(
         self, container_id: str, directory: str, archive: Sequence[bytes]
@@ -392,12 +526,16 @@ class NativeEngineAPI(EngineAPI):
             archive,
             "application/x-tar",
             may_refuse=True,
+            timeout=self.archive_timeout,
         )
 
     async def get_archive(self, container_id: str, path: str, max_bytes: int) -> bytes:
         query = urllib.parse.urlencode({"path": path})
         return await self._call(
-            "GET", f"/containers/{container_id}/archive?{query}", max_bytes=max_bytes
+            "GET",
+            f"/containers/{container_id}/archive?{query}",
+            max_bytes=max_bytes,
+            timeout=self.archive_timeout,
         )
 
 
@@ -408,28 +546,34 @@ def _in_daemon_thread(function: Callable[..., T], *args: Any) -> asyncio.Future[
     """Run blocking socket I/O in a daemon thread, not the loop's executor.
 
     A read that never returns (an exec whose other end stays open) must not hold up
-    the event loop's shutdown, which waits for every executor thread.
+    the event loop's shutdown, which waits for every executor thread. A connection that
+    arrives after its caller gave up (a deadline passed) is closed, not leaked.
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 
-    def settle(outcome: Callable[[], None]) -> None:
-        if not future.done():
-            outcome()
+    def settle(outcome: Callable[[], None], late: Callable[[], None]) -> None:
+        (late if future.done() else outcome)()
 
-    def deliver(outcome: Callable[[], None]) -> None:
+    def deliver(outcome: Callable[[], None], late: Callable[[], None]) -> None:
         # The caller may have given up and its loop closed: nobody is left to tell.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, outcome)
+        try:
+            loop.call_soon_threadsafe(settle, outcome, late)
+        except RuntimeError:
+            late()
+
+    def discard(result: object) -> None:
+        if isinstance(result, ExecConnection):
+            result.close()
 
     def run() -> None:
         try:
             result = function(*args)
         except BaseException as exc:
             error = exc
-            deliver(lambda: future.set_exception(error))
+            deliver(lambda: future.set_exception(error), lambda: None)
         else:
-            deliver(lambda: future.set_result(result))
+            deliver(lambda: future.set_result(result), lambda: discard(result))
 
     threading.Thread(target=run, daemon=True, name="docker-socket").start()
     return future
@@ -488,23 +632,51 @@ class _SocketExec(ExecConnection):
 
 def _api_error(exc: docker.errors.APIError) -> EngineRequestError:
     status = exc.response.status_code if exc.response is not None else 500
-    return EngineRequestError(status, str(exc.explanation or exc))
+    return EngineRequestError(status, str(exc.explanation or exc)[:300])
+
+
+async def _blocking(seconds: float, what: str, function: Callable[[], T]) -> T:
+    """A blocking docker SDK call in a daemon thread, within `seconds`, its errors typed.
+
+    Past the deadline the thread is abandoned (the SDK's own socket timeout ends it);
+    a daemon thread, so it cannot hold up the loop's or the interpreter's shutdown.
+    """
+    try:
+        return await within(seconds, what, _in_daemon_thread(function))
+    except EngineTimeoutError:
+        raise  # a TimeoutError, and so an OSError: not a failed connection
+    except docker.errors.APIError as exc:
+        raise _api_error(exc) from None
+    except (ValueError, RecursionError) as exc:  # the SDK's own parsing of a bad answer
+        # (before RequestException: requests' JSONDecodeError is both)
+        message = f"the Docker engine's answer to {what} is malformed: {exc}"
+        raise SandboxExecError(message[:400]) from None
+    except (requests.exceptions.RequestException, OSError) as exc:
+        message = f"the Docker engine's connection failed: {exc}"
+        raise SandboxExecError(message[:400]) from None
 
 
 class SdkEngineAPI(EngineAPI):
     """Any engine the docker SDK reaches (TLS, SSH): its calls run in worker threads."""
 
-    def __init__(self, client: DockerClient, concurrency: int) -> None:
-        super().__init__(concurrency)
+    def __init__(
+        self,
+        client: DockerClient,
+        concurrency: int,
+        *,
+        timeout: float | None = None,
+        archive_timeout: float | None = None,
+        slot_timeout: float | None = None,
+    ) -> None:
+        super().__init__(concurrency, timeout, archive_timeout, slot_timeout)
         self._api = client.api
 
-    async def _run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        try:
-            return await asyncio.to_thread(function, *args, **kwargs)
-        except docker.errors.APIError as exc:
-            raise _api_error(exc) from None
-        except (requests.exceptions.RequestException, OSError) as exc:
-            raise SandboxExecError(f"the Docker engine's connection failed: {exc}") from None
+    async def _run(
+        self, what: str, function: Callable[..., T], *args: Any, timeout: float | None = None
+    ) -> T:
+        """`function(*args)` within `timeout` (None: the control deadline)."""
+        seconds = self.timeout if timeout is None else timeout
+        return await _blocking(seconds, what, functools.partial(function, *args))
 
     async def exec_create(
         self,
@@ -515,7 +687,7 @@ class SdkEngineAPI(EngineAPI):
         env: Mapping[str, str] | None,
         user: str | None,
     ) -> str:
-        created = await self._run(
+        create = functools.partial(
             self._api.exec_create,
             container_id,
             cmd,
@@ -526,7 +698,7 @@ class SdkEngineAPI(EngineAPI):
             workdir=cwd,
             user=user or "",
         )
-        return str(created["Id"])
+        return _exec_id(await self._run("answer exec create", create))
 
     def _start(self, exec_id: str) -> _SocketExec:
         api: Any = self._api  # the SDK's own (untyped) exec-start plumbing
@@ -543,21 +715,30 @@ class SdkEngineAPI(EngineAPI):
         return _SocketExec(response, getattr(sock, "_sock", sock), early)
 
     async def exec_start(self, exec_id: str) -> ExecConnection:
-        return await self._run(self._start, exec_id)
+        return await self._run(f"start exec {exec_id[:12]}", self._start, exec_id)
 
     async def exec_inspect(self, exec_id: str) -> dict[str, Any]:
-        info: dict[str, Any] = await self._run(self._api.exec_inspect, exec_id)
-        return info
+        info = await self._run("answer exec inspect", self._api.exec_inspect, exec_id)
+        return _json_object(info, "exec inspect")
 
     async def put_archive(
         self, container_id: str, directory: str, archive: Sequence[bytes]
     ) -> None:
         data = b"".join(archive)
-        ok = await self._run(self._api.put_archive, container_id, directory or "/", data)
+        ok = await self._run(
+            "take an archive",
+            self._api.put_archive,
+            container_id,
+            directory or "/",
+            data,
+            timeout=self.archive_timeout,
+        )
         if not ok:
             raise EngineRequestError(500, "the engine refused the archive")
 
     async def get_archive(self, container_id: str, path: str, max_bytes: int) -> bytes:
+        gave_up = threading.Event()  # past the deadline: the abandoned thread stops reading
+
         def fetch() -> bytes:
             chunks, _ = self._api.get_archive(container_id, path)
             data = bytearray()
@@ -565,9 +746,14 @@ class SdkEngineAPI(EngineAPI):
                 data += chunk
                 if len(data) > max_bytes:
                     raise SandboxExecError(f"{path} is larger than {max_bytes} bytes")
+                if gave_up.is_set():
+                    break
             return bytes(data)
 
-        return await self._run(fetch)
+        try:
+            return await self._run("send an archive", fetch, timeout=self.archive_timeout)
+        finally:
+            gave_up.set()
 
 
 def _take_buffered(reader: Any) -> bytes:
