@@ -306,3 +306,34 @@ def string_map(params: Params, name: str) -> dict[str, str] | None:
         if not isinstance(item, str):
             raise InvalidParams(f'Invalid params: field "{name}.{key}" must be a string')
     return value
+
+
+def env_map(params: Params, name: str, where: str | None = None) -> dict[str, str] | None:
+    """An environment for a child process: names and values it can really be given.
+
+    `execve` refuses a name that is empty or holds "=" or NUL, and a value holding NUL;
+    such a request once reached it and came back as -32098 with a traceback. `where`
+    is the field's full name in the request, for the message (default: `name`).
+    """
+    field = where or name
+    env = params.get(name)
+    if env is None:
+        return None
+    if not isinstance(env, dict):
+        raise InvalidParams(
+            f'Invalid params: field "{field}" must be object, got {type(env).__name__}'
+        )
+    for key, value in env.items():
+        if not isinstance(value, str):
+            raise InvalidParams(f'Invalid params: field "{field}.{key}" must be a string')
+        if not key or "=" in key or "\x00" in key:
+            raise InvalidParams(
+                f'Invalid params: field "{field}" has an invalid variable name {key!r}: a '
+                'name must be non-empty and contain neither "=" nor NUL'
+            )
+        if "\x00" in value:
+            raise InvalidParams(
+                f'Invalid params: field "{field}.{key}" must not contain NUL (the value of '
+                f"environment variable {key!r})"
+            )
+    return env

@@ -9,9 +9,14 @@ held back). The tunnel knows nothing of model APIs: which dialect a path speaks 
 host handler's business.
 
 HTTP/1.1 with keep-alive, `Content-Length` and chunked request bodies, concurrent
-requests; a malformed request gets 400 and the connection is closed; a host that does
-not answer in time, 504; a failing host handler, 502; all with a JSON error body. A
-client that disconnects cancels the host's handler.
+requests. Requests are parsed strictly (RFC 9112), before anything reaches the runtime
+server: whatever two HTTP parsers could read differently (Content-Length with
+Transfer-Encoding, two lengths, a coding other than exactly `chunked`, obs-fold, bare
+CR or LF, a method or header name that is not a token, a malformed length or chunk size)
+gets 400 (413 too large, 431 head too large, 501 unknown transfer coding, 505 another
+HTTP version) and the connection is closed. A host that does not answer in time gets
+504; a failing host handler, 502; all with a JSON error body. A client that disconnects
+cancels the host's handler.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import re
 import sys
 from typing import Any
 
@@ -29,17 +35,24 @@ from sandbox_tools.runtime.paths import ServerDirError, server_paths
 DEFAULT_PORT = 13131
 DEFAULT_TIMEOUT = 300.0
 MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 48 * 1024 * 1024  # a frame to the server is 64 MiB, base64 included
+# One message to the host is at most 48 MiB as it travels; base64 makes 32 MiB 43 MiB.
+MAX_BODY_BYTES = 32 * 1024 * 1024
 READ_WAIT_MS = 30_000
 DISCONNECT_CHECK_S = 0.1
+# After refusing a request: how long, and how much, of the rest is read and dropped.
+LINGER_S = 1.0
+LINGER_BYTES = MAX_BODY_BYTES + MAX_HEAD_BYTES
 REASONS = {
     200: "OK",
     400: "Bad Request",
     404: "Not Found",
-    413: "Payload Too Large",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
     500: "Internal Server Error",
+    501: "Not Implemented",
     502: "Bad Gateway",
     504: "Gateway Timeout",
+    505: "HTTP Version Not Supported",
 }
 
 
@@ -78,68 +91,191 @@ class _ServerConnection:
         self.writer.close()
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, list[list[str]]] | None:
+# RFC 9110 5.6.2: a token is 1*tchar.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_VERSION = re.compile(r"HTTP/([0-9])\.([0-9])")
+# Visible ASCII only: no spaces, controls, fragments or raw non-ASCII in a target.
+_TARGET = re.compile(r"/[\x21-\x22\x24-\x7e]*")
+# A field value: visible characters, spaces and tabs, obs-text; no other control.
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+_DIGITS = re.compile(r"[0-9]+")
+# chunk-size [chunk-ext]: hex digits, then extensions we read past (RFC 9112 7.1.1).
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]+)((?:[ \t]*;[\t\x20-\x7e\x80-\xff]*)?)\r\n")
+MAX_LENGTH_DIGITS = 15  # a length with more digits is far past MAX_BODY_BYTES
+MAX_HEADERS = 256
+
+
+class Request:
+    __slots__ = ("headers", "keep_alive", "method", "target", "version")
+
+    def __init__(
+        self, method: str, target: str, version: tuple[int, int], headers: list[list[str]]
+    ) -> None:
+        self.method, self.target, self.version, self.headers = method, target, version, headers
+        tokens = {t.strip().lower() for v in self.values("connection") for t in v.split(",")}
+        self.keep_alive = "close" not in tokens and (version >= (1, 1) or "keep-alive" in tokens)
+
+    def values(self, name: str) -> list[str]:
+        return [value for key, value in self.headers if key.lower() == name]
+
+
+def _field(line: str) -> list[str]:
+    """One field line, strictly (RFC 9112 5): a token, a colon, a clean value."""
+    if line[:1] in (" ", "\t"):
+        raise BadRequest("obsolete line folding is not accepted")
+    name, sep, value = line.partition(":")
+    if not sep or not _TOKEN.fullmatch(name):
+        raise BadRequest(f"malformed header line {line[:100]!r}")
+    value = value.strip(" \t")
+    if not _FIELD_VALUE.fullmatch(value):
+        raise BadRequest(f"header {name[:100]!r} holds a control character")
+    return [name, value]
+
+
+async def _read_head(reader: asyncio.StreamReader) -> Request | None:
+    head = b""
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
+        for _ in range(4):
+            # Empty lines before a request line are ignored (RFC 9112 2.2), a few of them.
+            head = (await reader.readuntil(b"\r\n\r\n")).lstrip(b"\r\n")
+            if head:
+                break
     except asyncio.IncompleteReadError as exc:
         if not exc.partial.strip():
             return None  # the client closed a kept-alive connection
         raise BadRequest("incomplete request head") from None
     except asyncio.LimitOverrunError:
-        raise BadRequest(f"request head larger than {MAX_HEAD_BYTES} bytes") from None
-    try:
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, version = lines[0].split(" ")
-    except ValueError:
-        raise BadRequest("malformed request line") from None
-    if not version.startswith("HTTP/1.") or not method.isalpha() or not target.startswith("/"):
-        raise BadRequest(f"unsupported request line {lines[0][:100]!r}")
-    headers: list[list[str]] = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise BadRequest(f"malformed header line {line[:100]!r}")
-        headers.append([name, value.strip()])
-    return method, target, headers
+        raise BadRequest(f"request head larger than {MAX_HEAD_BYTES} bytes", 431) from None
+    if not head:
+        raise BadRequest("no request line")
+    lines = head[:-4].decode("latin-1").split("\r\n")
+    if any("\r" in line or "\n" in line for line in lines):
+        raise BadRequest("a line of the request head ends in a bare CR or LF")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        raise BadRequest(f"malformed request line {lines[0][:100]!r}")
+    method, target, version_text = parts
+    if not _TOKEN.fullmatch(method):
+        raise BadRequest(f"malformed method {method[:100]!r}")
+    version = _VERSION.fullmatch(version_text)
+    if version is None:
+        raise BadRequest(f"malformed HTTP version {version_text[:100]!r}")
+    if version.group(1) != "1":
+        raise BadRequest(f"HTTP version {version_text} is not supported", 505)
+    if not _TARGET.fullmatch(target):
+        raise BadRequest(f"unsupported request target {target[:100]!r} (origin form only)")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise BadRequest(f"more than {MAX_HEADERS} header lines", 431)
+    request = Request(
+        method, target, (1, int(version.group(2))), [_field(line) for line in lines[1:]]
+    )
+    hosts = request.values("host")
+    if len(hosts) > 1 or (not hosts and request.version >= (1, 1)):
+        raise BadRequest("an HTTP/1.1 request needs exactly one Host header")
+    return request
 
 
-def _header(headers: list[list[str]], name: str) -> str | None:
-    for key, value in headers:
-        if key.lower() == name:
-            return value
-    return None
+def _body_length(request: Request) -> int | None:
+    """The body's framing (RFC 9112 6): its length, or None for chunked.
 
-
-async def _read_body(reader: asyncio.StreamReader, headers: list[list[str]]) -> bytes:
-    encoding = (_header(headers, "transfer-encoding") or "").lower()
-    if "chunked" in encoding:
-        body = bytearray()
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            try:
-                size = int(size_line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise BadRequest("malformed chunk size") from None
-            if size == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass  # trailers: ignored
-                return bytes(body)
-            if len(body) + size > MAX_BODY_BYTES:
-                raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes", 413)
-            body += await reader.readexactly(size)
-            if await reader.readexactly(2) != b"\r\n":
-                raise BadRequest("malformed chunk")
-    length_text = _header(headers, "content-length")
-    if length_text is None:
-        return b""
-    if not length_text.isdigit():
-        raise BadRequest(f"malformed Content-Length {length_text[:40]!r}")
-    length = int(length_text)
-    if length > MAX_BODY_BYTES:
+    Anything two parties could read differently is refused: Content-Length together
+    with Transfer-Encoding, more than one length, any coding but exactly `chunked`.
+    """
+    encodings = request.values("transfer-encoding")
+    lengths = request.values("content-length")
+    if encodings:
+        if lengths:
+            raise BadRequest("Content-Length and Transfer-Encoding together are not accepted")
+        if request.version < (1, 1):
+            raise BadRequest("Transfer-Encoding in an HTTP/1.0 request")
+        codings = [c.strip(" \t") for v in encodings for c in v.split(",")]
+        names = [c.split(";")[0].strip(" \t").lower() for c in codings]
+        if not all(_TOKEN.fullmatch(n) for n in names):
+            raise BadRequest(f"malformed Transfer-Encoding {', '.join(encodings)[:100]!r}")
+        if names[-1] != "chunked" or names.count("chunked") > 1 or ";" in codings[-1]:
+            # Chunked must be the last coding, once, without parameters; else the body's
+            # end cannot be found.
+            raise BadRequest(f"unsupported Transfer-Encoding {', '.join(encodings)[:100]!r}")
+        if len(names) > 1:
+            raise BadRequest(
+                f"transfer coding {', '.join(names[:-1])[:100]!r} is not implemented", 501
+            )
+        return None
+    if not lengths:
+        return 0
+    if len(lengths) > 1 or not _DIGITS.fullmatch(lengths[0]):
+        raise BadRequest(f"malformed Content-Length {', '.join(lengths)[:100]!r}")
+    if len(lengths[0]) > MAX_LENGTH_DIGITS or int(lengths[0]) > MAX_BODY_BYTES:
         raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes", 413)
+    return int(lengths[0])
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = bytearray()
+    while True:
+        try:
+            line = await reader.readuntil(b"\r\n")
+        except asyncio.LimitOverrunError:
+            raise BadRequest("chunk size line too long") from None
+        match = _CHUNK_SIZE.fullmatch(line)
+        if match is None:
+            raise BadRequest(f"malformed chunk size line {line[:40]!r}")
+        digits = match.group(1).lstrip(b"0") or b"0"
+        if len(digits) > MAX_LENGTH_DIGITS:
+            raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes", 413)
+        size = int(digits, 16)
+        if size == 0:
+            break
+        if len(body) + size > MAX_BODY_BYTES:
+            raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes", 413)
+        body += await reader.readexactly(size)
+        if await reader.readexactly(2) != b"\r\n":
+            raise BadRequest("a chunk's data is not followed by CRLF")
+    trailers = 0
+    while True:  # trailer fields: checked, bounded, not forwarded
+        try:
+            line = await reader.readuntil(b"\r\n")
+        except asyncio.LimitOverrunError:
+            raise BadRequest(f"trailer section larger than {MAX_HEAD_BYTES} bytes", 431) from None
+        if line == b"\r\n":
+            return bytes(body)
+        trailers += len(line)
+        if trailers > MAX_HEAD_BYTES:
+            raise BadRequest(f"trailer section larger than {MAX_HEAD_BYTES} bytes", 431)
+        text = line[:-2].decode("latin-1")
+        if "\r" in text or "\n" in text:
+            raise BadRequest("a trailer line ends in a bare CR or LF")
+        _field(text)
+
+
+async def _read_body(reader: asyncio.StreamReader, request: Request) -> bytes:
+    length = _body_length(request)
+    if length is None:
+        return await _read_chunked(reader)
     return await reader.readexactly(length)
+
+
+async def _reject(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, message: str
+) -> None:
+    """Answer a request that is refused, then close the connection gracefully.
+
+    The rest of what the client sends is read and dropped for a moment first (bounded):
+    closing with unread data resets the connection, and a reset can destroy the answer
+    before the client reads it.
+    """
+    with contextlib.suppress(Exception):
+        writer.write(_error_response(status, message, keep_alive=False))
+        await asyncio.wait_for(writer.drain(), LINGER_S)
+        if writer.can_write_eof():
+            writer.write_eof()
+        await asyncio.wait_for(_discard(reader), LINGER_S)
+
+
+async def _discard(reader: asyncio.StreamReader) -> None:
+    dropped = 0
+    while dropped < LINGER_BYTES and (data := await reader.read(64 * 1024)):
+        dropped += len(data)
 
 
 def _error_response(status: int, message: str, keep_alive: bool) -> bytes:
@@ -174,25 +310,37 @@ class ModelProxy:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         try:
-            parsed = await _read_head(reader)
-            if parsed is None:
+            request = await _read_head(reader)
+            if request is None:
                 return False
-            method, target, headers = parsed
-            body = await _read_body(reader, headers)
+            body = await _read_body(reader, request)
         except BadRequest as exc:
-            writer.write(_error_response(exc.status, str(exc), keep_alive=False))
-            await writer.drain()
+            await _reject(reader, writer, exc.status, str(exc))
             return False
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            writer.write(_error_response(400, "the request ended early or is malformed", False))
+            await _reject(reader, writer, 400, "the request ended early or is malformed")
+            return False
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # never a silent drop: whatever was not foreseen is a 400
+            await _reject(reader, writer, 400, f"malformed request ({type(exc).__name__})")
+            return False
+        try:
+            server = await _ServerConnection.open(self.socket_path)
+        except OSError as exc:
+            writer.write(
+                _error_response(
+                    502, f"the runtime server is not reachable: {exc.strerror or exc}", False
+                )
+            )
             await writer.drain()
             return False
-        keep_alive = (_header(headers, "connection") or "").lower() != "close"
-        server = await _ServerConnection.open(self.socket_path)
         try:
             return (
-                await self._forward(server, reader, writer, method, target, headers, body)
-                and keep_alive
+                await self._forward(
+                    server, reader, writer, request.method, request.target, request.headers, body
+                )
+                and request.keep_alive
             )
         finally:
             server.close()
@@ -220,7 +368,8 @@ class ModelProxy:
         try:
             head = opened.result()
         except RuntimeError as exc:
-            status = 504 if "did not answer" in str(exc) else 502
+            text = str(exc)
+            status = 504 if "did not answer" in text else 413 if "larger than" in text else 502
             writer.write(_error_response(status, str(exc), keep_alive=True))
             await writer.drain()
             return True

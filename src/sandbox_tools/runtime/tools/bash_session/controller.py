@@ -144,16 +144,24 @@ class BashSessionController:
         self._sessions: dict[str, _Shell] = {}
         self._users: dict[str, UserSpec | None] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._starting: set[str] = set()  # names reserved by sessions still starting
 
     async def new_session(self, params: NewSessionParams) -> dict[str, str]:
-        if len(self._sessions) >= MAX_SESSIONS:
+        # Check and reserve (the slot and the name) in one step, before any await:
+        # concurrent starts once all passed the check and shared one name.
+        held = len(self._sessions) + len(self._starting)
+        if held >= MAX_SESSIONS:
             raise ToolError(
-                f"too many bash sessions: {len(self._sessions)} exist (at most {MAX_SESSIONS}); "
-                "use an existing session (restart it if needed)"
+                f"too many bash sessions: {held} exist or are starting (at most "
+                f"{MAX_SESSIONS}); use an existing session (restart it if needed)"
             )
-        identity = resolve_user(params.user)
         name = self._next_name()
-        shell = await self._start(identity)
+        self._starting.add(name)
+        try:
+            identity = resolve_user(params.user)
+            shell = await self._start(identity)
+        finally:
+            self._starting.discard(name)
         self._sessions[name] = shell
         self._users[name] = params.user
         self._locks[name] = asyncio.Lock()
@@ -196,10 +204,11 @@ class BashSessionController:
     # -- internals -----------------------------------------------------------------------
 
     def _next_name(self) -> str:
-        if "BashSession" not in self._sessions:
+        taken = self._sessions.keys() | self._starting
+        if "BashSession" not in taken:
             return "BashSession"
         index = 1
-        while f"BashSession_{index}" in self._sessions:
+        while f"BashSession_{index}" in taken:
             index += 1
         return f"BashSession_{index}"
 
@@ -244,20 +253,23 @@ class BashSessionController:
             if identity.switches and identity.home
             else ""
         )
-        await shell.write(
-            f"{enter_home}PS1='{shell.ps1}'; PS2='{shell.ps2}'; unset PROMPT_COMMAND\n"
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while shell.ps1 not in shell.raw:
-            if shell.exit_code is not None or time.monotonic() > deadline:
-                shell.kill()
-                raise ToolError(
-                    f"{program} did not start an interactive session: "
-                    f"{clean_output(shell.raw)[-500:]!r}"
-                )
-            shell.changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(shell.changed.wait(), 0.5)
+        try:
+            await shell.write(
+                f"{enter_home}PS1='{shell.ps1}'; PS2='{shell.ps2}'; unset PROMPT_COMMAND\n"
+            )
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while shell.ps1 not in shell.raw:
+                if shell.exit_code is not None or time.monotonic() > deadline:
+                    raise ToolError(
+                        f"{program} did not start an interactive session: "
+                        f"{clean_output(shell.raw)[-500:]!r}"
+                    )
+                shell.changed.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(shell.changed.wait(), 0.5)
+        except BaseException:
+            shell.kill()  # a shell that never became a session (or whose start was
+            raise  # cancelled) holds no slot, so it must not outlive this call
         shell.returned = shell.end  # start-up banner and rc output are not the model's
         return shell
 

@@ -7,7 +7,11 @@ Transport-agnostic state and logic. Design points (PROTOCOL.md, "exec_remote del
   readers pause, the pipe fills, and the process blocks on write (backpressure);
 - the terminal state gets a sequence number of its own and is reported only once
   all output has been delivered; it stays until acknowledged, and a small table of
-  acknowledged results answers retried polls with the same exit code.
+  acknowledged results answers retried polls with the same exit code;
+- stdin never holds a call: `input` is queued at start, `write_stdin` waits at most
+  SANDBOX_TOOLS_STDIN_TIMEOUT for the pipe to take its data (else a clear error),
+  `close_stdin` returns at once (queued input stays ahead of the end of file; input
+  a process never reads is dropped when it exits).
 """
 
 from __future__ import annotations
@@ -163,6 +167,17 @@ class _Remembered:
     final_seq: int
 
 
+def _pending_stdin(stdin: asyncio.StreamWriter) -> int:
+    """Bytes queued for a process's stdin that its pipe has not taken yet."""
+    return stdin.transport.get_write_buffer_size()
+
+
+def _discard_stdin(job: _Job) -> None:
+    stdin = job.process.stdin
+    if stdin is not None and _pending_stdin(stdin):
+        stdin.transport.abort()
+
+
 def _exit_code(returncode: int) -> int:
     # Shell convention: death by signal N reads as 128 + N.
     return 128 - returncode if returncode < 0 else returncode
@@ -176,16 +191,27 @@ class ExecRemoteController:
         # Set when this server replaced one that died: its jobs are gone.
         self._lost_jobs_note = lost_jobs_note
         self._shell = shutil.which("bash") or "/bin/sh"
+        self._starting = 0  # starts past the limit check that hold no job yet
 
     # -- methods -------------------------------------------------------------------------
 
     async def start(self, params: StartParams) -> StartResult:
-        if len(self._jobs) >= self.limits.max_jobs:
+        # Check and reserve in one step, before any await: starts racing each other must
+        # not all pass the check (300 concurrent starts were once all accepted).
+        held = len(self._jobs) + self._starting
+        if held >= self.limits.max_jobs:
             raise ToolError(
-                f"too many processes: {len(self._jobs)} are running or have output nobody "
+                f"too many processes: {held} are running, starting or have output nobody "
                 f"collected (at most {self.limits.max_jobs}); poll them to the end or kill "
                 "some first"
             )
+        self._starting += 1
+        try:
+            return await self._start(params)
+        finally:
+            self._starting -= 1  # the job holds its own slot now, or it never started
+
+    async def _start(self, params: StartParams) -> StartResult:
         identity = resolve_user(params.user)
         env = child_environment({**identity.env(), **(params.env or {})})
         argv = [self._shell, "-c", params.command]
@@ -237,7 +263,7 @@ class ExecRemoteController:
         ]
         job.tasks = [*readers, asyncio.create_task(self._supervise(job, readers))]
         if params.input is not None:
-            job.tasks.append(asyncio.create_task(self._feed(job, params.input, params.stdin_open)))
+            self._feed(job, params.input, params.stdin_open)
         return {"pid": job.pid}
 
     async def poll(self, params: PollParams) -> PollResult:
@@ -269,24 +295,59 @@ class ExecRemoteController:
         return job.output()[0]
 
     async def write_stdin(self, params: WriteStdinParams) -> OutputResult:
+        """Queue `data` for the process's stdin; return once its pipe has taken it.
+
+        Bounded by `stdin_write_timeout_s` in all (waiting for other writes included).
+        Input queued before (by `input` or an earlier write) must reach the pipe first:
+        if it does not in time, nothing of `data` is queued and the error says so. If
+        `data` itself is not taken in time, the error says how much of it is still
+        queued: it reaches the process if it reads, and is dropped when it exits.
+        """
         job = self._running_job(params.pid)
         await job.acknowledge(params.ack_seq)
         stdin = self._open_stdin(job)
-        async with job.stdin_lock:
-            try:
-                stdin.write(params.data.encode())
-                await asyncio.wait_for(stdin.drain(), self.limits.stdin_write_timeout_s)
-            except asyncio.TimeoutError:
+        data = params.data.encode()
+        timeout = self.limits.stdin_write_timeout_s
+        queued = False
+
+        async def write() -> None:
+            nonlocal queued
+            async with job.stdin_lock:
+                await stdin.drain()  # what was queued before goes first
+                if stdin.is_closing():
+                    raise ToolError(f"stdin of process {job.pid} is already closed")
+                stdin.write(data)
+                queued = True
+                await stdin.drain()
+
+        try:
+            await asyncio.wait_for(write(), timeout)
+        except asyncio.TimeoutError:
+            pending = _pending_stdin(stdin)
+            if not queued:
                 raise ToolError(
-                    f"process {job.pid} did not read its stdin within "
-                    f"{self.limits.stdin_write_timeout_s:.0f} s"
+                    f"process {job.pid} did not read its stdin within {timeout:g} s: "
+                    f"{pending} bytes written before are still waiting, so none of these "
+                    f"{len(data)} bytes were sent; the process is not reading its input "
+                    "(close_stdin or kill it, or write again later)"
                 ) from None
-            except (BrokenPipeError, ConnectionResetError):
-                raise ToolError(f"process {job.pid} closed its stdin") from None
+            raise ToolError(
+                f"process {job.pid} did not read its stdin within {timeout:g} s: "
+                f"{pending} bytes are still queued for it (they reach it if it reads them, "
+                "and are dropped when it exits); the process is not reading its input"
+            ) from None
+        except (BrokenPipeError, ConnectionResetError):
+            raise ToolError(f"process {job.pid} closed its stdin") from None
         return job.output()[0]
 
     async def close_stdin(self, params: AckParams) -> OutputResult:
-        # Closing the stdin of a process that already exited is a harmless race: no error.
+        """End the process's stdin; never waits for the process to read anything.
+
+        Input still queued (an `input` or a write the process has not read yet) stays
+        ahead of the end of file: it reaches the process if it reads it, and is dropped
+        when the process exits or is killed. Closing twice, or after the process exited,
+        is no error.
+        """
         job = self._job(params.pid)
         if job is None:
             remembered = self._remembered_result(params.pid)
@@ -294,16 +355,7 @@ class ExecRemoteController:
         await job.acknowledge(params.ack_seq)
         stdin = job.process.stdin
         if stdin is not None and not stdin.is_closing():
-            async with job.stdin_lock:
-                stdin.close()
-                try:
-                    # Buffered input the process never reads must not hold this call (and
-                    # the stdin lock) until the process exits: past the bound it is dropped.
-                    await asyncio.wait_for(stdin.wait_closed(), self.limits.stdin_write_timeout_s)
-                except asyncio.TimeoutError:
-                    stdin.transport.abort()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+            stdin.close()  # EOF follows whatever is still queued; no await, no lock
         return job.output()[0]
 
     async def shutdown(self) -> None:
@@ -313,6 +365,7 @@ class ExecRemoteController:
                 job.kill_requested = True
                 self._signal_group(job, signal.SIGKILL)
         for job in list(self._jobs.values()):
+            _discard_stdin(job)
             for task in job.tasks:
                 task.cancel()
 
@@ -371,6 +424,7 @@ class ExecRemoteController:
     def _release(self, job: _Job) -> PollResult:
         assert job.final_seq is not None
         self._jobs.pop(job.pid, None)
+        _discard_stdin(job)  # input a finished job never read is nobody's any more
         self._remembered[job.pid] = _Remembered(job.state, job.exit_code, job.final_seq)
         while len(self._remembered) > self.limits.remembered_results:
             self._remembered.popitem(last=False)
@@ -403,16 +457,20 @@ class ExecRemoteController:
             if not data:
                 return
 
-    async def _feed(self, job: _Job, data: str, keep_open: bool) -> None:
+    @staticmethod
+    def _feed(job: _Job, data: str, keep_open: bool) -> None:
+        """Queue the start's `input` (then the end of file unless stdin stays open).
+
+        Nothing waits for the process to read it: a task that held the stdin lock until
+        the input drained once left write_stdin and close_stdin waiting forever for a
+        process that never reads (`sleep 1000` given 10 MB).
+        """
         stdin = job.process.stdin
         assert stdin is not None
-        async with job.stdin_lock:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                stdin.write(data.encode())
-                await stdin.drain()
-                if not keep_open:
-                    stdin.close()
-                    await stdin.wait_closed()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(data.encode())
+            if not keep_open:
+                stdin.close()  # after the queued input, as a file's end follows its data
 
     async def _supervise(self, job: _Job, readers: list[asyncio.Task[None]]) -> None:
         returncode = await job.process.wait()

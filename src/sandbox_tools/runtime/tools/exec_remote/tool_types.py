@@ -10,10 +10,10 @@ from sandbox_tools.runtime.jsonrpc import (
     InvalidParams,
     Params,
     WireParams,
+    env_map,
     optional,
     optional_or_none,
     required,
-    string_map,
 )
 
 JobState = Literal["running", "completed", "killed"]
@@ -41,7 +41,7 @@ class StartParams(WireParams):
             command=required(params, "command", str),
             input=optional_or_none(params, "input", str),
             stdin_open=optional(params, "stdin_open", bool, False),
-            env=string_map(params, "env"),
+            env=env_map(params, "env"),
             cwd=optional_or_none(params, "cwd", str),
             user=parse_user(params),
         )

@@ -9,10 +9,10 @@ from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import (
     InvalidParams,
     Params,
+    env_map,
     optional,
     optional_or_none,
     required,
-    string_map,
 )
 
 MAX_ARGS = 4096
@@ -55,7 +55,7 @@ class LaunchParams:
         return cls(
             command=command,
             args=args,
-            env=string_map(server, "env"),
+            env=env_map(server, "env", "server_params.env"),
             cwd=optional_or_none(server, "cwd", str),
             encoding=encoding,
             encoding_error_handler=handler,
