@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -213,3 +214,28 @@ async def test_stdio_channel_recovers_when_the_server_dies(
             assert time.monotonic() < deadline
             await asyncio.sleep(0.1)
     assert second["pid"] != first["pid"]
+
+
+@pytest.mark.security
+async def test_an_outer_deadline_is_kept_even_when_the_runtime_is_stopped(
+    stdio_client: RuntimeClient, runtime_dir: RuntimeDir
+) -> None:
+    """THREAT_MODEL.md rule 3 (the host is never hung): a caller's own deadline around
+    exec_remote holds when the runtime stops answering (SIGSTOP, as an agent with its
+    uid can do); the kill that follows goes on in the background instead of holding the
+    caller for its own timeout too."""
+    await stdio_client.call("version")
+    pid = runtime_dir.server_pid()
+    assert pid is not None
+    run = asyncio.ensure_future(
+        exec_remote(stdio_client, "sleep 100", ExecRemoteOptions(timeout=30), stream=False)
+    )
+    await asyncio.sleep(0.5)
+    os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    try:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(run, 2)
+        assert time.monotonic() - started < 3.5  # the kill's own 5 s are not added
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -12,7 +12,7 @@ import contextlib
 import shlex
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
@@ -34,6 +34,8 @@ POLL_SLACK = 15.0
 # Killing (and the cleanup that does it) is bounded: a runtime that does not answer
 # within this long is left as it is, and the caller gets its answer anyway.
 KILL_TIMEOUT = 5.0
+# Kills sent after their caller was cancelled, kept until done (a task needs a reference).
+_BACKGROUND: set[asyncio.Task[None]] = set()
 _STATES = ("running", "completed", "killed")
 
 
@@ -101,6 +103,11 @@ class _Tail:
         return text[-self.limit :] if len(text) > self.limit else text
 
 
+async def _bounded(kill: Awaitable[None]) -> None:
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(kill), KILL_TIMEOUT)
+
+
 class ExecRemoteProcess:
     """A started process. Iterate `events()` once; leaving it early kills the process.
 
@@ -128,9 +135,11 @@ class ExecRemoteProcess:
             await self._kill_bounded()
 
     async def _kill_bounded(self) -> None:
-        """Kill, shielded from the caller's cancellation but never waited on for long."""
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self.kill()), KILL_TIMEOUT)
+        """Kill (once), shielded from the caller's cancellation but never waited on for long."""
+        if self._kill_sent or self._completed is not None:
+            return
+        self._kill_sent = True
+        await _bounded(self._send_kill())
 
     async def events(self) -> AsyncIterator[ExecEvent]:
         """Output chunks as they arrive, then exactly one Completed.
@@ -200,9 +209,19 @@ class ExecRemoteProcess:
                 if idle and elapsed < requested_s / 2:
                     # A runtime without long polling answered at once: do not spin.
                     await asyncio.sleep(requested_s - elapsed)
+        except asyncio.CancelledError:
+            if self._completed is None and not self._kill_sent:
+                # The caller was cancelled (an outer deadline): it must not wait for the
+                # kill too, which may take KILL_TIMEOUT against a stuck runtime. The kill
+                # goes on in the background, bounded as ever.
+                self._kill_sent = True
+                task = asyncio.get_running_loop().create_task(_bounded(self._send_kill()))
+                _BACKGROUND.add(task)
+                task.add_done_callback(_BACKGROUND.discard)
+            raise
         finally:
-            if self._completed is None:
-                # The consumer went away (cancelled, broke out, timed out): no orphans.
+            if self._completed is None and not self._kill_sent:
+                # The consumer went away (broke out, timed out): no orphans.
                 await self._kill_bounded()
 
     async def _release(self) -> None:
@@ -222,7 +241,11 @@ class ExecRemoteProcess:
         if self._kill_sent or self._completed is not None:
             return
         self._kill_sent = True
-        await self.client.call("exec_remote_kill", self._acknowledged(), timeout=KILL_TIMEOUT)
+        await self._send_kill()
+
+    async def _send_kill(self) -> None:
+        if self._completed is None:
+            await self.client.call("exec_remote_kill", self._acknowledged(), timeout=KILL_TIMEOUT)
 
     async def write_stdin(self, data: str) -> None:
         """Send text to the process's stdin (it must have been started with stdin open)."""
