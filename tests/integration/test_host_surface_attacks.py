@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_tools.errors import RuntimeRpcError, ToolError
+from sandbox_tools.errors import RuntimeRpcError, RuntimeTransportError, ToolError
 from sandbox_tools.injector.jsonrpc_client import (
     ExecRuntimeClient,
     RuntimeClient,
@@ -375,3 +375,20 @@ def test_hostile_server_is_valid_json_lines() -> None:
         timeout=30,
     )
     assert json.loads(done.stdout)["result"]["serverInfo"]["name"] == "hostile-quiet"
+
+
+async def test_a_runtime_that_dies_before_answering_says_why(tmp_path: Path) -> None:
+    """THREAT_MODEL.md rule 3 (a failure is typed and explained): a runtime that cannot
+    start (its disk filled while it unpacked) is reported with what it printed, not only
+    as a closed channel."""
+    runtime = tmp_path / "runtime"
+    runtime.write_text(
+        "#!/bin/sh\necho 'sandbox-tools: unpacking: No space left on device' >&2\nexit 71\n"
+    )
+    runtime.chmod(0o755)
+    client = StdioRuntimeClient(LocalSandbox(), [str(runtime)])
+    try:
+        with pytest.raises(RuntimeTransportError, match="No space left on device"):
+            await client.call("version", timeout=30)
+    finally:
+        await client.aclose()

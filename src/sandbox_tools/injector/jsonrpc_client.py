@@ -41,6 +41,9 @@ from sandbox_tools.sandboxes.base import Sandbox, Stream
 DEFAULT_CALL_TIMEOUT = 120.0
 # Closing a stream waits for the other side at most this long.
 CLOSE_TIMEOUT = 10.0
+# A channel that closed before its first answer: one more run of the runtime, to say why.
+DIAGNOSE_TIMEOUT = 30.0
+DIAGNOSE_OUTPUT = 64 * 1024
 # The largest response the host accepts: one frame of the runtime's protocol.
 MAX_RESPONSE_BYTES = MAX_FRAME_BYTES
 
@@ -500,11 +503,15 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
 
     async def _read_responses(self, stream: Stream) -> None:
         reason = "the runtime's stdio channel closed"
+        answered = False
         try:
             while True:
                 line = await stream.readline()
                 if not line:
+                    if not answered:  # it never started: say why, not only that it closed
+                        reason += await self._why_it_did_not_start()
                     break
+                answered = True
                 if not line.strip():
                     continue
                 # Nothing but the runtime writes to this stdout: a line that is not a
@@ -543,6 +550,28 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             self._pending.clear()
             self._subscribed = False
             self._fail_listeners(reason)
+
+    async def _why_it_did_not_start(self) -> str:
+        """What the runtime prints when run once more (a full disk while it unpacks, a
+        missing file): the channel's own stderr is not kept by every provider."""
+        try:
+            output = await self.sandbox.exec(
+                [*self.runtime_command, "exec"],
+                input=json.dumps(_request(0, "version", None)),
+                env=self.env,
+                user=self.user,
+                timeout=DIAGNOSE_TIMEOUT,
+                max_output=DIAGNOSE_OUTPUT,
+            )
+        except Exception as exc:
+            return f" before answering, and running it again failed too: {exc}"
+        stderr = output.stderr.decode(errors="replace").strip()[-1000:]
+        if output.returncode == 0 and not stderr:
+            return " before answering (run once more, the runtime answered)"
+        return (
+            f" before answering; run once more it exited with {output.returncode}: "
+            f"{stderr or '(no stderr)'}"
+        )
 
     async def call(
         self,

@@ -200,6 +200,7 @@ class ModelProxy:
         self._listeners: list[Listener] = []
         self._process: ExecRemoteProcess | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self.ended: str | None = None  # why the in-sandbox proxy ended while in use
 
     @property
     def base_url(self) -> str:
@@ -264,6 +265,10 @@ class ModelProxy:
                         SandboxToolsError(f"the model proxy did not start: {reason}")
                     )
                 else:
+                    # Killed by the agent or the OOM killer: the agent's requests now fail
+                    # to connect; the host hears it here and in `ended`, and nothing of the
+                    # host's is exposed by it.
+                    self.ended = reason
                     log.warning("model proxy in the sandbox ended: %s", reason)
 
     async def aclose(self) -> None:
