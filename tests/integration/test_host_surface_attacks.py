@@ -392,3 +392,29 @@ async def test_a_runtime_that_dies_before_answering_says_why(tmp_path: Path) -> 
             await client.call("version", timeout=30)
     finally:
         await client.aclose()
+
+
+async def test_an_agent_that_kills_or_squats_the_proxy_is_seen_by_the_host(
+    runtime: SourceRuntime,
+) -> None:
+    """THREAT_MODEL.md "Sandbox -> host surfaces", the tunnel: the agent can take the
+    proxy's port first or kill the proxy (as can the OOM killer); the host sees either
+    at once (a start error naming the port, `ended` and a warning), and neither exposes
+    anything of the host's."""
+    port = free_port()
+    squatter = await asyncio.start_server(lambda r, w: None, "127.0.0.1", port)
+    try:
+        with pytest.raises(Exception, match=rf"cannot listen on 127\.0\.0\.1:{port}"):
+            await ModelProxy(runtime, forward_to("http://127.0.0.1:9"), port=port).start()
+    finally:
+        squatter.close()
+    async with ModelProxy(runtime, forward_to("http://127.0.0.1:9"), port=port) as proxy:
+        killer = await asyncio.create_subprocess_exec(
+            "pkill", "-KILL", "-f", f"model_proxy --port {port}"
+        )
+        assert await killer.wait() == 0
+        for _ in range(200):
+            if proxy.ended is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert proxy.ended == "exit code 137"  # 128 + SIGKILL
