@@ -7,6 +7,7 @@ for byte on codes and framing.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
@@ -43,6 +44,23 @@ RESPONSE_CHUNK_VERSION = 1
 # CLI -> server only: a line before the request carrying the caller's limit. It starts
 # with "#" so it can never be mistaken for a JSON-RPC frame.
 RESPONSE_LIMIT_OPTION = b"#max-response-bytes "
+# CLI -> server only: a line before the requests naming the caller's working directory.
+# A job or shell started without `cwd` starts there (the sandbox's working directory for
+# that call), never where the server happened to start.
+CWD_OPTION = b"#cwd "
+
+
+def cwd_option() -> bytes:
+    """This process's working directory as a CWD_OPTION line, or b"" if it has none
+    that can travel (deleted, or holding a newline)."""
+    try:
+        cwd = os.fsencode(os.getcwd())
+    except OSError:
+        return b""
+    if b"\n" in cwd or b"\r" in cwd or len(cwd) > 4096:
+        return b""
+    return CWD_OPTION + cwd + b"\n"
+
 
 # Sandbox -> host messages (PROTOCOL.md): the notifications the runtime sends first.
 HOST_MESSAGE_MCP = "mcp_server_message"  # {session_id, message}

@@ -25,6 +25,7 @@ from sandbox_tools.protocol import (
     RESPONSE_LIMIT_OPTION,
     RESPONSE_MAX_BYTES_ENV,
     RUNTIME_SERVER_LOST,
+    cwd_option,
 )
 from sandbox_tools.runtime.client import (
     START_LOCK_FD_ENV,
@@ -107,6 +108,7 @@ def cmd_exec(paths: ServerPaths, argv: list[str]) -> int:
     if limit.isdigit() and len(limit) < 19:
         # The caller's exec output is capped: the server holds what would not fit.
         frame = RESPONSE_LIMIT_OPTION + limit.encode() + b"\n" + frame
+    frame = cwd_option() + frame
     try:
         _write_line(call(paths, frame))
     except (ServerUnavailable, ServerDirError, OSError) as exc:
@@ -130,6 +132,7 @@ class _StdioBridge:
         self.outstanding: dict[int, set[Any]] = {}
         self.readers: list[threading.Thread] = []
         self.closing = False  # stdin ended: connections close because we close them
+        self.cwd_line = cwd_option()  # the sandbox's working directory for this channel
 
     def emit(self, payload: bytes) -> None:
         with self.out_lock:
@@ -172,6 +175,8 @@ class _StdioBridge:
             if self.sock is not None:
                 return self.sock
         sock = connect(self.paths)
+        if self.cwd_line:
+            sock.sendall(self.cwd_line)  # where jobs started without `cwd` begin
         with self.state_lock:
             self.sock = sock
             self.outstanding[id(sock)] = set()

@@ -6,8 +6,10 @@ the server keeps serving whatever a client sends it.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
+import os
 import re
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
@@ -74,6 +76,18 @@ def error_response(request_id: Any, error: RpcError) -> dict[str, Any]:
 
 def result_response(request_id: Any, result: Any) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": result}
+
+
+# The working directory of the CLI a request came through (protocol.CWD_OPTION), set by
+# the server for each connection's requests; None if the caller did not say.
+CALLER_CWD: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller_cwd", default=None)
+
+
+def caller_cwd() -> str:
+    """Where a process started without `cwd` begins: the caller's directory if it still
+    exists, else `/` (the server's own directory is never used: it may be long gone)."""
+    cwd = CALLER_CWD.get()
+    return cwd if cwd is not None and os.path.isdir(cwd) else "/"
 
 
 def encode(message: Mapping[str, Any]) -> bytes:

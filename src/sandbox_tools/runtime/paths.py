@@ -7,11 +7,13 @@ that another user could have prepared is refused rather than reused.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
 
 from sandbox_tools.protocol import SERVER_DIR_ENV, SOCKET_NAME
+from sandbox_tools.runtime.build_info import build_info
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH = 107
@@ -48,12 +50,25 @@ class ServerPaths:
         return os.path.join(self.directory, "server.log")
 
 
+def build_key() -> str:
+    """What the default server directory is keyed by: this build's id, or for a run from
+    source, the checkout it runs from. (The portable launcher keys by its tree id and
+    exports the directory, so a frozen runtime under it never gets here.)"""
+    build_id = str(build_info()["build_id"])
+    if build_id != "source":
+        return build_id.removeprefix("sha256:")[:16]
+    here = os.path.dirname(os.path.abspath(__file__)).encode()
+    return "src-" + hashlib.sha256(here).hexdigest()[:12]
+
+
 def default_server_dir() -> str:
+    """`$TMPDIR/sandbox-tools-<uid>-<build>`: a client only ever meets a server of its own
+    build there, never another version's or a stale one's (SANDBOX_TOOLS_DIR overrides)."""
     configured = os.environ.get(SERVER_DIR_ENV)
     if configured:
         return configured
     base = os.environ.get("TMPDIR") or "/tmp"
-    return os.path.join(base, f"sandbox-tools-{os.geteuid()}")
+    return os.path.join(base, f"sandbox-tools-{os.geteuid()}-{build_key()}")
 
 
 def server_paths(directory: str | None = None, create: bool = True) -> ServerPaths:

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from sandbox_tools.protocol import (
+    CWD_OPTION,
     INVALID_REQUEST,
     MAX_FRAME_BYTES,
     RESPONSE_CHUNK_FIELD,
@@ -26,7 +27,14 @@ from sandbox_tools.protocol import (
 )
 from sandbox_tools.runtime.chunks import HeldResponses
 from sandbox_tools.runtime.host_messages import CURRENT_CONNECTION, Connection
-from sandbox_tools.runtime.jsonrpc import Method, RpcError, dispatch, encode, error_response
+from sandbox_tools.runtime.jsonrpc import (
+    CALLER_CWD,
+    Method,
+    RpcError,
+    dispatch,
+    encode,
+    error_response,
+)
 from sandbox_tools.runtime.methods import Controllers, all_methods
 from sandbox_tools.runtime.paths import ServerPaths
 
@@ -77,6 +85,9 @@ class RuntimeServer:
         )
 
     async def serve(self) -> None:
+        # The server holds no directory that can vanish: the one it was started in may be
+        # a sample's temporary directory, removed long before the server ends.
+        os.chdir("/")
         self._take_lifetime_lock()
         note = self._previous_server_note()
         if note:
@@ -206,6 +217,11 @@ class RuntimeServer:
                 if not line:
                     break
                 if not line.strip():
+                    continue
+                if line.startswith(CWD_OPTION):
+                    value = line[len(CWD_OPTION) :].rstrip(b"\r\n")
+                    if value.startswith(b"/") and b"\x00" not in value:
+                        CALLER_CWD.set(os.fsdecode(value))  # for this connection's requests
                     continue
                 if line.startswith(RESPONSE_LIMIT_OPTION):
                     value = line[len(RESPONSE_LIMIT_OPTION) :].strip()

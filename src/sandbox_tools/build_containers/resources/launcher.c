@@ -588,14 +588,33 @@ static void json_error(const char *message) {
 static char err_buf[16384];
 #define FAIL(...) do { snprintf(err_buf, sizeof err_buf, __VA_ARGS__); json_error(err_buf); } while (0)
 
+/* The default server directory is keyed by this build's tree id: a client only ever
+ * talks to a server of its own build, never to another version's, a stale one, or one
+ * another runtime of the same uid left in a shared directory. main() exports it, so the
+ * Python side (bridge, server) uses exactly this directory. */
 static void server_dir(char *out, size_t n) {
     const char *configured = getenv("SANDBOX_TOOLS_DIR");
     if (configured && *configured) {
         snprintf(out, n, "%s", configured);
         return;
     }
+    int fd = open(self_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die("cannot open %s: %s", self_path, strerror(errno));
+    struct trailer t;
+    read_trailer(fd, &t);
+    close(fd);
     const char *base = getenv("TMPDIR");
-    snprintf(out, n, "%s/sandbox-tools-%u", base && *base ? base : "/tmp", (unsigned)geteuid());
+    snprintf(out, n, "%s/sandbox-tools-%u-%.16s", base && *base ? base : "/tmp",
+             (unsigned)geteuid(), t.tree_id);
+}
+
+/* The caller's working directory, as a protocol.CWD_OPTION line (empty if it has none
+ * that can travel): a job started without `cwd` begins there. */
+static size_t cwd_option(char *out, size_t n) {
+    char cwd[4097];
+    if (!getcwd(cwd, sizeof cwd) || strchr(cwd, '\n') || strchr(cwd, '\r')) return 0;
+    int w = snprintf(out, n, "#cwd %s\n", cwd);
+    return (w > 0 && (size_t)w < n) ? (size_t)w : 0;
 }
 
 static void mkdirs_parent(const char *path) {
@@ -784,6 +803,10 @@ static void exec_request(int argc, char **argv) {
         if (write_full(fd, option, (size_t)n) != 0)
             FAIL("cannot send the request to the runtime server: %s", strerror(errno));
     }
+    char cwd_line[4200];
+    size_t cwd_len = cwd_option(cwd_line, sizeof cwd_line);
+    if (cwd_len && write_full(fd, cwd_line, cwd_len) != 0)
+        FAIL("cannot send the request to the runtime server: %s", strerror(errno));
     if (write_full(fd, request, len) != 0)
         FAIL("cannot send the request to the runtime server: %s", strerror(errno));
     /* One request per connection: the half-close lets the server finish and close, so a
@@ -858,6 +881,14 @@ int main(int argc, char **argv) {
         /* no /proc: fall back to the path we were started by */
     } else {
         die("cannot find my own path (/proc is not mounted and argv[0] has no '/')");
+    }
+    if (argc >= 2 && strcmp(argv[1], "exec") != 0 && strcmp(argv[1], "unpack") != 0) {
+        const char *configured = getenv("SANDBOX_TOOLS_DIR");
+        if (!configured || !*configured) { /* the Python side must use our directory */
+            char dir[4096];
+            server_dir(dir, sizeof dir);
+            setenv("SANDBOX_TOOLS_DIR", dir, 1);
+        }
     }
     if (argc >= 2 && strcmp(argv[1], "exec") == 0) exec_request(argc, argv);
     if (argc == 2 && strcmp(argv[1], "unpack") == 0) { /* the installer, before another user runs us */

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import collections
 import contextlib
 import fcntl
 import os
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
-from sandbox_tools.runtime.jsonrpc import ToolError
+from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
 from sandbox_tools.runtime.tools.bash_session.tool_types import InteractParams, NewSessionParams
 
 # ANSI escape sequences (CSI, OSC, two-byte escapes), then remaining C0 controls but \t, \n.
@@ -137,6 +138,7 @@ def _max_sessions() -> int:
 
 # Shells held at once: each is a process with a PTY and its own output buffer.
 MAX_SESSIONS = _max_sessions()
+RECLAIMED_KEPT = 256
 
 
 class BashSessionController:
@@ -145,16 +147,28 @@ class BashSessionController:
         self._users: dict[str, UserSpec | None] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._starting: set[str] = set()  # names reserved by sessions still starting
+        self._reaping: set[asyncio.Task[None]] = set()
+        self._names = 0  # names are never reused: an old caller never reaches a new shell
+        self._last_used: dict[str, float] = {}
+        # Sessions closed to make room, and why (the newest RECLAIMED_KEPT names).
+        self._reclaimed: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     async def new_session(self, params: NewSessionParams) -> dict[str, str]:
         # Check and reserve (the slot and the name) in one step, before any await:
         # concurrent starts once all passed the check and shared one name.
         held = len(self._sessions) + len(self._starting)
         if held >= MAX_SESSIONS:
-            raise ToolError(
-                f"too many bash sessions: {held} exist or are starting (at most "
-                f"{MAX_SESSIONS}); use an existing session (restart it if needed)"
-            )
+            # Hosts that never close their sessions (inspect's own, on a sandbox that
+            # outlives its samples) would otherwise be refused forever: the least recently
+            # used idle session makes room.
+            victim = self._least_recently_used_idle()
+            if victim is None:
+                raise ToolError(
+                    f"too many bash sessions: {held} exist or are starting and all are busy "
+                    f"(at most {MAX_SESSIONS}); wait for a command to finish, or raise "
+                    "SANDBOX_TOOLS_MAX_SESSIONS"
+                )
+            self._reclaim(victim)
         name = self._next_name()
         self._starting.add(name)
         try:
@@ -165,6 +179,7 @@ class BashSessionController:
         self._sessions[name] = shell
         self._users[name] = params.user
         self._locks[name] = asyncio.Lock()
+        self._last_used[name] = time.monotonic()
         result = {"session_name": name, "shell": shell.program}
         if not shell.program.endswith("bash"):
             result["note"] = f"bash is not installed here; this session runs {shell.program} -i"
@@ -172,12 +187,15 @@ class BashSessionController:
 
     async def interact(self, params: InteractParams) -> str:
         shell = self._sessions.get(params.session_name)
+        if shell is None and params.session_name in self._reclaimed:
+            raise ToolError(self._reclaimed[params.session_name])
         if shell is None:
             known = ", ".join(sorted(self._sessions)) or "none"
             raise ToolError(
                 f"no bash session named {params.session_name!r} (sessions: {known}); "
                 "create one with bash_session_new_session"
             )
+        self._last_used[params.session_name] = time.monotonic()
         async with self._locks[params.session_name]:
             if params.restart:
                 shell.kill()
@@ -204,13 +222,29 @@ class BashSessionController:
     # -- internals -----------------------------------------------------------------------
 
     def _next_name(self) -> str:
-        taken = self._sessions.keys() | self._starting
-        if "BashSession" not in taken:
-            return "BashSession"
-        index = 1
-        while f"BashSession_{index}" in taken:
-            index += 1
-        return f"BashSession_{index}"
+        index, self._names = self._names, self._names + 1
+        return "BashSession" if index == 0 else f"BashSession_{index}"
+
+    def _least_recently_used_idle(self) -> str | None:
+        idle = [name for name in self._sessions if not self._locks[name].locked()]
+        return min(idle, key=lambda name: self._last_used.get(name, 0.0), default=None)
+
+    def _reclaim(self, name: str) -> None:
+        shell = self._sessions.pop(name)
+        shell.kill()
+        reap = asyncio.create_task(self._reap(shell))
+        self._reaping.add(reap)
+        reap.add_done_callback(self._reaping.discard)
+        self._users.pop(name, None)
+        self._locks.pop(name, None)
+        self._last_used.pop(name, None)
+        self._reclaimed[name] = (
+            f"bash session {name!r} was closed to make room for a new one: at most "
+            f"{MAX_SESSIONS} are kept, and the least recently used idle one goes first; "
+            "create a new session"
+        )
+        while len(self._reclaimed) > RECLAIMED_KEPT:
+            self._reclaimed.popitem(last=False)
 
     async def _start(self, identity: Identity) -> _Shell:
         bash = shutil.which("bash")
@@ -232,7 +266,9 @@ class BashSessionController:
                 env=env,
                 # Another user's shell starts in / and enters its home itself, after the
                 # switch: a home given by the host is entered with that user's rights only.
-                cwd="/" if identity.switches else None,
+                # Otherwise it starts where the call came from, never in the server's own
+                # directory (which may be a finished sample's, long removed).
+                cwd="/" if identity.switches else caller_cwd(),
                 start_new_session=True,
                 preexec_fn=_take_controlling_tty,
                 user=identity.uid,

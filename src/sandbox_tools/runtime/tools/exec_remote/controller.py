@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.identity import resolve_user
-from sandbox_tools.runtime.jsonrpc import ToolError
+from sandbox_tools.runtime.jsonrpc import CALLER_CWD, ToolError, caller_cwd
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
     AckParams,
     JobState,
@@ -230,11 +230,13 @@ class ExecRemoteController:
                 "-c",
                 enter,
                 self._shell,
-                cwd or identity.home or "/",
+                cwd or CALLER_CWD.get() or identity.home or "/",
                 params.command,
             ]
             cwd = "/"
-        elif cwd is not None and not os.path.isdir(cwd):
+        elif cwd is None:
+            cwd = caller_cwd()  # where the call came from, never the server's own directory
+        elif not os.path.isdir(cwd):
             raise ToolError(f"cwd {params.cwd!r} is not an existing directory")
         want_stdin = params.input is not None or params.stdin_open
         try:

@@ -28,7 +28,7 @@ from sandbox_tools.protocol import HOST_MESSAGE_MCP
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.host_messages import HostMessageRefused, HostMessages
 from sandbox_tools.runtime.identity import Identity, resolve_user
-from sandbox_tools.runtime.jsonrpc import InvalidParams, ToolError
+from sandbox_tools.runtime.jsonrpc import InvalidParams, ToolError, caller_cwd
 from sandbox_tools.runtime.tools.mcp.tool_types import LaunchParams, SendParams
 
 MAX_LINE_BYTES = 32 * 1024 * 1024  # one message from the server
@@ -188,7 +188,7 @@ class McpController:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
-                cwd="/" if identity.switches else None,
+                cwd="/" if identity.switches else (cwd or caller_cwd()),
                 preexec_fn=enter_cwd if identity.switches else None,
                 start_new_session=True,  # its own process group: kill reaches its children
                 user=identity.uid,
