@@ -43,6 +43,11 @@ class DockerSdkConfig(BaseModel, frozen=True):
     pids_limit: int | None = None
     volumes: list[str] = Field(default_factory=list)  # "host:container[:ro]", as docker -v
 
+    def __hash__(self) -> int:
+        # inspect hashes sandbox specs (`sandbox=("docker_sdk", DockerSdkConfig(...))`):
+        # the generated hash fails on the list and dict fields, so hash their JSON.
+        return hash(self.model_dump_json())
+
 
 def docker_sdk_config(config: Any) -> DockerSdkConfig:
     """The docker_sdk sandbox's config from what inspect passes: a config, a file or an image."""

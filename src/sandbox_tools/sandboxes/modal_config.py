@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,16 @@ class ModalConfig:
     volumes: Mapping[str, str] = field(default_factory=dict)  # mount path -> Modal volume
     env: Mapping[str, str] = field(default_factory=dict)
     retries: int = 4
+
+    def __hash__(self) -> int:
+        # inspect hashes sandbox specs; the generated hash fails on the mapping fields.
+        return hash(
+            (
+                *(getattr(self, f.name) for f in fields(self) if f.name not in ("volumes", "env")),
+                tuple(sorted(self.volumes.items())),
+                tuple(sorted(self.env.items())),
+            )
+        )
 
 
 def _parse_memory(value: Any) -> int | None:

@@ -1,0 +1,33 @@
+"""Sandbox configs as inspect uses them: it hashes every sandbox spec, so the README's
+own form `sandbox=("docker_sdk", DockerSdkConfig(image=...))` must hash (user path: an
+inspect task configured as the docs show)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox_tools.sandboxes.modal_config import ModalConfig
+
+pytest.importorskip("inspect_ai", reason="needs the [inspect] extra")
+
+from sandbox_tools.inspect.docker_env import DockerSdkConfig
+
+
+def test_configs_with_list_and_mapping_fields_hash_and_compare_by_value() -> None:
+    first = DockerSdkConfig(image="img", tmpfs={"/tmp": "size=64m"}, volumes=["/a:/b:ro"])
+    same = DockerSdkConfig(image="img", tmpfs={"/tmp": "size=64m"}, volumes=["/a:/b:ro"])
+    other = DockerSdkConfig(image="img", volumes=["/a:/c"])
+    assert hash(first) == hash(same) and first == same
+    assert len({first, same, other}) == 2
+    modal = ModalConfig(image="img", env={"A": "1"}, volumes={"/data": "vol"})
+    assert hash(modal) == hash(ModalConfig(image="img", env={"A": "1"}, volumes={"/data": "vol"}))
+    assert len({modal, ModalConfig(image="img")}) == 2
+
+
+def test_a_sandbox_spec_with_our_config_is_accepted_by_inspect() -> None:
+    from inspect_ai.util import SandboxEnvironmentSpec
+
+    spec = SandboxEnvironmentSpec("docker_sdk", DockerSdkConfig(image="img", tmpfs={"/t": ""}))
+    assert hash(spec) == hash(
+        SandboxEnvironmentSpec("docker_sdk", DockerSdkConfig(image="img", tmpfs={"/t": ""}))
+    )
