@@ -62,6 +62,26 @@ def cwd_option() -> bytes:
     return CWD_OPTION + cwd + b"\n"
 
 
+# JSON from a sandbox costs far more as Python objects than as bytes (`[{},{},...]`: about
+# 24 times): a frame is refused before it is parsed when it may hold more values than
+# this, and what is kept is counted at VALUE_COST bytes a value on top of its length.
+MAX_JSON_VALUES = 1_000_000
+VALUE_COST = 96
+
+
+def json_values(text: bytes | str) -> int:
+    """An upper bound on the values in a JSON text (every value after a container's first
+    follows a comma; commas inside strings only make it larger), counted in C speed."""
+    if isinstance(text, str):
+        return text.count("{") + text.count("[") + text.count(",") + 1
+    return text.count(b"{") + text.count(b"[") + text.count(b",") + 1
+
+
+def json_cost(text: bytes | str) -> int:
+    """What holding `text` parsed may cost, in bytes: its length plus VALUE_COST a value."""
+    return len(text) + VALUE_COST * json_values(text)
+
+
 # Sandbox -> host messages (PROTOCOL.md): the notifications the runtime sends first.
 HOST_MESSAGE_MCP = "mcp_server_message"  # {session_id, message}
 HOST_MESSAGE_HTTP_REQUEST = "http_request"  # {request_id, method, path, headers, body}

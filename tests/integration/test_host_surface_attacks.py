@@ -30,7 +30,7 @@ from sandbox_tools.injector.jsonrpc_client import (
     RuntimeClient,
     StdioRuntimeClient,
 )
-from sandbox_tools.injector.model_proxy import ModelProxy, forward_to
+from sandbox_tools.injector.model_proxy import ModelProxy, ProxyResponse, forward_to
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
 from tests.conftest import RuntimeDir
@@ -163,9 +163,20 @@ async def test_the_sandbox_cannot_send_the_hosts_credentials_anywhere_else(
             # Through the proxy, as the agent's HTTP client (uid 1000 or any) can.
             answer = await raw_http(port, b"GET /../../admin/keys HTTP/1.1\r\nHost: x\r\n\r\n")
             assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+            # Headers some gateways read to reroute a request are dropped on the way.
+            rerouted = (
+                b"GET /models HTTP/1.1\r\nHost: x\r\nX-Original-URL: /admin/keys\r\n"
+                b"X-HTTP-Method-Override: DELETE\r\nX-Forwarded-Host: evil.example\r\n\r\n"
+            )
+            assert (await raw_http(port, rerouted)).startswith(b"HTTP/1.1 200")
     assert evil.requests == []
-    assert [r["line"] for r in upstream.requests] == ["GET /openai/v1/127.0.0.1/x HTTP/1.1"]
+    assert [r["line"] for r in upstream.requests] == [
+        "GET /openai/v1/127.0.0.1/x HTTP/1.1",
+        "GET /openai/v1/models HTTP/1.1",
+    ]
     assert upstream.requests[0]["headers"]["authorization"] == HOST_TOKEN
+    forwarded = upstream.requests[1]["headers"]
+    assert not {"x-original-url", "x-http-method-override", "x-forwarded-host"} & set(forwarded)
     assert "refused" in caplog.text
 
 
@@ -418,3 +429,110 @@ async def test_an_agent_that_kills_or_squats_the_proxy_is_seen_by_the_host(
                 break
             await asyncio.sleep(0.1)
         assert proxy.ended == "exit code 137"  # 128 + SIGKILL
+
+
+@pytest.mark.parametrize("size", [1_400_000, 10_000_000], ids=["under-the-value-cap", "over-it"])
+async def test_dense_json_floods_keep_host_memory_and_latency_bounded(
+    runtime: SourceRuntime, size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """THREAT_MODEL.md rule 3 and "Sandbox -> host surfaces": JSON that costs ~24 times
+    its size as objects (`[{},{},...]`) is bounded by what it costs, not by its bytes.
+    Messages of more than a million values are dropped before anyone parses them; under
+    that, four flooding servers together cost the host a bounded amount of memory, and a
+    quiet session and the model proxy still answer promptly."""
+    caplog.set_level(logging.WARNING)
+    quiet = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
+    dense = StdioServerParameters(command=sys.executable, args=[HOSTILE, "dense", str(size), "40"])
+    port = free_port()
+    baseline = peak = rss_mib()
+    async with contextlib.AsyncExitStack() as stack:
+        upstream = await stack.enter_async_context(Listener())
+        await stack.enter_async_context(
+            ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30)
+        )
+        read, write = await stack.enter_async_context(sandbox_mcp_client(runtime.client, quiet))
+        session = await stack.enter_async_context(ClientSession(read, write))
+        await session.initialize()
+        for _ in range(4):
+            read, write = await stack.enter_async_context(sandbox_mcp_client(runtime.client, dense))
+            flooder = await stack.enter_async_context(ClientSession(read, write))
+            await flooder.initialize()
+        worst = 0.0
+        for n in range(10):
+            started = asyncio.get_running_loop().time()
+            result = await asyncio.wait_for(session.call_tool("echo", {"text": f"n{n}"}), 60)
+            answer = await asyncio.wait_for(
+                raw_http(port, b"GET /v1/e HTTP/1.1\r\nHost: x\r\n\r\n"), 60
+            )
+            worst = max(worst, asyncio.get_running_loop().time() - started)
+            assert result.content and answer.startswith(b"HTTP/1.1 200")
+            peak = max(peak, rss_mib())
+            await asyncio.sleep(0.3)
+    print(f"dense {size}: host RSS {baseline:.0f} -> peak {peak:.0f} MiB, worst {worst:.2f} s")
+    assert peak - baseline < 700, f"the host grew by {peak - baseline:.0f} MiB"
+    assert worst < 15
+    if size > 3_000_000:
+        assert "JSON values" in caplog.text  # refused in the sandbox, unparsed
+
+
+async def test_big_bodies_and_many_requests_are_bounded_on_the_host(
+    runtime: SourceRuntime, runtime_dir: RuntimeDir
+) -> None:
+    """THREAT_MODEL.md rule 3, the tunnel: requests the host holds are bounded in bytes
+    (past that the sandbox gets 503 at once) and in number; a request with hundreds of
+    headers is refused in the runtime before it reaches the host."""
+    release = asyncio.Event()
+
+    async def slow(request: Any) -> ProxyResponse:
+        await release.wait()
+        return ProxyResponse.json({"bytes": len(request.body)})
+
+    port = free_port()
+    body = b"x" * (30 * 1024 * 1024)
+    head = f"POST /v1/big HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    baseline = rss_mib()
+    async with ModelProxy(runtime, slow, port=port, timeout=60) as proxy:
+        sending = [asyncio.create_task(raw_http(port, head + body)) for _ in range(12)]
+        done, _ = await asyncio.wait(sending, timeout=90, return_when=asyncio.FIRST_COMPLETED)
+        assert done  # the refusals come back while the others are held
+        peak = rss_mib()
+        release.set()
+        answers = await asyncio.wait_for(asyncio.gather(*sending), 90)
+        statuses = sorted(a.split(b" ")[1].decode() for a in answers)
+        assert "503" in statuses and "200" in statuses, statuses
+        for _ in range(100):  # every held request is let go once answered
+            if not proxy._tasks:
+                break
+            await asyncio.sleep(0.1)
+        assert not proxy._tasks and proxy._held == 0
+        attacker = StdioRuntimeClient(LocalSandbox(), runtime.command, env=runtime.env)
+        try:
+            with pytest.raises(RuntimeRpcError, match="headers"):
+                await attacker.call(
+                    "http_tunnel_open",
+                    {"method": "GET", "path": "/", "headers": [["a", ""]] * 300, "body": ""},
+                )
+        finally:
+            await attacker.aclose()
+    print(f"12 x 30 MB bodies: host RSS {baseline:.0f} -> {peak:.0f} MiB")
+    assert peak - baseline < 800
+
+
+async def test_killing_the_hosts_channel_is_reported_by_the_proxy(runtime_dir: RuntimeDir) -> None:
+    """THREAT_MODEL.md rule 5 (the host notices): an agent with the runtime's uid that
+    kills the host's `stdio` bridge stops the model proxy; the host's ModelProxy says so
+    (`ended`, an error in the log) instead of looking alive."""
+    launch = local_source_runtime(runtime_dir.path)
+    client = StdioRuntimeClient(LocalSandbox(), launch.command, env=launch.env)
+    runtime = SourceRuntime(client, launch.command, launch.env)
+    try:
+        async with ModelProxy(runtime, forward_to("http://127.0.0.1:9"), port=free_port()) as proxy:
+            stream: Any = client._stream
+            os.kill(stream._process.pid, signal.SIGKILL)
+            for _ in range(100):
+                if proxy.ended:
+                    break
+                await asyncio.sleep(0.1)
+            assert proxy.ended and "stopped receiving" in proxy.ended
+    finally:
+        await client.aclose()

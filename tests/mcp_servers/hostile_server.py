@@ -6,6 +6,7 @@ and once initialised does what its mode says, from a thread of its own:
     flood SIZE COUNT     one sampling request, then COUNT notifications of SIZE bytes
     sampling SIZE COUNT  COUNT sampling requests of SIZE bytes each
     unicode CHARS        one notification holding CHARS characters of "é" (6x as JSON)
+    dense SIZE COUNT     COUNT notifications of SIZE bytes of `[{},{},...]` (~24x as objects)
     chatter              small notifications, without end
     quiet                nothing
 """
@@ -27,7 +28,7 @@ def send(message: dict[str, Any]) -> None:
         sys.stdout.flush()
 
 
-def notification(text: str) -> dict[str, Any]:
+def notification(text: Any) -> dict[str, Any]:
     return {
         "jsonrpc": "2.0",
         "method": "notifications/message",
@@ -61,6 +62,11 @@ def attack(mode: str, args: list[str]) -> None:
             send(sampling(n, payload))
     elif mode == "unicode":
         send(notification("é" * int(args[0])))
+    elif mode == "dense":
+        size, count = int(args[0]), int(args[1])
+        dense = json.loads("[" + ",".join(["{}"] * (size // 3)) + "]")
+        for _ in range(count):
+            send(notification(dense))
     elif mode == "chatter":
         while True:
             send(notification("chatter"))

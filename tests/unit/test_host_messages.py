@@ -124,3 +124,35 @@ async def test_only_the_owner_receives_and_answers_and_a_second_client_is_refuse
     await asyncio.sleep(0.4)
     await queue.poll({"key": KEY})
     assert (await queue.poll({"key": KEY}))["server"] == queue.instance
+
+
+@pytest.mark.security
+async def test_a_quiet_sources_small_message_is_not_starved_by_floods() -> None:
+    """THREAT_MODEL.md "Sandbox -> host surfaces": producers that lose the race for room
+    wait again at the back; a quiet source's small message (a model-proxy request) enters
+    at once even while flooders keep the queue over its overall bound."""
+    queue = HostMessages(max_bytes=10_000)
+    await queue.put("mcp", {"data": "x" * 20_000}, "mcp:1")  # over the bound on its own
+    flooders = [
+        asyncio.create_task(queue.put("mcp", {"data": "x" * 20_000}, f"mcp:{n}")) for n in (2, 3)
+    ]
+    await asyncio.sleep(0.1)
+    assert not any(f.done() for f in flooders)
+    await asyncio.wait_for(queue.put("http", {"request_id": "h1"}, "http"), 1)
+    for flooder in flooders:
+        flooder.cancel()
+
+
+@pytest.mark.security
+async def test_json_that_costs_far_more_as_objects_is_counted_by_its_cost() -> None:
+    """THREAT_MODEL.md rule 3: `[{},{},...]` is counted at what it costs parsed, and a
+    message of more than a million values is refused where it is made."""
+    queue = HostMessages(source_bytes=10_000_000)
+    dense = [{}] * 300_000  # 900 KB as JSON, ~29 MB as counted
+    await queue.put("mcp", {"data": dense}, "mcp:1")
+    second = asyncio.create_task(queue.put("mcp", {"data": dense}, "mcp:1"))
+    await asyncio.sleep(0.1)
+    assert not second.done()  # its share is full after one
+    second.cancel()
+    with pytest.raises(HostMessageRefused, match="JSON values"):
+        await queue.put("mcp", {"data": [{}] * 1_100_000}, "mcp:2")

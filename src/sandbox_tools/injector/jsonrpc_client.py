@@ -31,8 +31,11 @@ from sandbox_tools.errors import (
 from sandbox_tools.protocol import (
     JSONRPC_VERSION,
     MAX_FRAME_BYTES,
+    MAX_JSON_VALUES,
     RUNTIME_SERVER_LOST,
     TOOL_ERROR,
+    json_cost,
+    json_values,
 )
 from sandbox_tools.sandboxes.base import Sandbox, Stream
 
@@ -54,7 +57,17 @@ def _describe(value: object) -> str:
 
 
 def parse_response_line(line: bytes | str, method: str) -> Any:
-    """One response frame as JSON; anything else is the transport's failure, typed."""
+    """One response frame as JSON; anything else is the transport's failure, typed.
+
+    A frame that may hold more than MAX_JSON_VALUES values is refused unparsed: parsed, a
+    few MB of `[{},{},...]` would take GBs of the host's memory and seconds of its loop.
+    """
+    values = json_values(line)
+    if values > MAX_JSON_VALUES:
+        raise RuntimeTransportError(
+            f"{method}: the runtime sent a frame of up to {values} JSON values; the host "
+            f"parses at most {MAX_JSON_VALUES}"
+        )
     try:
         return json.loads(line)
     except (ValueError, RecursionError):
@@ -121,6 +134,7 @@ def result_fields(result: Any, method: str, **fields: type | tuple[type, ...]) -
 # instead of the host buffering without limit (THREAT_MODEL.md, rule 3).
 LISTENER_QUEUE = 1024
 LISTENER_BYTES = 64 * 1024 * 1024
+CLIENT_LISTENER_BYTES = 256 * 1024 * 1024  # all of one client's listeners together
 # One long poll of host_messages_poll on exec-per-call transports.
 HOST_POLL_WAIT_MS = 5000
 HOST_POLL_SLACK = 15.0
@@ -284,6 +298,15 @@ class RuntimeClient(abc.ABC):
             return
         for listener in list(self._listeners):
             if listener.method == method:
+                held = sum(other.queued[1] for other in self._listeners)
+                if held + size > CLIENT_LISTENER_BYTES and listener.queued[0]:
+                    # All listeners together hold the client's share: the one being fed
+                    # more while it is behind is the one that stops.
+                    listener.fail(
+                        f"the host holds {held} bytes of sandbox messages for its listeners "
+                        f"(at most {CLIENT_LISTENER_BYTES}); this one fell behind"
+                    )
+                    continue
                 listener.deliver(params, size)
 
     def _fail_listeners(self, reason: str) -> None:
@@ -392,7 +415,7 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
                 for message in fields["messages"]:
                     seq = message.get("seq") if isinstance(message, dict) else None
                     if type(seq) is int and seq > ack:  # a retried poll repeats nothing
-                        self._dispatch(message, len(json.dumps(message)))
+                        self._dispatch(message, json_cost(json.dumps(message)))
                 ack = max(ack, fields["seq"])
         except Exception as exc:
             self._fail_listeners(f"polling the sandbox for its messages failed: {exc}")
@@ -522,7 +545,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                     if response["method"] == RUNTIME_SERVER_LOST:
                         self._server_lost(response.get("params"))
                     else:
-                        self._dispatch(response, len(line))  # a message the sandbox sent first
+                        self._dispatch(response, json_cost(line))  # the sandbox spoke first
                     continue
                 request_id = response.get("id") if isinstance(response, dict) else None
                 future = self._pending.pop(request_id, None) if type(request_id) is int else None

@@ -54,6 +54,12 @@ DEFAULT_TIMEOUT = 300.0
 DEFAULT_MAX_CONCURRENT = 32
 START_TIMEOUT = 30.0
 MAX_BODY_CALL_BYTES = 1024 * 1024  # body bytes per call to the runtime
+# Requests the host holds at once (waiting for a handler or being handled), in count and
+# in bytes: past either the sandbox gets 503 at once instead of the host holding more.
+MAX_PENDING = 256
+MAX_HELD_BYTES = 128 * 1024 * 1024
+MAX_HEADERS = 256
+MAX_HEADER_BYTES = 64 * 1024
 PLACEHOLDER_KEY = "sandbox-tools-proxy"  # SDKs insist on a key; the host holds the real one
 
 
@@ -110,13 +116,17 @@ _PATH_CHARS = frozenset(
 _QUERY_CHARS = _PATH_CHARS | {"?"}
 _PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-# Encoded forms that a server may decode into a separator or a dot segment after we
-# checked: refused rather than guessed at.
-_ENCODED_SEPARATORS = ("%2f", "%5c", "%00")
+# What a segment may not hold once decoded: separators, path parameters (`..;` is `..` to
+# Tomcat, Jetty and Spring), a second level of encoding (`%252e`), controls.
+_DECODED_FORBIDDEN = re.compile(r"[/\\;%\x00-\x1f\x7f]")
 
 
 class ProxyRequestRefused(ValueError):
     """A request from the sandbox that the host will not handle; the message says why."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def origin_form_path(target: str) -> str:
@@ -139,15 +149,21 @@ def origin_form_path(target: str) -> str:
         )
     if _PERCENT.search(target):
         raise ProxyRequestRefused(f"the request target {target[:80]!r} has a malformed %-escape")
-    lowered = path.lower()
-    if any(encoded in lowered for encoded in _ENCODED_SEPARATORS):
-        raise ProxyRequestRefused(
-            f"the request path {path[:80]!r} holds an encoded separator (%2F, %5C or %00)"
-        )
     segments = [s for s in path.split("/") if s]
     for segment in segments:
-        if urllib.parse.unquote(segment) in (".", ".."):
+        try:
+            decoded = urllib.parse.unquote(segment, errors="strict")
+        except UnicodeDecodeError:
+            raise ProxyRequestRefused(
+                f"the request path {path[:80]!r} is not UTF-8 once decoded"
+            ) from None
+        if decoded in (".", ".."):
             raise ProxyRequestRefused(f"the request path {path[:80]!r} has a dot segment")
+        if ";" in segment or _DECODED_FORBIDDEN.search(decoded):
+            raise ProxyRequestRefused(
+                f"the request path {path[:80]!r} holds a path parameter, an encoded "
+                "separator or a second level of encoding"
+            )
     normal = "/" + "/".join(segments) + ("/" if path.endswith("/") and segments else "")
     return normal + sep + query
 
@@ -165,6 +181,10 @@ def _request_from(params: Mapping[str, Any]) -> ProxyRequest:
         decoded = base64.b64decode(body, validate=True)
     except (KeyError, TypeError, ValueError, binascii.Error):
         raise ProxyRequestRefused("the request from the sandbox is malformed") from None
+    if len(headers) > MAX_HEADERS or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES:
+        raise ProxyRequestRefused(
+            f"the request has more than {MAX_HEADERS} headers or {MAX_HEADER_BYTES} bytes of them"
+        )
     if len(method) > 32 or not _TOKEN.fullmatch(method):
         raise ProxyRequestRefused(f"the request method {method[:40]!r} is not an HTTP token")
     for name, value in headers:
@@ -201,6 +221,7 @@ class ModelProxy:
         self._process: ExecRemoteProcess | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.ended: str | None = None  # why the in-sandbox proxy ended while in use
+        self._held = 0  # bytes of requests held by pending tasks
 
     @property
     def base_url(self) -> str:
@@ -230,7 +251,7 @@ class ModelProxy:
         """Start the in-sandbox listener and begin answering; returns once it listens."""
         client = self.support.client
         self._listeners = [
-            await client.listen(HOST_MESSAGE_HTTP_REQUEST, self._on_request),
+            await client.listen(HOST_MESSAGE_HTTP_REQUEST, self._on_request, self._on_failure),
             await client.listen(HOST_MESSAGE_HTTP_CANCEL, self._on_cancel),
         ]
         command = [*self.support.command, "model_proxy", "--port", str(self.port)]
@@ -250,8 +271,23 @@ class ModelProxy:
             await self.aclose()
             raise
 
+    async def _on_failure(self, reason: str) -> None:
+        """The host stopped hearing the sandbox (its channel was killed, or it fell behind):
+        the agent's requests cannot be answered any more; say so, loudly."""
+        self.ended = self.ended or f"the host stopped receiving its requests: {reason}"
+        log.error("model proxy stopped: %s", self.ended)
+
     async def _watch(self, process: ExecRemoteProcess, ready: asyncio.Future[None]) -> None:
         """Follow the proxy process for its whole life (leaving its events would kill it)."""
+        try:
+            await self._follow(process, ready)
+        except SandboxToolsError as exc:
+            self.ended = self.ended or f"following the proxy process failed: {exc}"
+            log.error("model proxy stopped: %s", self.ended)
+            if not ready.done():
+                ready.set_exception(exc)
+
+    async def _follow(self, process: ExecRemoteProcess, ready: asyncio.Future[None]) -> None:
         stderr = ""
         async for event in process.events():
             if isinstance(event, StdoutChunk) and "listening" in event.data and not ready.done():
@@ -302,14 +338,34 @@ class ModelProxy:
             return
         if request_id in self._tasks:
             return
+        if len(self._tasks) >= MAX_PENDING:
+            # Not even a refusal: that would be one more task. The runtime answers its
+            # client 504 when the host stays silent.
+            log.warning("model proxy: %d requests pending; one more was dropped", MAX_PENDING)
+            return
+        size = len(str(params.get("body", ""))) + len(str(params.get("headers", "")))
         try:
             request: ProxyRequest | ProxyRequestRefused = _request_from(params)
         except ProxyRequestRefused as exc:
             log.warning("model proxy: refused a request from the sandbox: %s", exc)
             request = exc
+        if self._held + size > MAX_HELD_BYTES and not isinstance(request, ProxyRequestRefused):
+            request = ProxyRequestRefused(
+                f"the host holds {self._held} bytes of requests already (at most "
+                f"{MAX_HELD_BYTES}); retry later",
+                status=503,
+            )
+            log.warning("model proxy: %s", request)
+        held = 0 if isinstance(request, ProxyRequestRefused) else size
+        self._held += held
         task = asyncio.create_task(self._serve(request_id, request))
         self._tasks[request_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(request_id, None))
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._tasks.pop(request_id, None)
+            self._held -= held
+
+        task.add_done_callback(done)
 
     async def _on_cancel(self, params: dict[str, Any]) -> None:
         task = self._tasks.get(str(params.get("request_id")))
@@ -320,14 +376,14 @@ class ModelProxy:
         async with self._slots:
             try:
                 if isinstance(request, ProxyRequestRefused):
-                    response = refusal(str(request))
+                    response = refusal(str(request), request.status)
                 else:
                     response = await self.handler(request)
             except asyncio.CancelledError:
                 raise
             except ProxyRequestRefused as exc:
                 log.warning("model proxy: refused %s: %s", request_id, exc)
-                response = refusal(str(exc))
+                response = refusal(str(exc), exc.status)
             except Exception as exc:
                 log.exception("model proxy handler failed")
                 response = ProxyResponse.json(
@@ -407,12 +463,30 @@ class ModelProxy:
 # would have to undo.
 HOP_BY_HOP = HOP_BY_HOP_HEADERS | {"host", "accept-encoding"}
 SANDBOX_CREDENTIALS = {"authorization", "x-api-key", "api-key", "x-goog-api-key"}
+# Headers some upstreams and their gateways read to reroute a request or change its
+# method: a gateway drops them from untrusted clients, and so does forward_to.
+ROUTING_HEADERS = {
+    "x-original-url",
+    "x-rewrite-url",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-prefix",
+    "x-forwarded-port",
+    "x-forwarded-server",
+    "forwarded",
+    "x-real-ip",
+    "x-envoy-original-path",
+}
 
 
-def refusal(reason: str) -> ProxyResponse:
-    """The answer to a request the host will not handle: 400 with the reason, as JSON."""
+def refusal(reason: str, status: int = 400) -> ProxyResponse:
+    """The answer to a request the host will not handle: the reason, as JSON."""
     return ProxyResponse.json(
-        {"error": {"type": "sandbox_tools_refused", "message": reason}}, status=400
+        {"error": {"type": "sandbox_tools_refused", "message": reason}}, status=status
     )
 
 
@@ -481,7 +555,7 @@ class forward_to:
         forwarded = [
             (k, v)
             for k, v in request.headers
-            if k.lower() not in HOP_BY_HOP and k.lower() not in SANDBOX_CREDENTIALS
+            if k.lower() not in HOP_BY_HOP | SANDBOX_CREDENTIALS | ROUTING_HEADERS
         ]
         outgoing = self._client.build_request(
             request.method,

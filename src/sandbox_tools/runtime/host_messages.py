@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_tools.protocol import JSONRPC_VERSION
+from sandbox_tools.protocol import JSONRPC_VERSION, MAX_JSON_VALUES, VALUE_COST, json_values
 from sandbox_tools.runtime.jsonrpc import InvalidParams, Method, Params, ToolError, optional
 
 MAX_QUEUED_MESSAGES = 1024
@@ -46,6 +46,8 @@ MAX_QUEUED_BYTES = 64 * 1024 * 1024
 # One source's share: past it that source waits, the others do not.
 MAX_SOURCE_MESSAGES = 256
 MAX_SOURCE_BYTES = 16 * 1024 * 1024
+# A source with nothing queued may add a message this small past the overall bound.
+FAIR_ENTRY_BYTES = 1024 * 1024
 # One message as it travels (escaped JSON, envelope included); a frame is 64 MiB.
 MAX_MESSAGE_BYTES = 48 * 1024 * 1024
 ENVELOPE_BYTES = 256
@@ -88,14 +90,24 @@ class _Queued:
     source: str
 
 
-def encoded_size(method: str, params: dict[str, Any]) -> int:
-    """Bytes the message takes on the wire (ASCII-escaped JSON, as `encode` writes it)."""
+def encoded_size(method: str, params: dict[str, Any]) -> tuple[int, int]:
+    """Bytes the message takes on the wire (ASCII-escaped JSON, as `encode` writes it), and
+    what it costs the host to hold parsed (`protocol.json_cost`), which shares count in.
+
+    HostMessageRefused if it is not JSON, or may hold more values than the host parses.
+    """
     try:
-        return len(json.dumps(params, separators=(",", ":"), allow_nan=False)) + (
-            len(method) + ENVELOPE_BYTES
-        )
+        text = json.dumps(params, separators=(",", ":"), allow_nan=False)
     except (ValueError, TypeError, RecursionError) as exc:
         raise HostMessageRefused(f"the message is not valid JSON: {exc}") from None
+    values = json_values(text)
+    if values > MAX_JSON_VALUES:
+        raise HostMessageRefused(
+            f"the message holds up to {values} JSON values, more than the {MAX_JSON_VALUES} "
+            "one message to the host may hold"
+        )
+    wire = len(text) + len(method) + ENVELOPE_BYTES
+    return wire, wire + VALUE_COST * values
 
 
 class HostMessages:
@@ -132,18 +144,23 @@ class HostMessages:
         source_ok = count == 0 or (
             count < self.source_messages and used + size <= self.source_bytes
         )
-        overall_ok = not self._queue or (
-            len(self._queue) < self.max_messages and self._bytes + size <= self.max_bytes
+        overall_ok = (
+            not self._queue
+            or (len(self._queue) < self.max_messages and self._bytes + size <= self.max_bytes)
+            # A quiet source's small message never waits for the others' floods: woken
+            # waiters that lose the race wait again at the back, so without this a model
+            # proxy request could wait behind three flooding MCP servers for ever.
+            or (count == 0 and size <= FAIR_ENTRY_BYTES)
         )
         return source_ok and overall_ok
 
     async def put(self, method: str, params: dict[str, Any], source: str = "") -> int:
         """Queue a message for the host; waits while `source`'s share or the queue is
         full. Its seq. HostMessageRefused if it could never be delivered."""
-        size = encoded_size(method, params)
-        if size > self.max_message_bytes:
+        wire, size = encoded_size(method, params)
+        if wire > self.max_message_bytes:
             raise HostMessageRefused(
-                f"a {size}-byte message is larger than the {self.max_message_bytes} bytes "
+                f"a {wire}-byte message is larger than the {self.max_message_bytes} bytes "
                 "one message to the host may take"
             )
         async with self._changed:

@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_tools.protocol import HOST_MESSAGE_MCP
+from sandbox_tools.protocol import HOST_MESSAGE_MCP, MAX_JSON_VALUES, json_values
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.host_messages import HostMessageRefused, HostMessages
 from sandbox_tools.runtime.identity import Identity, resolve_user
@@ -263,6 +263,17 @@ class McpController:
             session.fail_pending(session.ended)
 
     async def _route(self, session: _Session, line: bytes) -> None:
+        values = json_values(line)
+        if values > MAX_JSON_VALUES:
+            # Parsed, a few MB of `[{},{},...]` costs GBs: neither we nor the host parse it.
+            reason = (
+                f"{session.label} sent a message of up to {values} JSON values (at most "
+                f"{MAX_JSON_VALUES}); it was dropped"
+            )
+            session.fail_pending(reason)
+            if session.forward:
+                await self._to_host(session, {"jsonrpc": "2.0", "method": "(dropped)"}, reason)
+            return
         try:
             message = json.loads(line.decode(session.encoding, session.errors))
         except (ValueError, UnicodeDecodeError):
@@ -298,19 +309,24 @@ class McpController:
                 "(launch with host_messages: true to receive them)",
             )
 
-    async def _to_host(self, session: _Session, message: dict[str, Any]) -> None:
+    async def _to_host(
+        self, session: _Session, message: dict[str, Any], dropped: str | None = None
+    ) -> None:
         """Queue `message` for the host in the session's own share of the queue; one that
-        can never be delivered is dropped here, and both ends are told."""
+        can never be delivered (or was `dropped` already) is not, and both ends are told."""
         params: dict[str, Any] = {"session_id": session.id, "message": message}
         if session.tag:
             params["tag"] = session.tag
-        try:
-            session.forwarded_seq = await self.host.put(
-                HOST_MESSAGE_MCP, params, f"mcp:{session.id}"
-            )
-            return
-        except HostMessageRefused as exc:
-            reason = f"{session.label}: a message was dropped: {exc}"
+        if dropped is not None:
+            reason = dropped
+        else:
+            try:
+                session.forwarded_seq = await self.host.put(
+                    HOST_MESSAGE_MCP, params, f"mcp:{session.id}"
+                )
+                return
+            except HostMessageRefused as exc:
+                reason = f"{session.label}: a message was dropped: {exc}"
         method = message.get("method")
         notice: dict[str, Any] = {
             "session_id": session.id,
@@ -322,7 +338,7 @@ class McpController:
             session.forwarded_seq = await self.host.put(
                 HOST_MESSAGE_MCP, notice, f"mcp:{session.id}"
             )
-        if "id" in message:  # the server would wait for an answer that cannot come
+        if "id" in message and dropped is None:  # the server would wait for an answer
             await self._refuse(session, message["id"], reason)
 
     async def _refuse(self, session: _Session, request_id: Any, reason: str) -> None:
