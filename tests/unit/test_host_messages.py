@@ -131,10 +131,10 @@ async def test_a_quiet_sources_small_message_is_not_starved_by_floods() -> None:
     """THREAT_MODEL.md "Sandbox -> host surfaces": producers that lose the race for room
     wait again at the back; a quiet source's small message (a model-proxy request) enters
     at once even while flooders keep the queue over its overall bound."""
-    queue = HostMessages(max_bytes=10_000)
-    await queue.put("mcp", {"data": "x" * 20_000}, "mcp:1")  # over the bound on its own
+    queue = HostMessages(max_bytes=3_000_000)
+    await queue.put("mcp", {"data": "x" * 2_000_000}, "mcp:1")
     flooders = [
-        asyncio.create_task(queue.put("mcp", {"data": "x" * 20_000}, f"mcp:{n}")) for n in (2, 3)
+        asyncio.create_task(queue.put("mcp", {"data": "x" * 2_000_000}, f"mcp:{n}")) for n in (2, 3)
     ]
     await asyncio.sleep(0.1)
     assert not any(f.done() for f in flooders)
