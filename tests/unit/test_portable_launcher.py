@@ -266,12 +266,16 @@ server.bind(os.path.join(directory, "server.sock"))
 server.listen()
 while True:
     connection, _ = server.accept()
-    data = b""
-    while not data.endswith(b"\\n"):
-        chunk = connection.recv(1 << 20)
-        if not chunk:
-            break
-        data += chunk
+    buffer, data = b"", b""
+    while not data:  # option lines ("#cwd ...") come first; the request is the next line
+        while b"\\n" not in buffer:
+            chunk = connection.recv(1 << 20)
+            if not chunk:
+                break
+            buffer += chunk
+        line, _, buffer = buffer.partition(b"\\n")
+        if not line.startswith(b"#"):
+            data = line + b"\\n"
     request = json.loads(data)
     if "id" in request:  # like the real server: a notification gets no response
         answer = {"jsonrpc": "2.0", "id": request["id"], "result": len(data)}

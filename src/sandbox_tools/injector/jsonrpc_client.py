@@ -617,6 +617,9 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                 f"{timeout:g} s"
             ) from None
         except OSError as exc:
+            # The runtime is gone: the reader says why (what it printed) when it ends.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(future), DIAGNOSE_TIMEOUT + CLOSE_TIMEOUT)
             raise RuntimeTransportError(f"{method}: cannot write to the runtime: {exc}") from None
         finally:
             self._pending.pop(request_id, None)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.identity import resolve_user
-from sandbox_tools.runtime.jsonrpc import CALLER_CWD, ToolError, caller_cwd
+from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
     AckParams,
     JobState,
@@ -230,7 +230,7 @@ class ExecRemoteController:
                 "-c",
                 enter,
                 self._shell,
-                cwd or CALLER_CWD.get() or identity.home or "/",
+                cwd or identity.home or "/",
                 params.command,
             ]
             cwd = "/"
