@@ -180,3 +180,24 @@ async def test_a_hostile_agent_does_not_starve_another_client(
     p99 = sorted(latencies)[int(len(latencies) * 0.99) - 1]
     print(f"version p99 next to a hostile agent: {p99 * 1000:.1f} ms")
     assert p99 < 0.25, f"p99 {p99 * 1000:.0f} ms"
+
+
+@pytest.mark.security
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a root runtime and another user")
+async def test_acting_for_the_agent_means_passing_its_user(
+    client: RuntimeClient, tmp_path: Path
+) -> None:
+    """THREAT_MODEL.md "Design choices": a root runtime without `user=` acts as root and
+    follows the links that are there; with the agent's user, the kernel refuses what the
+    agent could not do itself. (Our inspect tools always pass the sandbox's user.)"""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:secret\n")
+    secret.chmod(0o600)
+    tmp_path.chmod(0o755)
+    planted = tmp_path / "planted"  # what an agent at uid 65534 leaves in /tmp
+    planted.symlink_to(secret)
+    assert "root:secret" in await text_editor(client, "view", str(planted))
+    with pytest.raises(ToolError, match=r"(?i)permission denied"):
+        await text_editor(client, "view", str(planted), user="65534:65534")
+    with pytest.raises(ToolError, match=r"(?i)permission denied"):
+        await text_editor(client, "create", str(tmp_path / "job"), file_text="x", user="65534")
