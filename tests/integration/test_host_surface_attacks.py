@@ -34,6 +34,7 @@ from sandbox_tools.injector.model_proxy import ModelProxy, ProxyResponse, forwar
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
 from tests.conftest import RuntimeDir
+from tests.proxy.upstream import RecordingListener
 
 pytest.importorskip("httpx", reason="the [proxy] extra is not installed")
 mcp = pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
@@ -69,39 +70,6 @@ async def runtime(
     await client.aclose()
 
 
-class Listener:
-    """A plain HTTP listener on loopback that records every request it receives."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.port = 0
-        self._server: asyncio.AbstractServer | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def __aenter__(self) -> Listener:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return
-        headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
-        self.requests.append({"line": head[0], "headers": headers})
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-        await writer.drain()
-        writer.close()
-
-
 async def raw_http(port: int, request: bytes) -> bytes:
     """One request to the in-sandbox proxy, as the agent's own client sends it."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -129,7 +97,7 @@ async def test_the_sandbox_cannot_send_the_hosts_credentials_anywhere_else(
     port and dot-segment tricks are refused with 400 and logged, and neither the agent's
     listener nor the upstream's other paths ever see the token."""
     port = free_port()
-    async with Listener() as upstream, Listener() as evil:
+    async with RecordingListener() as upstream, RecordingListener() as evil:
         handler = forward_to(f"{upstream.url}/openai/v1", headers={"Authorization": HOST_TOKEN})
         async with ModelProxy(runtime, handler, port=port, timeout=30):
             # Straight to the tunnel, as a same-uid client of the runtime socket can.
@@ -188,7 +156,7 @@ async def test_another_client_can_neither_take_the_messages_nor_answer_for_the_h
     tunnelled request in the host's place."""
     port = free_port()
     async with (
-        Listener() as upstream,
+        RecordingListener() as upstream,
         ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30),
     ):
         attacker = StdioRuntimeClient(LocalSandbox(), runtime.command, env=runtime.env)
@@ -219,7 +187,7 @@ async def test_a_late_answer_to_an_abandoned_call_leaves_the_channel_whole(
     runtime = SourceRuntime(client, launch.command, launch.env)
     try:
         port = free_port()
-        async with Listener() as upstream:
+        async with RecordingListener() as upstream:
             async with ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30):
                 slow = asyncio.create_task(
                     client.call("host_messages_poll", {"key": client.host_key, "wait_ms": 3000}, 10)
@@ -250,7 +218,7 @@ async def test_a_restarted_server_is_noticed_and_the_proxy_answers_again(
     port = free_port()
     server = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
     async with (
-        Listener() as upstream,
+        RecordingListener() as upstream,
         ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=5),
         sandbox_mcp_client(runtime.client, server) as (read, write),
         ClientSession(read, write) as session,
@@ -341,7 +309,7 @@ async def test_an_oversized_or_chatty_server_blocks_no_other_session(
     quiet = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
     port = free_port()
     async with (
-        Listener() as upstream,
+        RecordingListener() as upstream,
         ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30),
         sandbox_mcp_client(runtime.client, big) as (read1, write1),
         ClientSession(read1, write1) as first,
@@ -446,7 +414,7 @@ async def test_dense_json_floods_keep_host_memory_and_latency_bounded(
     port = free_port()
     baseline = peak = rss_mib()
     async with contextlib.AsyncExitStack() as stack:
-        upstream = await stack.enter_async_context(Listener())
+        upstream = await stack.enter_async_context(RecordingListener())
         await stack.enter_async_context(
             ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=30)
         )

@@ -9,14 +9,17 @@ import hashlib
 import json
 from typing import Any
 
+from typing_extensions import Self
+
 WORDS = ["Hel", "lo", " from", " up", "stream"]
 
 
-class FakeUpstream:
-    def __init__(self, delay: float = 0.05) -> None:
-        self.delay = delay  # between streamed events
+class LoopbackServer:
+    """An HTTP server on a free port of 127.0.0.1 for the length of an `async with`;
+    `requests` records what it received."""
+
+    def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
-        self.stream_closed_early = asyncio.Event()
         self.port = 0
         self._server: asyncio.AbstractServer | None = None
 
@@ -24,7 +27,7 @@ class FakeUpstream:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def __aenter__(self) -> FakeUpstream:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -32,6 +35,32 @@ class FakeUpstream:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class RecordingListener(LoopbackServer):
+    """Answers any request with 200 "ok" and closes: where an attacker's host would be,
+    or an upstream whose answers do not matter."""
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
+        self.requests.append({"line": head[0], "headers": headers})
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+
+class FakeUpstream(LoopbackServer):
+    def __init__(self, delay: float = 0.05) -> None:
+        super().__init__()
+        self.delay = delay  # between streamed events
+        self.stream_closed_early = asyncio.Event()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # Cancelled at shutdown while a client keeps its connection: end quietly (Python
