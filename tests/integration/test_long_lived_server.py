@@ -131,3 +131,36 @@ def test_sessions_left_open_are_reclaimed_not_refused(runtime_dir: RuntimeDir) -
         },
     )
     assert "closed to make room" in old["error"]["message"]
+
+
+async def test_the_host_never_uses_a_server_of_another_build(
+    runtime_dir: RuntimeDir, tmp_path: Path
+) -> None:
+    """One build, one server, checked by the host once per connection: where a server
+    of another build already listens (a shared SANDBOX_TOOLS_DIR, or one an agent with
+    the runtime's uid started), the host's channel refuses it, naming both builds, and
+    sends it nothing else."""
+    from sandbox_tools.errors import RuntimeTransportError
+    from sandbox_tools.injector.jsonrpc_client import StdioRuntimeClient
+    from sandbox_tools.sandboxes.local import LocalSandbox
+
+    other = tmp_path / "other-build"
+    shutil.copytree(SRC, other, ignore=shutil.ignore_patterns("__pycache__"))
+    info = other / "sandbox_tools" / "runtime" / "_build_info.json"
+    info.write_text(json.dumps({"build_id": "sha256:" + "0" * 64, "format": "portable"}))
+    env = runtime_dir.env
+    theirs = call(env, "runtime_info", src=str(other))
+    assert theirs["build_id"] == "sha256:" + "0" * 64
+    command = [sys.executable, "-m", "sandbox_tools.runtime"]
+    ours = StdioRuntimeClient(
+        LocalSandbox(),
+        command,
+        env={"SANDBOX_TOOLS_DIR": runtime_dir.path, "PYTHONPATH": SRC},
+        expected_build="source",
+    )
+    try:
+        with pytest.raises(RuntimeTransportError, match="is build 'sha256:0000"):
+            await ours.call("exec_remote_start", {"command": "touch /tmp/never"})
+    finally:
+        await ours.aclose()
+    assert call(env, "runtime_info", src=str(other))["pid"] == theirs["pid"]

@@ -497,7 +497,14 @@ async def prepare_tool_support(
     with _step("runtime environment"):
         env = await _runtime_env_for(sandbox, recon, install_dir, user)
     with _step("connect (stdio: start the CLI)"):
-        client = await connect_runtime(sandbox, [exe], env=env, user=user, persistent=persistent)
+        client = await connect_runtime(
+            sandbox,
+            [exe],
+            env=env,
+            user=user,
+            persistent=persistent,
+            expected_build=artifact.build_id,
+        )
     try:
         with _step("first answer (unpack, server start)"):
             info = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)

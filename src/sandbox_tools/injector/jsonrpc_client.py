@@ -368,12 +368,15 @@ class _SandboxRuntimeClient(RuntimeClient):
         runtime_command: Sequence[str],
         env: Mapping[str, str] | None = None,
         user: str | None = None,
+        expected_build: str | None = None,
     ) -> None:
         super().__init__()
         self.sandbox = sandbox
         self.runtime_command = list(runtime_command)
         self.env = dict(env or {})
         self.user = user
+        # The build the host injected: a server of another build is never used.
+        self.expected_build = expected_build
         self._ids = itertools.count(1)
 
 
@@ -472,8 +475,11 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         runtime_command: Sequence[str],
         env: Mapping[str, str] | None = None,
         user: str | None = None,
+        expected_build: str | None = None,
     ) -> None:
-        super().__init__(sandbox, runtime_command, env, user)
+        super().__init__(sandbox, runtime_command, env, user, expected_build)
+        self._verify_pending = True  # a new channel, or one whose server was replaced
+        self._verify_lock = asyncio.Lock()
         self._stream: Stream | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -496,6 +502,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         """The channel's bridge lost its server: the subscription went with it. Subscribe
         again at once (a restarted server is then noticed), or fail the listeners loudly."""
         self._subscribed = False
+        self._verify_pending = True  # the bridge's next connection may reach another server
         if not self._listeners or (self._resubscribing and not self._resubscribing.done()):
             return
 
@@ -521,6 +528,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                         f"{self.sandbox.name} cannot hold a stream open; use ExecRuntimeClient"
                     )
                 self._stream = stream
+                self._verify_pending = True
                 self._reader = asyncio.create_task(self._read_responses(stream))
             return self._stream
 
@@ -603,6 +611,32 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> Any:
         stream = await self._ensure_stream()
+        # runtime_info itself is how a caller (the injector) checks the build on its own.
+        if self.expected_build is not None and self._verify_pending and method != "runtime_info":
+            await self._verify_build(stream, timeout)
+        return await self._send(stream, method, params, timeout)
+
+    async def _verify_build(self, stream: Stream, timeout: float) -> None:
+        """Once per connection to a server: it must be the build the host injected."""
+        async with self._verify_lock:
+            if not self._verify_pending:
+                return
+            info = await self._send(stream, "runtime_info", None, timeout)
+            build = info.get("build_id") if isinstance(info, dict) else None
+            if build != self.expected_build:
+                server_dir = info.get("server_dir") if isinstance(info, dict) else None
+                raise RuntimeTransportError(
+                    f"the runtime server answering in {self.sandbox.name} is build "
+                    f"{_describe(build)}, not {self.expected_build}; a server of another "
+                    f"build is never used. Stop it (`sandbox-tools stop-server` with "
+                    f"SANDBOX_TOOLS_DIR={_describe(server_dir)}) or give this runtime a "
+                    "server directory of its own"
+                )
+            self._verify_pending = False
+
+    async def _send(
+        self, stream: Stream, method: str, params: Mapping[str, Any] | None, timeout: float
+    ) -> Any:
         request_id = next(self._ids)
         self._last_id = request_id
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -647,14 +681,18 @@ async def connect_runtime(
     env: Mapping[str, str] | None = None,
     user: str | None = None,
     persistent: bool = True,
+    expected_build: str | None = None,
 ) -> RuntimeClient:
-    """The cheapest client the provider supports: a persistent channel where possible."""
+    """The cheapest client the provider supports: a persistent channel where possible.
+
+    With `expected_build`, a persistent channel checks the build of the server it reaches,
+    once per connection (the injector checks the first answer on either transport)."""
     if persistent:
-        client = StdioRuntimeClient(sandbox, runtime_command, env, user)
+        client = StdioRuntimeClient(sandbox, runtime_command, env, user, expected_build)
         try:
             await client._ensure_stream()
         except (RuntimeTransportError, NotImplementedError):
             pass
         else:
             return client
-    return ExecRuntimeClient(sandbox, runtime_command, env, user)
+    return ExecRuntimeClient(sandbox, runtime_command, env, user, expected_build)
