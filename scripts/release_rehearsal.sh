@@ -12,8 +12,15 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 work=$(mktemp -d /tmp/sandbox-tools-rehearsal.XXXXXX)
 moto_pid=""
+# The release writes dist/manifest.json with the stand-in's URLs: put back what was there.
+if [ -e dist/manifest.json ]; then cp -p dist/manifest.json "$work/manifest.json.before"; fi
 cleanup() {
   [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null || true
+  if [ -e "$work/manifest.json.before" ]; then
+    cp -p "$work/manifest.json.before" dist/manifest.json
+  else
+    rm -f dist/manifest.json
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -38,8 +45,10 @@ import boto3
 boto3.client("s3", endpoint_url=sys.argv[1]).create_bucket(Bucket="sandbox-tools-rehearsal")
 PY
 
+# Public-read, as a real bucket must be readable by its users (an ACL here; a bucket
+# policy in production): the fetch below is anonymous, as a user's is.
 release=(tools release --s3-bucket sandbox-tools-rehearsal --s3-endpoint-url "$endpoint"
-         --validate-report "$work/validate-report.json" --no-package-manifest)
+         --s3-public-read --validate-report "$work/validate-report.json" --no-package-manifest)
 step "release"
 "${release[@]}"
 step "release again: everything identical, nothing uploaded"
