@@ -74,7 +74,7 @@ from sandbox_tools.platforms import Arch
 
 for arch in Arch:
     found = acquire_artifact(arch)
-    print(f"{arch.platform}: {found.name} ({found.source}) sha256 {found.sha256[:16]}... at {found.path}")
+    print(f"{arch.platform}: {found.name} ({found.provenance}) sha256 {found.sha256[:16]}... at {found.path}")
 PY
 )
 step "rehearsal complete"
