@@ -12,15 +12,21 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 work=$(mktemp -d /tmp/sandbox-tools-rehearsal.XXXXXX)
 moto_pid=""
-# The release writes dist/manifest.json with the stand-in's URLs: put back what was there.
-if [ -e dist/manifest.json ]; then cp -p dist/manifest.json "$work/manifest.json.before"; fi
+# The release writes dist/manifest.json (with the stand-in's URLs) and dist/SHA256SUMS:
+# put back what was there before.
+touched=(manifest.json SHA256SUMS)
+for name in "${touched[@]}"; do
+  if [ -e "dist/$name" ]; then cp -p "dist/$name" "$work/$name.before"; fi
+done
 cleanup() {
   [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null || true
-  if [ -e "$work/manifest.json.before" ]; then
-    cp -p "$work/manifest.json.before" dist/manifest.json
-  else
-    rm -f dist/manifest.json
-  fi
+  for name in "${touched[@]}"; do
+    if [ -e "$work/$name.before" ]; then
+      cp -p "$work/$name.before" "dist/$name"
+    else
+      rm -f "dist/$name"
+    fi
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
