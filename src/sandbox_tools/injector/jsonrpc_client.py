@@ -26,6 +26,7 @@ from sandbox_tools.errors import (
     RuntimeRpcError,
     RuntimeTransportError,
     SandboxExecError,
+    SandboxToolsError,
     ToolError,
 )
 from sandbox_tools.protocol import (
@@ -46,7 +47,6 @@ DEFAULT_CALL_TIMEOUT = 120.0
 CLOSE_TIMEOUT = 10.0
 # A channel that closed before its first answer: one more run of the runtime, to say why.
 DIAGNOSE_TIMEOUT = 30.0
-DIAGNOSE_OUTPUT = 64 * 1024
 # The largest response the host accepts: one frame of the runtime's protocol.
 MAX_RESPONSE_BYTES = MAX_FRAME_BYTES
 
@@ -188,9 +188,12 @@ class Listener:
         """Messages and bytes waiting for the handler."""
         return len(self._queue), self._bytes
 
+    def wants(self, params: dict[str, Any]) -> bool:
+        """Whether a message with these params is this listener's to take."""
+        return self.failed is None and (self._accepts is None or self._accepts(params))
+
     def deliver(self, params: dict[str, Any], size: int) -> None:
-        if self.failed is not None or (self._accepts is not None and not self._accepts(params)):
-            return
+        """Queue a message `wants` took; past the bounds, fail instead."""
         if self._queue and (
             len(self._queue) >= self.max_messages or self._bytes + size > self.max_bytes
         ):
@@ -297,11 +300,11 @@ class RuntimeClient(abc.ABC):
         if not isinstance(method, str) or not isinstance(params, dict):
             return
         for listener in list(self._listeners):
-            if listener.method == method:
+            if listener.method == method and listener.wants(params):
                 held = sum(other.queued[1] for other in self._listeners)
                 if held + size > CLIENT_LISTENER_BYTES and listener.queued[0]:
-                    # All listeners together hold the client's share: the one being fed
-                    # more while it is behind is the one that stops.
+                    # All listeners together hold the client's share: the one this message
+                    # is for, when it is behind already, is the one that stops.
                     listener.fail(
                         f"the host holds {held} bytes of sandbox messages for its listeners "
                         f"(at most {CLIENT_LISTENER_BYTES}); this one fell behind"
@@ -583,26 +586,14 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             self._fail_listeners(reason)
 
     async def _why_it_did_not_start(self) -> str:
-        """What the runtime prints when run once more (a full disk while it unpacks, a
-        missing file): the channel's own stderr is not kept by every provider."""
+        """What the runtime says when run once more over exec (a full disk while it
+        unpacks, a missing file): the channel's own stderr is not kept by every provider."""
+        once = ExecRuntimeClient(self.sandbox, self.runtime_command, self.env, self.user)
         try:
-            output = await self.sandbox.exec(
-                [*self.runtime_command, "exec"],
-                input=json.dumps(_request(0, "version", None)),
-                env=self.env,
-                user=self.user,
-                timeout=DIAGNOSE_TIMEOUT,
-                max_output=DIAGNOSE_OUTPUT,
-            )
-        except Exception as exc:
-            return f" before answering, and running it again failed too: {exc}"
-        stderr = output.stderr.decode(errors="replace").strip()[-1000:]
-        if output.returncode == 0 and not stderr:
-            return " before answering (run once more, the runtime answered)"
-        return (
-            f" before answering; run once more it exited with {output.returncode}: "
-            f"{stderr or '(no stderr)'}"
-        )
+            await once.call("version", timeout=DIAGNOSE_TIMEOUT)
+        except SandboxToolsError as exc:
+            return f" before answering; run once more: {exc.message}"
+        return " before answering (run once more, the runtime answered)"
 
     async def call(
         self,

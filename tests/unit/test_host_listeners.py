@@ -1,0 +1,49 @@
+"""Host listeners for sandbox -> host messages: bounded per listener and per client,
+and a listener is only ever held to account for its own messages (THREAT_MODEL.md,
+"Sandbox -> host surfaces": one MCP session cannot stop another)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sandbox_tools.injector import jsonrpc_client
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient
+
+
+class Client(RuntimeClient):
+    """Only the routing under test: messages are handed to `_dispatch` directly."""
+
+    async def _start_listening(self) -> None:
+        pass
+
+    async def call(self, method: str, params: Any = None, timeout: float = 1) -> Any:
+        raise NotImplementedError
+
+
+@pytest.mark.security
+async def test_the_client_wide_bound_fails_only_the_listener_the_message_is_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(jsonrpc_client, "CLIENT_LISTENER_BYTES", 1000)
+    stuck = asyncio.Event()
+
+    async def slow(params: dict[str, Any]) -> None:
+        await stuck.wait()
+
+    client = Client()
+    quiet = await client.listen("mcp", slow, accepts=lambda p: p.get("tag") == "quiet")
+    flood = await client.listen("mcp", slow, accepts=lambda p: p.get("tag") == "flood")
+    for _ in range(2):  # each now has one message in its handler and one waiting
+        client._dispatch({"method": "mcp", "params": {"tag": "quiet"}}, 100)
+        client._dispatch({"method": "mcp", "params": {"tag": "flood"}}, 100)
+        await asyncio.sleep(0)
+    for _ in range(10):
+        client._dispatch({"method": "mcp", "params": {"tag": "flood"}}, 300)
+    assert flood.failed is not None and "fell behind" in flood.failed
+    assert quiet.failed is None
+    stuck.set()
+    await quiet.aclose()
+    await flood.aclose()
