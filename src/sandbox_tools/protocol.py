@@ -7,8 +7,9 @@ for byte on codes and framing.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
 JSONRPC_VERSION = "2.0"
@@ -86,6 +87,21 @@ def json_cost(text: bytes | str) -> int:
 HOST_MESSAGE_MCP = "mcp_server_message"  # {session_id, message}
 HOST_MESSAGE_HTTP_REQUEST = "http_request"  # {request_id, method, path, headers, body}
 HOST_MESSAGE_HTTP_CANCEL = "http_cancel"  # {request_id, reason}
+# The headers of one tunnelled request, at most: what the in-sandbox proxy's 64 KiB head
+# can hold. The runtime refuses more, and so does the host (it trusts no runtime).
+TUNNEL_MAX_HEADERS = 256
+TUNNEL_MAX_HEADER_BYTES = 64 * 1024
+
+
+def tunnel_headers_too_many(headers: Sequence[Sequence[str]]) -> str | None:
+    """Why a tunnelled request's [name, value] headers are refused as too many, if so."""
+    if len(headers) > TUNNEL_MAX_HEADERS or sum(map(len, itertools.chain(*headers))) > (
+        TUNNEL_MAX_HEADER_BYTES
+    ):
+        return f"more than {TUNNEL_MAX_HEADERS} headers or {TUNNEL_MAX_HEADER_BYTES} bytes of them"
+    return None
+
+
 # From the `stdio` bridge itself: it lost its server connection, and with it the
 # subscription to the messages above; the host subscribes again.
 RUNTIME_SERVER_LOST = "runtime_server_lost"  # {reason}

@@ -45,6 +45,7 @@ from sandbox_tools.protocol import (
     HOP_BY_HOP_HEADERS,
     HOST_MESSAGE_HTTP_CANCEL,
     HOST_MESSAGE_HTTP_REQUEST,
+    tunnel_headers_too_many,
 )
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,6 @@ MAX_BODY_CALL_BYTES = 1024 * 1024  # body bytes per call to the runtime
 # in bytes: past either the sandbox gets 503 at once instead of the host holding more.
 MAX_PENDING = 256
 MAX_HELD_BYTES = 128 * 1024 * 1024
-MAX_HEADERS = 256
-MAX_HEADER_BYTES = 64 * 1024
 PLACEHOLDER_KEY = "sandbox-tools-proxy"  # SDKs insist on a key; the host holds the real one
 
 
@@ -181,10 +180,9 @@ def _request_from(params: Mapping[str, Any]) -> ProxyRequest:
         decoded = base64.b64decode(body, validate=True)
     except (KeyError, TypeError, ValueError, binascii.Error):
         raise ProxyRequestRefused("the request from the sandbox is malformed") from None
-    if len(headers) > MAX_HEADERS or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES:
-        raise ProxyRequestRefused(
-            f"the request has more than {MAX_HEADERS} headers or {MAX_HEADER_BYTES} bytes of them"
-        )
+    too_many = tunnel_headers_too_many(headers)
+    if too_many:
+        raise ProxyRequestRefused(f"the request has {too_many}")
     if len(method) > 32 or not _TOKEN.fullmatch(method):
         raise ProxyRequestRefused(f"the request method {method[:40]!r} is not an HTTP token")
     for name, value in headers:
@@ -343,20 +341,24 @@ class ModelProxy:
             # client 504 when the host stays silent.
             log.warning("model proxy: %d requests pending; one more was dropped", MAX_PENDING)
             return
-        size = len(str(params.get("body", ""))) + len(str(params.get("headers", "")))
+        held = 0  # what this request keeps on the host until it is answered
+        request: ProxyRequest | ProxyRequestRefused
         try:
-            request: ProxyRequest | ProxyRequestRefused = _request_from(params)
+            parsed = _request_from(params)
         except ProxyRequestRefused as exc:
             log.warning("model proxy: refused a request from the sandbox: %s", exc)
             request = exc
-        if self._held + size > MAX_HELD_BYTES and not isinstance(request, ProxyRequestRefused):
-            request = ProxyRequestRefused(
-                f"the host holds {self._held} bytes of requests already (at most "
-                f"{MAX_HELD_BYTES}); retry later",
-                status=503,
-            )
-            log.warning("model proxy: %s", request)
-        held = 0 if isinstance(request, ProxyRequestRefused) else size
+        else:
+            request = parsed
+            held = len(parsed.body) + sum(len(k) + len(v) for k, v in parsed.headers)
+            if self._held + held > MAX_HELD_BYTES:
+                request = ProxyRequestRefused(
+                    f"the host holds {self._held} bytes of requests already (at most "
+                    f"{MAX_HELD_BYTES}); retry later",
+                    status=503,
+                )
+                log.warning("model proxy: %s", request)
+                held = 0
         self._held += held
         task = asyncio.create_task(self._serve(request_id, request))
         self._tasks[request_id] = task

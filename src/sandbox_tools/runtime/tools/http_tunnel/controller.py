@@ -27,7 +27,11 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_tools.protocol import HOST_MESSAGE_HTTP_CANCEL, HOST_MESSAGE_HTTP_REQUEST
+from sandbox_tools.protocol import (
+    HOST_MESSAGE_HTTP_CANCEL,
+    HOST_MESSAGE_HTTP_REQUEST,
+    tunnel_headers_too_many,
+)
 from sandbox_tools.runtime.host_messages import HostMessageRefused, HostMessages
 from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, ToolError, optional, required
 
@@ -36,8 +40,6 @@ BODY_WAIT = 60.0
 MAX_READ_BYTES = 1024 * 1024
 DEFAULT_HEAD_TIMEOUT = 300.0
 MAX_EXCHANGES = 256
-MAX_HEADERS = 256  # what the in-sandbox proxy's 64 KiB head can hold, and no more
-MAX_HEADER_BYTES = 64 * 1024
 SOURCE = "http"  # the tunnel's share of the sandbox -> host queue
 
 
@@ -66,10 +68,9 @@ def _headers(value: Any) -> list[list[str]]:
         for pair in value
     ):
         raise InvalidParams('Invalid params: "headers" must be a list of [name, value] strings')
-    if len(value) > MAX_HEADERS or sum(len(k) + len(v) for k, v in value) > MAX_HEADER_BYTES:
-        raise InvalidParams(
-            f"Invalid params: more than {MAX_HEADERS} headers or {MAX_HEADER_BYTES} bytes of them"
-        )
+    too_many = tunnel_headers_too_many(value)
+    if too_many:
+        raise InvalidParams(f"Invalid params: {too_many}")
     for name, text in value:
         if any(c in name + text for c in "\r\n\x00") or not name:
             raise InvalidParams(f"Invalid params: header {name[:40]!r} has a forbidden character")
