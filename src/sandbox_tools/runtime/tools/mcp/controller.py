@@ -272,7 +272,7 @@ class McpController:
             )
             session.fail_pending(reason)
             if session.forward:
-                await self._to_host(session, {"jsonrpc": "2.0", "method": "(dropped)"}, reason)
+                await self._report_dropped(session, None, reason)
             return
         try:
             message = json.loads(line.decode(session.encoding, session.errors))
@@ -309,37 +309,27 @@ class McpController:
                 "(launch with host_messages: true to receive them)",
             )
 
-    async def _to_host(
-        self, session: _Session, message: dict[str, Any], dropped: str | None = None
-    ) -> None:
+    async def _to_host(self, session: _Session, message: dict[str, Any]) -> None:
         """Queue `message` for the host in the session's own share of the queue; one that
-        can never be delivered (or was `dropped` already) is not, and both ends are told."""
-        params: dict[str, Any] = {"session_id": session.id, "message": message}
-        if session.tag:
-            params["tag"] = session.tag
-        if dropped is not None:
-            reason = dropped
-        else:
-            try:
-                session.forwarded_seq = await self.host.put(
-                    HOST_MESSAGE_MCP, params, f"mcp:{session.id}"
-                )
-                return
-            except HostMessageRefused as exc:
-                reason = f"{session.label}: a message was dropped: {exc}"
-        method = message.get("method")
-        notice: dict[str, Any] = {
-            "session_id": session.id,
-            "dropped": {"method": str(method)[:200], "reason": reason},
-        }
-        if session.tag:
-            notice["tag"] = session.tag
+        can never be delivered is dropped here, and both ends are told."""
+        try:
+            await self._put(session, {"message": message})
+        except HostMessageRefused as exc:
+            reason = f"{session.label}: a message was dropped: {exc}"
+            await self._report_dropped(session, message.get("method"), reason)
+            if "id" in message:  # the server would wait for an answer that cannot come
+                await self._refuse(session, message["id"], reason)
+
+    async def _report_dropped(self, session: _Session, method: Any, reason: str) -> None:
+        """Tell the host a message of this session was dropped, and why (a small notice)."""
         with contextlib.suppress(HostMessageRefused):
-            session.forwarded_seq = await self.host.put(
-                HOST_MESSAGE_MCP, notice, f"mcp:{session.id}"
-            )
-        if "id" in message and dropped is None:  # the server would wait for an answer
-            await self._refuse(session, message["id"], reason)
+            await self._put(session, {"dropped": {"method": str(method)[:200], "reason": reason}})
+
+    async def _put(self, session: _Session, fields: dict[str, Any]) -> None:
+        params: dict[str, Any] = {"session_id": session.id, **fields}
+        if session.tag:
+            params["tag"] = session.tag  # how the host routes it to the session it launched
+        session.forwarded_seq = await self.host.put(HOST_MESSAGE_MCP, params, f"mcp:{session.id}")
 
     async def _refuse(self, session: _Session, request_id: Any, reason: str) -> None:
         refusal = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": reason}}
