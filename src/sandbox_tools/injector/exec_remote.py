@@ -136,10 +136,7 @@ class ExecRemoteProcess:
 
     async def _kill_bounded(self) -> None:
         """Kill (once), shielded from the caller's cancellation but never waited on for long."""
-        if self._kill_sent or self._completed is not None:
-            return
-        self._kill_sent = True
-        await _bounded(self._send_kill())
+        await _bounded(self.kill())
 
     async def events(self) -> AsyncIterator[ExecEvent]:
         """Output chunks as they arrive, then exactly one Completed.
