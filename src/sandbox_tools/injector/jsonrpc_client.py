@@ -510,13 +510,20 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             return
 
         async def again() -> None:
-            try:
-                await self._subscribe()
-            except Exception as exc:
-                self._fail_listeners(
-                    f"the runtime server in the sandbox went away ({_describe(reason)}) and "
-                    f"subscribing again failed: {exc}"
-                )
+            # The bridge starts a new server on the next call, and a call or two may
+            # still meet the old one on the way: only a failure that lasts is final.
+            for delay in (*POLL_RETRY_DELAYS, None):
+                try:
+                    await self._subscribe()
+                    return
+                except Exception as exc:
+                    if delay is None or isinstance(exc, ToolError):
+                        self._fail_listeners(
+                            f"the runtime server in the sandbox went away "
+                            f"({_describe(reason)}) and subscribing again failed: {exc}"
+                        )
+                        return
+                    await asyncio.sleep(delay)
 
         self._resubscribing = asyncio.create_task(again())
 
