@@ -1,28 +1,76 @@
 """Selection and acquisition: exactly one verified artifact for a platform.
 
-Where it comes from, in order: bundled in the installed package (wheel installs) ->
-the artifact cache, filled by `tools fetch` or fetched now from the released manifest's
-mirrors (git-ref installs; only while the sources are the released ones) -> the
-checkout's dist/ when its build id matches the current sources -> a local build (an
-edited checkout with a reachable Docker engine). Whatever the source, the bytes are
-checked against a pinned SHA-256 before they are used.
+Acquisition asks an ordered list of sources, and the first that can supply the
+artifact wins: bundled in the installed package (wheel installs) -> the artifact cache,
+filled by `tools fetch` -> the released manifest's mirrors, fetched now (git-ref
+installs of the released sources) -> a local dist/ whose build id matches the current
+sources -> a local build (an edited checkout with a reachable Docker engine). Each
+source that cannot supply it says why, and when none can, the error lists every
+reason and the one next step that works. Whatever the source, the bytes are checked
+against a pinned SHA-256 before they are used.
+
+The sources are objects passed in (`acquire_artifact(arch, sources=...)`);
+`default_sources()` is the list an installation gets from its settings.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
+from typing import Protocol
 
 from sandbox_tools import settings
 from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, Provenance, read_build_records
-from sandbox_tools.cache import artifact_cache_dir
+from sandbox_tools.cache import artifact_cache_dir, cache_root
 from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import Manifest, packaged_manifest
 
 DEFAULT_FORMAT = ArtifactFormat.PORTABLE
+
+log = logging.getLogger(__name__)
+
+
+class Need:
+    """What is wanted: a platform and format, and the build id the sources would make
+    now (hashing the sources is computed once, and only if a source asks)."""
+
+    def __init__(self, arch: Arch, fmt: ArtifactFormat) -> None:
+        self.arch = arch
+        self.fmt = fmt
+
+    @functools.cached_property
+    def build_id(self) -> str:
+        return current_build_id(self.arch, self.fmt)
+
+    def __str__(self) -> str:
+        return f"the {self.fmt.value} artifact for {self.arch.platform}"
+
+
+class Unavailable(Exception):
+    """A source cannot supply the artifact: why (one clause), and the step that would
+    let it, when this source knows one."""
+
+    def __init__(self, why: str, step: str | None = None) -> None:
+        super().__init__(why)
+        self.step = step
+
+
+class Source(Protocol):
+    @property
+    def name(self) -> str:
+        """How the error lists it: "bundled", "cache", ..."""
+        ...
+
+    def supply(self, need: Need) -> Artifact:
+        """The artifact, verified and located on this machine; raises Unavailable."""
+        ...
 
 
 def select_record(records: list[Artifact], arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
@@ -36,54 +84,178 @@ def select_record(records: list[Artifact], arch: Arch, fmt: ArtifactFormat) -> A
     return matches[0] if matches else None
 
 
-def _manifest_entry(manifest: Manifest | None, arch: Arch) -> Artifact | None:
-    if manifest is None or manifest.version != __version__:
-        return None
+def _released(manifest: Manifest | None, need: Need) -> Artifact:
+    """This version's released artifact for `need`, if its sources are these."""
+    if manifest is None:
+        raise Unavailable("this installation carries no release manifest")
+    if manifest.version != __version__:
+        raise Unavailable(f"the manifest is for {manifest.version}, not {__version__}")
     try:
-        return manifest.for_platform(arch.platform)
+        entry = manifest.for_platform(need.arch.platform)
     except ConfigurationError:
-        return None
+        raise Unavailable(f"the release has no artifact for {need.arch.platform}") from None
+    if entry.format is not need.fmt:
+        raise Unavailable(f"the release's artifact is {entry.format.value}, not {need.fmt.value}")
+    if entry.build_id != need.build_id:
+        # The runtime sources changed since the release: never mix versions.
+        raise Unavailable("the runtime sources differ from the released ones")
+    return entry
 
 
-def _bundled(arch: Arch, fmt: ArtifactFormat, manifest: Manifest | None) -> Artifact | None:
-    bundle = resources.files("sandbox_tools") / "_artifacts"
-    if not bundle.is_dir():
-        return None
-    directory = Path(str(bundle))
-    record = select_record(read_build_records(directory), arch, fmt)
-    if record is None:
-        return None
-    pinned = _manifest_entry(manifest, arch)
-    if pinned is not None and pinned.format is fmt and pinned.sha256 != record.sha256:
-        raise SandboxInjectionError(
-            f"the bundled {record.name} is not the artifact this version's manifest pins",
-            remedy="Reinstall sandbox-tools from a release wheel.",
-        )
-    return record.found_at(directory / record.name, Provenance.BUNDLED, cache=False)
+@dataclass(frozen=True)
+class Bundled:
+    """Inside the installed package (release wheels carry every platform)."""
 
+    directory: Path | None
+    manifest: Manifest | None
+    name: str = "bundled"
 
-def _pinned(
-    arch: Arch, fmt: ArtifactFormat, manifest: Manifest | None, wanted: str
-) -> Artifact | None:
-    """The released artifact, from the cache or its mirrors, if it is what the sources say."""
-    entry = _manifest_entry(manifest, arch)
-    if manifest is None or entry is None or entry.format is not fmt:
-        return None
-    if entry.build_id != wanted:
-        return None  # the runtime sources changed since the release: do not mix versions
-    cache = artifact_cache_dir(__version__)
-    found = entry.found_at(cache / entry.name, Provenance.CACHE)
-    if found is not None:
+    def supply(self, need: Need) -> Artifact:
+        if self.directory is None or not self.directory.is_dir():
+            raise Unavailable("this installation is not a release wheel (no bundled artifacts)")
+        record = select_record(read_build_records(self.directory), need.arch, need.fmt)
+        if record is None:
+            raise Unavailable(f"the wheel bundles no {need.fmt.value} artifact for this platform")
+        pinned = None
+        if self.manifest is not None and self.manifest.version == __version__:
+            try:
+                pinned = self.manifest.for_platform(need.arch.platform)
+            except ConfigurationError:
+                pinned = None
+        if pinned is not None and pinned.format is need.fmt and pinned.sha256 != record.sha256:
+            raise SandboxInjectionError(
+                f"the bundled {record.name} is not the artifact this version's manifest pins",
+                remedy="Reinstall sandbox-tools from a release wheel.",
+            )
+        found = record.found_at(self.directory / record.name, Provenance.BUNDLED, cache=False)
+        if found is None:
+            raise Unavailable(f"the bundled {record.name} does not match its record")
         return found
-    if settings.current().offline or not entry.urls:
-        return None
-    from sandbox_tools.release.fetch import fetch
 
-    try:
-        fetch(manifest, cache, [arch.platform])
-    except SandboxToolsError:
-        return None  # the checkout may still build it; the final error says what to do
-    return replace(entry, path=cache / entry.name, provenance=Provenance.FETCHED)
+
+@dataclass(frozen=True)
+class Cache:
+    """The released artifact, placed in the artifact cache by `tools fetch` (or earlier)."""
+
+    directory: Path
+    manifest: Manifest | None
+    name: str = "cache"
+
+    def supply(self, need: Need) -> Artifact:
+        entry = _released(self.manifest, need)
+        found = entry.found_at(self.directory / entry.name, Provenance.CACHE)
+        if found is None:
+            raise Unavailable(f"{entry.name} is not in {self.directory}")
+        return found
+
+
+# A failed download is remembered briefly, so that the samples of an evaluation fail at
+# once with the same reason instead of each taking the fetch's retries again (behind a
+# dead proxy that is most of a minute per sample). The cheap sources are always asked.
+FAILURE_MEMORY = 60.0
+_download_failures: dict[tuple[str, ...], tuple[float, Unavailable]] = {}
+
+
+@dataclass(frozen=True)
+class Mirrors:
+    """The released artifact, downloaded now from the manifest's mirrors into the cache."""
+
+    directory: Path
+    manifest: Manifest | None
+    offline: bool
+    name: str = "fetch"
+    clock: Callable[[], float] = time.monotonic
+
+    def supply(self, need: Need) -> Artifact:
+        entry = _released(self.manifest, need)
+        if self.offline:
+            raise Unavailable(
+                "offline (SANDBOX_TOOLS_OFFLINE is set)",
+                "Run `tools fetch --from BUNDLE` with a bundle made by `tools bundle create`, "
+                "or unset SANDBOX_TOOLS_OFFLINE so the release can be downloaded.",
+            )
+        if not entry.urls or self.manifest is None:
+            raise Unavailable("the manifest lists no mirrors")
+        from sandbox_tools.release.fetch import fetch
+
+        key = (str(self.directory), *entry.urls)
+        remembered = _download_failures.get(key)
+        if remembered is not None and self.clock() - remembered[0] < FAILURE_MEMORY:
+            raise remembered[1]
+        try:
+            fetch(self.manifest, self.directory, [need.arch.platform])
+        except SandboxToolsError as exc:
+            failed = Unavailable(
+                f"downloading failed: {exc.message}",
+                "Run `tools fetch` where the mirrors are reachable (it shows each attempt), "
+                "or `tools fetch --from BUNDLE` offline.",
+            )
+            _download_failures[key] = (self.clock(), failed)
+            raise failed from None
+        _download_failures.pop(key, None)
+        return replace(entry, path=self.directory / entry.name, provenance=Provenance.FETCHED)
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A local dist/ (what `tools build` wrote), used only if it matches the sources."""
+
+    directory: Path
+    name: str = "dist"
+
+    def supply(self, need: Need) -> Artifact:
+        step = (
+            f"Run `tools build --arch {need.arch.value} --out {self.directory}`: the injector "
+            "looks for local builds there (SANDBOX_TOOLS_DIST names another place)."
+        )
+        record = select_record(read_build_records(self.directory), need.arch, need.fmt)
+        if record is None:
+            raise Unavailable(f"{self.directory} holds no build for this platform", step)
+        if record.build_id != need.build_id:
+            raise Unavailable(f"{self.directory}/{record.name} was built from other sources", step)
+        found = record.found_at(self.directory / record.name, Provenance.DIST)
+        if found is None:
+            raise Unavailable(f"{self.directory}/{record.name} does not match its record", step)
+        return found
+
+
+@dataclass(frozen=True)
+class Build:
+    """Build from this source checkout now (an edited checkout with a Docker engine).
+
+    Announced before it starts: it takes ~20 s warm and minutes cold, inside the first
+    tool call of a sample."""
+
+    directory: Path
+    enabled: bool
+    name: str = "build"
+
+    def supply(self, need: Need) -> Artifact:
+        if not self.enabled:
+            raise Unavailable("only a source checkout builds on demand")
+        from sandbox_tools.build_containers.build import BuildRequest, NullReporter, build
+        from sandbox_tools.sandboxes.engines import local_engine
+
+        log.warning(
+            "building %s from this checkout into %s (no up-to-date artifact elsewhere); "
+            "this takes about 20 s with warm builder images and minutes on a cold machine",
+            need,
+            self.directory,
+        )
+        started = time.monotonic()
+        try:
+            (built,) = build(
+                [local_engine()],
+                BuildRequest(arches=(need.arch,), format=need.fmt, out_dir=self.directory),
+                NullReporter(),
+            )
+        except SandboxToolsError as exc:
+            raise Unavailable(f"building failed: {exc.message}") from None
+        found = built.found_at(self.directory / built.name, Provenance.BUILT)
+        if found is None:
+            raise Unavailable(f"the artifact just built in {self.directory} does not match")
+        log.info("built %s in %.1f s", built.name, time.monotonic() - started)
+        return found
 
 
 def checkout_root() -> Path | None:
@@ -92,13 +264,14 @@ def checkout_root() -> Path | None:
     return checkout if (checkout / "pyproject.toml").exists() else None
 
 
-def checkout_dist() -> Path | None:
-    """Where locally built artifacts are: $SANDBOX_TOOLS_DIST, else the checkout's dist/."""
+def local_dist() -> Path:
+    """Where locally built artifacts are looked for: $SANDBOX_TOOLS_DIST, else the
+    checkout's dist/, else (an installed package) `<cache root>/dist`."""
     configured = settings.current().dist
     if configured is not None:
         return configured
     checkout = checkout_root()
-    return checkout / "dist" if checkout is not None else None
+    return checkout / "dist" if checkout is not None else cache_root() / "dist"
 
 
 def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
@@ -109,47 +282,44 @@ def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
     return compute_build_id(arch, fmt, builder_recipe(arch).digest)
 
 
-def acquire_artifact(arch: Arch, fmt: ArtifactFormat = DEFAULT_FORMAT) -> Artifact:
-    """The artifact to inject for `arch`, verified: bundled in the wheel, else built locally
-    from these sources, else fetched into the cache (pinned by the released manifest)."""
+def default_sources() -> list[Source]:
+    """The sources this installation has, in order of preference (settings read once)."""
     manifest = packaged_manifest()
-    found = _bundled(arch, fmt, manifest)
-    if found is not None:
-        return found
-    dist = checkout_dist()
-    # Hashes the sources, so once per acquisition, and only if something can use it.
-    needed = dist is not None or _manifest_entry(manifest, arch) is not None
-    wanted = current_build_id(arch, fmt) if needed else ""
-    found = _pinned(arch, fmt, manifest, wanted) if needed else None
-    if found is not None:
-        return found
-    if dist is None:
-        raise SandboxInjectionError(
-            f"no {fmt.value} artifact for {arch.platform} is bundled with this installation "
-            "or in its artifact cache",
-            remedy="Install a release wheel of sandbox-tools, or run `tools fetch` "
-            "(offline: `tools fetch --from BUNDLE`).",
-        )
-    record = select_record(read_build_records(dist), arch, fmt)
-    if record is not None and record.build_id == wanted:
-        found = record.found_at(dist / record.name, Provenance.DIST)
-        if found is not None:
-            return found
-    # An edited checkout: build what the sources say (no-op if nothing changed).
-    from sandbox_tools.build_containers.build import BuildRequest, NullReporter, build
-    from sandbox_tools.sandboxes.engines import local_engine
+    bundle = resources.files("sandbox_tools") / "_artifacts"
+    cache = artifact_cache_dir(__version__)
+    return [
+        Bundled(Path(str(bundle)) if bundle.is_dir() else None, manifest),
+        Cache(cache, manifest),
+        Mirrors(cache, manifest, settings.current().offline),
+        Dist(local_dist()),
+        Build(local_dist(), enabled=checkout_root() is not None),
+    ]
 
-    try:
-        (built,) = build(
-            [local_engine()], BuildRequest(arches=(arch,), format=fmt, out_dir=dist), NullReporter()
-        )
-    except SandboxToolsError as exc:
-        raise SandboxInjectionError(
-            f"no up-to-date {fmt.value} artifact for {arch.platform} in {dist}, and building "
-            f"one failed: {exc.message}",
-            remedy=f"Run `tools build --arch {arch.value}` and look at its output.",
-        ) from None
-    found = built.found_at(dist / built.name, Provenance.BUILT)
-    if found is None:
-        raise SandboxInjectionError(f"the artifact just built in {dist} does not match its record")
-    return found
+
+def acquire_artifact(
+    arch: Arch,
+    fmt: ArtifactFormat = DEFAULT_FORMAT,
+    sources: Sequence[Source] | None = None,
+) -> Artifact:
+    """The artifact to inject for `arch`, verified, from the first source that has it."""
+    chosen = default_sources() if sources is None else sources
+    need = Need(arch, fmt)
+    reasons: dict[str, str] = {}
+    steps: list[str] = []
+    for source in chosen:
+        try:
+            found = source.supply(need)
+        except Unavailable as why:
+            reasons[source.name] = str(why)
+            steps += [why.step] if why.step else []
+            log.debug("%s: %s: %s", need, source.name, why)
+            continue
+        log.info("runtime %s for %s: %s (%s)", found.name, arch.platform, found.path, source.name)
+        return found
+    listed = "; ".join(f"{name}: {why}" for name, why in reasons.items())
+    error = SandboxInjectionError(
+        f"no {fmt.value} artifact for {arch.platform} of sandbox-tools {__version__} ({listed})",
+        # The most preferred source that knows how it could supply it says what to do.
+        remedy=steps[0] if steps else "Install a release wheel of sandbox-tools.",
+    )
+    raise error

@@ -1,0 +1,119 @@
+"""Acquisition as an ordered list of sources: each says why it could not supply the
+artifact, the error lists them all with the one next step that works, and following
+that step works (user path: a git-ref install with no published release)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandbox_tools import __version__
+from sandbox_tools.errors import SandboxInjectionError
+from sandbox_tools.injector.acquire import (
+    Build,
+    Bundled,
+    Cache,
+    Dist,
+    Mirrors,
+    Source,
+    acquire_artifact,
+)
+from sandbox_tools.platforms import Arch
+from sandbox_tools.release.manifest import Manifest, manifest_from_records
+from tests.release.conftest import FakeRelease
+
+
+def installed_from_git(
+    cache: Path, dist: Path, manifest: Manifest | None, offline: bool
+) -> list[Source]:
+    """The sources of a package installed from a git URL: no bundle, no checkout."""
+    return [
+        Bundled(None, manifest),
+        Cache(cache, manifest),
+        Mirrors(cache, manifest, offline),
+        Dist(dist),
+        Build(dist, enabled=False),
+    ]
+
+
+def test_no_release_names_every_source_and_the_step_that_breaks_the_circle(
+    fake_release: FakeRelease, tmp_path: Path
+) -> None:
+    """User path: `pip install git+URL`, no release for this version. The error used to
+    send the user from the injector to `tools fetch` to `tools build` and back."""
+    dist = tmp_path / "local-dist"
+    sources = installed_from_git(tmp_path / "cache", dist, None, offline=False)
+    with pytest.raises(SandboxInjectionError) as failed:
+        acquire_artifact(Arch.AMD64, sources=sources)
+    message, remedy = failed.value.message, failed.value.remedy or ""
+    for name in ("bundled:", "cache:", "fetch:", "dist:", "build:"):
+        assert name in message
+    assert "no release manifest" in message
+    assert f"tools build --arch amd64 --out {dist}" in remedy
+    # Following the step: what `tools build --out DIST` writes is what is then used.
+    shutil.copytree(fake_release.dist, dist)
+    found = acquire_artifact(Arch.AMD64, sources=sources)
+    assert found.provenance == "dist" and found.path == dist / found.name
+
+
+def test_offline_with_a_release_points_at_a_bundle(
+    fake_release: FakeRelease, tmp_path: Path
+) -> None:
+    manifest = manifest_from_records(__version__, fake_release.records, ["http://127.0.0.1:9/x"])
+    sources = installed_from_git(tmp_path / "cache", tmp_path / "none", manifest, offline=True)
+    with pytest.raises(SandboxInjectionError) as failed:
+        acquire_artifact(Arch.ARM64, sources=sources)
+    assert "offline (SANDBOX_TOOLS_OFFLINE is set)" in failed.value.message
+    assert "tools fetch --from BUNDLE" in (failed.value.remedy or "")
+
+
+class RefusingMirror:
+    """A mirror that accepts each connection and closes it at once, counting them."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/x"
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.server.accept()
+                self.connections += 1
+                conn.close()
+
+
+def test_a_dead_mirror_keeps_the_reason_and_is_not_asked_again_at_once(
+    fake_release: FakeRelease, tmp_path: Path
+) -> None:
+    """An evaluation's samples do not each retry a download that just failed; the
+    cheap sources are asked every time (a build made meanwhile is used)."""
+    mirror = RefusingMirror()
+    manifest = manifest_from_records(__version__, fake_release.records, [mirror.url])
+    now = [1000.0]
+    dist = tmp_path / "local-dist"
+    sources = installed_from_git(tmp_path / "cache", dist, manifest, offline=False)
+    sources[2] = Mirrors(tmp_path / "cache", manifest, False, clock=lambda: now[0])
+    with pytest.raises(SandboxInjectionError) as first:
+        acquire_artifact(Arch.AMD64, sources=sources)
+    assert "downloading failed" in first.value.message and mirror.url in first.value.message
+    assert "tools fetch" in (first.value.remedy or "")
+    tried = mirror.connections
+    assert tried >= 1
+    now[0] += 5
+    with pytest.raises(SandboxInjectionError) as again:
+        acquire_artifact(Arch.AMD64, sources=sources)
+    assert again.value.message == first.value.message and mirror.connections == tried
+    now[0] += 120
+    with pytest.raises(SandboxInjectionError):
+        acquire_artifact(Arch.AMD64, sources=sources)
+    assert mirror.connections > tried
+    shutil.copytree(fake_release.dist, dist)
+    assert acquire_artifact(Arch.AMD64, sources=sources).provenance == "dist"
+    mirror.server.close()
