@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from sandbox_tools.errors import EngineUnavailableError
+from sandbox_tools.platforms import Arch
+
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 
@@ -113,3 +116,61 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
         time.sleep(0.02)
+
+
+# -- the Docker engine, an offline-built image and real artifacts (every test folder) --
+
+
+def _engine_or_skip() -> Any:
+    from sandbox_tools.sandboxes.engines import docker_client
+
+    try:
+        return docker_client()
+    except EngineUnavailableError as exc:
+        if os.environ.get("SANDBOX_TOOLS_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"SANDBOX_TOOLS_REQUIRE_DOCKER=1 but {exc}")
+        pytest.skip(f"no Docker engine: {exc}")
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Any:
+    return _engine_or_skip()
+
+
+@pytest.fixture(scope="session")
+def python_image(docker_engine: Any) -> str:
+    """Debian bookworm (minbase + python3) for the host's architecture, built offline."""
+    from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+
+    recipe = RootfsRecipe(
+        suite="bookworm", arch=Arch.parse(os.uname().machine), include=("python3",)
+    )
+    return ensure_image(docker_engine, recipe)
+
+
+def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
+    from sandbox_tools.build_containers.build import BuildRequest, build
+    from sandbox_tools.cli.build_cmd import PlainReporter
+    from sandbox_tools.sandboxes.engines import Engine
+
+    request = BuildRequest(arches=(arch,), format=fmt, out_dir=out)
+    (record,) = build([Engine("default", client)], request, PlainReporter(verbose=False))
+    return record, out / record.name
+
+
+@pytest.fixture(scope="session")
+def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Artifacts built for real by `tools build` code, one build per (arch, format)."""
+    from pathlib import Path
+
+    from sandbox_tools.artifacts import ArtifactFormat
+
+    out = Path(tmp_path_factory.mktemp("dist"))
+    cache: dict[tuple[Arch, Any], Any] = {}
+
+    def get(arch: Arch, fmt: Any = ArtifactFormat.PORTABLE) -> Any:
+        if (arch, fmt) not in cache:
+            cache[arch, fmt] = _build(docker_engine, out, arch, fmt)
+        return cache[arch, fmt]
+
+    return get

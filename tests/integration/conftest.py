@@ -1,4 +1,5 @@
-"""Docker fixtures: a real engine, and an offline-built Debian image with python3."""
+"""Integration helpers: containers from the shared images, the host sites MCP servers use,
+and a real `inspect eval` in a child process (the engine and images: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,35 +9,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_tools.errors import EngineUnavailableError
 from sandbox_tools.platforms import Arch
-
-
-def _engine_or_skip() -> Any:
-    from sandbox_tools.sandboxes.engines import docker_client
-
-    try:
-        return docker_client()
-    except EngineUnavailableError as exc:
-        if os.environ.get("SANDBOX_TOOLS_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"SANDBOX_TOOLS_REQUIRE_DOCKER=1 but {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
-
-
-@pytest.fixture(scope="session")
-def docker_engine() -> Any:
-    return _engine_or_skip()
-
-
-@pytest.fixture(scope="session")
-def python_image(docker_engine: Any) -> str:
-    """Debian bookworm (minbase + python3) for the host's architecture, built offline."""
-    from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
-
-    recipe = RootfsRecipe(
-        suite="bookworm", arch=Arch.parse(os.uname().machine), include=("python3",)
-    )
-    return ensure_image(docker_engine, recipe)
 
 
 @pytest.fixture
@@ -75,34 +48,6 @@ def ensure_target_image(client: Any, target: str, arch: Arch) -> str:
     if target == "busybox":
         return ensure_busybox_image(client, arch)
     return ensure_image(client, RootfsRecipe(suite=DEBIAN_SUITES[target], arch=arch))
-
-
-def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
-    from sandbox_tools.build_containers.build import BuildRequest, build
-    from sandbox_tools.cli.build_cmd import PlainReporter
-    from sandbox_tools.sandboxes.engines import Engine
-
-    request = BuildRequest(arches=(arch,), format=fmt, out_dir=out)
-    (record,) = build([Engine("default", client)], request, PlainReporter(verbose=False))
-    return record, out / record.name
-
-
-@pytest.fixture(scope="session")
-def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Artifacts built for real by `tools build` code, one build per (arch, format)."""
-    from pathlib import Path
-
-    from sandbox_tools.artifacts import ArtifactFormat
-
-    out = Path(tmp_path_factory.mktemp("dist"))
-    cache: dict[tuple[Arch, Any], Any] = {}
-
-    def get(arch: Arch, fmt: Any = ArtifactFormat.PORTABLE) -> Any:
-        if (arch, fmt) not in cache:
-            cache[arch, fmt] = _build(docker_engine, out, arch, fmt)
-        return cache[arch, fmt]
-
-    return get
 
 
 def arches_under_test() -> list[Arch]:

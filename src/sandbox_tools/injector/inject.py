@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import functools
 import hashlib
+import logging
 import re
 import secrets
 import time
@@ -65,6 +66,8 @@ SMALL_OUTPUT = 64 * 1024  # what the fixed injection commands may print
 FIRST_CALL_TIMEOUT = 120.0  # unpack + server start + answer, under QEMU too
 _FRESH_DIR = re.compile(r"/[A-Za-z0-9/._-]+")
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class ToolSupport:
@@ -80,6 +83,7 @@ class ToolSupport:
     info: dict[str, Any] = field(default_factory=dict)
     user: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0  # how long getting it ready took (probe to first answer)
 
     @property
     def exe(self) -> str:
@@ -264,7 +268,9 @@ async def _write_artifact(sandbox: Sandbox, recon: Recon, path: str, data: bytes
     # onto a writable tmpfs. The path is an argument, never part of the script.
     code, _, stderr = await _run(
         sandbox,
-        ["sh", "-c", 'cat > "$1" && chmod 755 "$1"', "write", path],
+        # A file the provider's upload left (owned by another user) is replaced, not
+        # written into: the directory is the one this injection made.
+        ["sh", "-c", 'rm -f "$1" && cat > "$1" && chmod 755 "$1"', "write", path],
         f"writing {path}",
         input=data,
         timeout=UPLOAD_TIMEOUT,
@@ -339,6 +345,28 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
             f"{stderr or stdout.strip()[:200] or f'exit {code}'}",
             remedy="Check free space and permissions of the directory.",
         )
+    try:
+        await _fill(sandbox, recon, artifact, install_dir, data)
+    except BaseException:
+        await _remove_quietly(sandbox, install_dir)
+        raise
+    return install_dir, 2
+
+
+async def _remove_quietly(sandbox: Sandbox, install_dir: str) -> None:
+    """Remove a directory this injection made and could not finish: a failure leaves
+    nothing behind (rm -rf does not follow links the agent may have put in it)."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(
+            sandbox.exec(
+                ["rm", "-rf", "--", install_dir], timeout=STEP_TIMEOUT, max_output=SMALL_OUTPUT
+            )
+        )
+
+
+async def _fill(
+    sandbox: Sandbox, recon: Recon, artifact: Artifact, install_dir: str, data: bytes
+) -> None:
     staging = f"{install_dir}/.{EXE_NAME}.partial"
     exe = f"{install_dir}/{EXE_NAME}"
     with _step("upload"):
@@ -363,7 +391,6 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
             f"cannot finish the install in {install_dir}: {stderr}",
             remedy="Check permissions of the install directory.",
         )
-    return install_dir, 2
 
 
 def _random_suffix() -> str:
@@ -469,6 +496,7 @@ async def prepare_tool_support(
     """Inject (or reuse) the runtime and connect to it; no caching here."""
     from sandbox_tools._version import __version__
 
+    started = time.monotonic()
     with _step("probe"):
         recon = await reconnoitre(sandbox)
     if recon.arch is None:
@@ -493,6 +521,36 @@ async def prepare_tool_support(
     reused = install_dir is not None
     if install_dir is None:
         install_dir, writes = await _install(sandbox, recon, artifact)
+    try:
+        support = await _start(sandbox, recon, artifact, install_dir, user, persistent)
+    except BaseException:
+        if writes and recon.has_shell:  # made now and unusable: leave nothing behind
+            await _remove_quietly(sandbox, install_dir)
+        raise
+    support.reused, support.writes = reused, writes
+    log.info(
+        "sandbox-tools %s in %s: %s %s (%s) at %s as uid %s in %.1f s",
+        __version__,
+        sandbox.name,
+        "reused" if reused else "installed",
+        artifact.name,
+        artifact.provenance,
+        install_dir,
+        "?" if recon.uid is None else recon.uid,
+        time.monotonic() - started,
+    )
+    support.seconds = time.monotonic() - started
+    return support
+
+
+async def _start(
+    sandbox: Sandbox,
+    recon: Recon,
+    artifact: Artifact,
+    install_dir: str,
+    user: str | None,
+    persistent: bool,
+) -> ToolSupport:
     exe = f"{install_dir}/{EXE_NAME}"
     with _step("runtime environment"):
         env = await _runtime_env_for(sandbox, recon, install_dir, user)
@@ -523,9 +581,7 @@ async def prepare_tool_support(
             f"{exe} reports build {str(info.get('build_id'))[:100]}, expected {artifact.build_id}",
             remedy="Remove the stale install directory from the sandbox.",
         )
-    return ToolSupport(
-        sandbox, recon, artifact, install_dir, client, reused, writes, info, user, env
-    )
+    return ToolSupport(sandbox, recon, artifact, install_dir, client, False, 0, info, user, env)
 
 
 class Injector:

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sandbox_tools.errors import SandboxOutputLimitError
+from sandbox_tools.errors import SandboxExecError, SandboxOutputLimitError
 from sandbox_tools.sandboxes.base import (
     DEFAULT_EXEC_OUTPUT_LIMIT,
     DEFAULT_EXEC_TIMEOUT,
@@ -20,11 +20,23 @@ from sandbox_tools.sandboxes.base import (
 )
 
 
+def describe(environment: Any, name: str | None = None) -> str:
+    """How messages name an inspect sandbox: its name in the sample and its kind (inspect
+    hands tools a proxy that records events; the kind is that of what it wraps)."""
+    inner = getattr(environment, "_sandbox", environment)
+    return f"inspect sandbox {name or 'default'!r} ({type(inner).__name__})"
+
+
 class InspectSandbox(Sandbox):
-    def __init__(self, environment: Any, name: str | None = None) -> None:
+    """`environment` as a provider. `user` is whom commands run as when a call names
+    nobody (None: the sandbox's default user); the tools pass "root" where the sandbox
+    allows it, so the runtime is installed and run by root, out of the agent's reach."""
+
+    def __init__(self, environment: Any, name: str | None = None, user: str | None = None) -> None:
         self.environment = environment
+        self.user = user
         # A readable name for messages; the injector keys its state by object identity.
-        self.name = name or f"inspect:{type(environment).__name__}:{id(environment):x}"
+        self.name = name or describe(environment)
 
     async def exec(
         self,
@@ -44,7 +56,7 @@ class InspectSandbox(Sandbox):
                 input=as_bytes(input),
                 cwd=cwd,
                 env=dict(env or {}),
-                user=user,
+                user=user or self.user,
                 timeout=math.ceil(timeout) if timeout else None,
                 timeout_retry=False,  # the injector and exec_remote choose their own retries
             )
@@ -62,11 +74,23 @@ class InspectSandbox(Sandbox):
         return ExecOutput(int(result.returncode), stdout, stderr)
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        await self.environment.write_file(path, data)
-        if mode != 0o644:
-            changed = await self.exec(["chmod", f"{mode:o}", path])
-            if changed.returncode != 0:
-                raise PermissionError(changed.stderr.decode(errors="replace").strip() or path)
+        """inspect's write_file writes as the sandbox's default user (its docker sandbox)
+        or as whoever its provider chooses; where this adapter runs commands as another
+        user, the file is written by that user, so it owns what it must then change."""
+        if self.user is None:
+            await self.environment.write_file(path, data)
+            if mode == 0o644:
+                return
+            command = ["chmod", f"{mode:o}", path]
+        else:
+            command = ["sh", "-c", 'cat > "$1" && chmod "$2" "$1"', "write", path, f"{mode:o}"]
+        done = await self.exec(command, input=data if self.user is not None else None)
+        if done.returncode != 0:
+            why = done.stderr.decode(errors="replace").strip()[-300:]
+            raise SandboxExecError(
+                f"cannot write {path} with mode {mode:o} in {self.name}: "
+                f"{why or f'exit {done.returncode}'}"
+            )
 
     async def read_file(self, path: str) -> bytes:
         data = await self.environment.read_file(path, text=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from inspect_ai.util import SandboxEnvironment, sandboxenv
 from pydantic import BaseModel, Field
 
 from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.injector.acquire import acquire_artifact
 from sandbox_tools.inspect.provider_env import ProviderEnvironment
+from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.engines import docker_client
 
@@ -62,7 +65,8 @@ def docker_sdk_config(config: Any) -> DockerSdkConfig:
                 return DockerSdkConfig.model_validate(yaml.safe_load(path.read_text()))
             except (yaml.YAMLError, ValueError) as exc:
                 raise ConfigurationError(
-                    f"{path}: not a docker_sdk sandbox config: {exc}"
+                    f"{path}: not a docker_sdk sandbox config: {exc}",
+                    remedy="Its fields are those of DockerSdkConfig (README: Sandboxes).",
                 ) from None
         return DockerSdkConfig(image=config)
     raise ConfigurationError(
@@ -70,17 +74,54 @@ def docker_sdk_config(config: Any) -> DockerSdkConfig:
     )
 
 
-def _run(config: DockerSdkConfig, task_name: str) -> Any:
+def _image_named_by(client: Any, config: str) -> str:
+    """The image a string config names. inspect turns a relative config into a path
+    under the task's directory (`my-image:tag` arrives as `/task/dir/my-image:tag`), so
+    the name is read back from the end: the longest tail that is an image on the engine."""
     import docker
 
-    client = docker_client()
+    parts = config.split("/")
+    tails = ["/".join(parts[n:]) for n in range(len(parts)) if parts[n]]
+    for tail in tails:
+        try:
+            client.images.get(tail)
+            return tail
+        except (docker.errors.ImageNotFound, docker.errors.APIError):
+            continue
+    raise ConfigurationError(
+        f"no image named by {config!r} is on the Docker engine (inspect puts the task's "
+        f"directory in front of a relative config; tried {', '.join(map(repr, tails[-3:]))})",
+        remedy="Pull or build the image first (the docker_sdk sandbox never pulls during "
+        "an evaluation), or pass DockerSdkConfig(image=...).",
+    )
+
+
+def resolved_config(client: Any, config: Any) -> DockerSdkConfig:
+    """The config inspect passed, with an image-name string resolved on the engine."""
+    import docker
+
+    if isinstance(config, str) and not Path(config).is_file():
+        if Path(config).suffix in (".json", ".yaml", ".yml"):
+            raise ConfigurationError(
+                f"the docker_sdk sandbox config file {config} does not exist",
+                remedy="A relative path is read from the task's directory.",
+            )
+        return DockerSdkConfig(image=_image_named_by(client, config))
+    resolved = docker_sdk_config(config)
     try:
-        client.images.get(config.image)
+        client.images.get(resolved.image)
     except docker.errors.ImageNotFound:
         raise ConfigurationError(
-            f"image {config.image!r} is not on the Docker engine; pull or build it first "
-            "(the docker_sdk sandbox never pulls during an evaluation)"
+            f"image {resolved.image!r} is not on the Docker engine",
+            remedy="Pull or build it first: the docker_sdk sandbox never pulls during an "
+            "evaluation.",
         ) from None
+    return resolved
+
+
+def _run(config: Any, task_name: str) -> Any:
+    client = docker_client()
+    config = resolved_config(client, config)
     options: dict[str, Any] = {
         "command": config.command,
         "detach": True,
@@ -115,8 +156,21 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
     async def sample_init(
         cls, task_name: str, config: Any, metadata: dict[str, str]
     ) -> dict[str, SandboxEnvironment]:
-        client, container = await asyncio.to_thread(_run, docker_sdk_config(config), task_name)
+        client, container = await asyncio.to_thread(_run, config, task_name)
         return {"default": cls(DockerSandbox(container, client))}
+
+    @classmethod
+    async def task_init(cls, task_name: str, config: Any) -> None:
+        """Fail at the start of the task, once, where no sample could work: the image
+        is not on the engine, or no runtime artifact can be had for its architecture."""
+
+        def check() -> None:
+            client = docker_client()
+            image = client.images.get(resolved_config(client, config).image)
+            arch = Arch.parse(str(image.attrs.get("Architecture") or os.uname().machine))
+            acquire_artifact(arch)
+
+        await asyncio.to_thread(check)
 
     @classmethod
     async def sample_cleanup(

@@ -1,0 +1,207 @@
+"""User journeys: an evaluation author's inspect task, written as README.md writes it
+("Our tools in an ordinary inspect task"), run with a real `inspect eval` and mockllm,
+for each way the docs configure the sandbox and each kind of sandbox user.
+
+Each journey asserts what the author sees: the exit code, the sample's score, the
+transcript's sandbox-tools event, the error text. Run them alone with `-m journey`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_tools.platforms import Arch
+
+pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
+pytestmark = [pytest.mark.journey, pytest.mark.docker]
+
+# The README's task, made whole: the model (mockllm, given usage so that it needs no
+# tokenizer from the network) runs a shell command and edits a file; the scorer reads
+# the file in the sandbox.
+TASK = textwrap.dedent(
+    """
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+    from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer
+    from inspect_ai.solver import TaskState, generate, use_tools
+    from inspect_ai.util import sandbox
+    from sandbox_tools.inspect import DockerSdkConfig, bash_session, exec_remote, text_editor
+
+    M = "mockllm/model"
+    SCRIPT = [
+        ModelOutput.for_tool_call(
+            M,
+            "bash_session",
+            {{"action": "type_submit", "input": "id -u > {workdir}/who; echo done"}},
+        ),
+        ModelOutput.for_tool_call(
+            M,
+            "text_editor",
+            {{"command": "create", "path": "{workdir}/answer.txt", "file_text": "42\\n"}},
+        ),
+        ModelOutput.from_content(M, "done"),
+    ]
+    for output in SCRIPT:
+        output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+
+
+    @scorer(metrics=[accuracy()])
+    def written():
+        async def score(state: TaskState, target: Target) -> Score:
+            answer = await sandbox().exec(["cat", "{workdir}/answer.txt", "{workdir}/who"])
+            awaited = await exec_remote(["sh", "-c", "id -u"], stream=False)
+            seen = [answer.stdout, awaited.stdout]
+            uid = target.text + "\\n"
+            ok = answer.stdout == "42\\n" + uid and awaited.stdout == uid
+            return Score(value=CORRECT if ok else INCORRECT, explanation=repr(seen))
+
+        return score
+
+
+    @task
+    def my_task():
+        return Task(
+            dataset=[Sample(input="Write 42 to the answer file", target="{uid}")],
+            solver=[use_tools(bash_session(), text_editor()), generate()],
+            scorer=written(),
+            model=get_model(M, custom_outputs=SCRIPT),
+            sandbox={sandbox},
+        )
+    """
+)
+
+
+def run_eval(
+    directory: Path, sandbox: str, uid: int, workdir: str, env: dict[str, str], *options: str
+) -> subprocess.CompletedProcess[str]:
+    """`inspect eval my_task.py` from the task's directory, as the docs run it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "my_task.py").write_text(TASK.format(sandbox=sandbox, uid=uid, workdir=workdir))
+    return subprocess.run(
+        [sys.executable, "-m", "inspect_ai", "eval", "my_task.py", *options,
+         "--log-format", "json", "--display", "plain"],
+        capture_output=True,
+        text=True,
+        cwd=directory,
+        env={**os.environ, "INSPECT_LOG_DIR": str(directory / "logs"), **env},
+        timeout=900,
+    )  # fmt: skip
+
+
+def the_sample(directory: Path, done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (log_file,) = (directory / "logs").glob("*.json")
+    log = json.loads(log_file.read_text())
+    assert log["status"] == "success", log.get("error")
+    (sample,) = log["samples"]
+    assert sample.get("error") is None, sample["error"]
+    return dict(sample)
+
+
+def injection_event(sample: dict[str, Any]) -> dict[str, Any]:
+    """What the transcript says about how the runtime got into the sandbox."""
+    (event,) = [
+        e
+        for e in sample["events"]
+        if e.get("event") == "info" and e.get("source") == "sandbox-tools"
+    ]
+    return dict(event["data"])
+
+
+@pytest.fixture
+def dist(built_artifacts: Any) -> dict[str, str]:
+    """Where the journeys' artifact comes from: a local build (SANDBOX_TOOLS_DIST)."""
+    _record, artifact = built_artifacts(Arch.parse(os.uname().machine))
+    return {"SANDBOX_TOOLS_DIST": str(artifact.parent)}
+
+
+USERS = {
+    "root": (None, 0),
+    "a-user-with-a-passwd-entry": ("nobody", 65534),
+    "a-uid-without-a-passwd-entry": ("1000:1000", 1000),
+}
+
+
+@pytest.mark.parametrize("user", list(USERS))
+def test_the_readme_config_object_for_any_default_user(
+    python_image: str, dist: dict[str, str], tmp_path: Path, user: str
+) -> None:
+    """User path: `sandbox=("docker_sdk", DockerSdkConfig(image=...))` as in the README,
+    with the sandbox's default user set as evaluation authors do (`user="1000:1000"`)."""
+    name, uid = USERS[user]
+    config = f"DockerSdkConfig(image={python_image!r}, user={name!r})"
+    done = run_eval(tmp_path, f'("docker_sdk", {config})', uid, "/tmp", dist)
+    sample = the_sample(tmp_path, done)
+    assert sample["scores"]["written"]["value"] == "C", sample["scores"]["written"]
+    event = injection_event(sample)
+    # The runtime was installed and runs as root, out of the agent's reach.
+    assert event["runs_as_uid"] == 0 and event["source"] == "dist" and not event["reused"]
+    assert event["install_dir"].startswith("/") and event["seconds"] > 0
+
+
+def test_a_read_only_root_with_a_tmpfs_as_uid_1000(
+    python_image: str, dist: dict[str, str], tmp_path: Path
+) -> None:
+    """User path: read-only root, a tmpfs to work in, agent as uid 1000 (the error used
+    to tell the author to "omit user=", which they never passed)."""
+    config = (
+        f"DockerSdkConfig(image={python_image!r}, user='1000:1000', read_only=True, "
+        "tmpfs={'/tmp': 'exec,mode=1777'})"
+    )
+    done = run_eval(tmp_path, f'("docker_sdk", {config})', 1000, "/tmp", dist)
+    sample = the_sample(tmp_path, done)
+    assert sample["scores"]["written"]["value"] == "C", sample["scores"]["written"]
+
+
+def test_busybox_without_libc_as_uid_1000(
+    docker_engine: Any, dist: dict[str, str], tmp_path: Path
+) -> None:
+    from sandbox_tools.sandboxes.images import ensure_busybox_image
+
+    image = ensure_busybox_image(docker_engine, Arch.parse(os.uname().machine))
+    config = f"DockerSdkConfig(image={image!r}, user='1000:1000')"
+    done = run_eval(tmp_path, f'("docker_sdk", {config})', 1000, "/tmp", dist)
+    sample = the_sample(tmp_path, done)
+    assert sample["scores"]["written"]["value"] == "C", sample["scores"]["written"]
+
+
+def test_an_image_name_in_the_task_and_on_the_command_line(
+    python_image: str, dist: dict[str, str], tmp_path: Path
+) -> None:
+    """User path: the README's "or an image name" form; inspect hands it over as a path
+    under the task's directory."""
+    done = run_eval(tmp_path / "task", f'("docker_sdk", {python_image!r})', 0, "/tmp", dist)
+    the_sample(tmp_path / "task", done)
+    done = run_eval(
+        tmp_path / "cli", "None", 0, "/tmp", dist, "--sandbox", f"docker_sdk:{python_image}"
+    )
+    the_sample(tmp_path / "cli", done)
+
+
+def test_a_config_file_on_the_command_line(
+    python_image: str, dist: dict[str, str], tmp_path: Path
+) -> None:
+    """User path: `--sandbox docker_sdk:sandbox.json` (README, Sandboxes)."""
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "sandbox.json").write_text(json.dumps({"image": python_image, "user": "1000"}))
+    done = run_eval(tmp_path, "None", 1000, "/tmp", dist, "--sandbox", "docker_sdk:sandbox.json")
+    the_sample(tmp_path, done)
+
+
+def test_a_missing_image_fails_the_task_at_start_with_one_message(
+    docker_engine: Any, dist: dict[str, str], tmp_path: Path
+) -> None:
+    done = run_eval(tmp_path, '("docker_sdk", "no-such-image:1")', 0, "/tmp", dist)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "no image named by" in output and "no-such-image:1" in output
+    assert "Pull or build the image first" in output
