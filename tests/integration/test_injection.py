@@ -127,6 +127,26 @@ async def test_read_only_root_with_only_noexec_mounts_fails_clearly(
         await forget_sandbox(sandbox)
 
 
+async def test_a_failed_install_leaves_nothing_behind(
+    docker_engine: Any, debian_image: str, dist_env: Any
+) -> None:
+    """Issue path: an install that fails half way (here the tmpfs is too small for the
+    artifact) removes the directory it made, so that retries do not pile up copies."""
+    with running_container(
+        docker_engine,
+        debian_image,
+        read_only=True,
+        tmpfs={"/tmp": "exec,mode=1777,size=1m", "/var/tmp": "noexec,mode=1777"},
+    ) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        with pytest.raises(SandboxInjectionError) as failure:
+            await tool_support_sandbox(sandbox)
+        assert "/tmp/sandbox-tools-" in str(failure.value)
+        left = await sandbox.exec(["sh", "-c", "ls -A /tmp; df -k /tmp | tail -1"])
+        assert "sandbox-tools" not in left.stdout.decode(), left.stdout
+        await forget_sandbox(sandbox)
+
+
 async def test_unsupported_platform_names_the_platform_and_the_supported_list(
     tmp_path: Any,
 ) -> None:

@@ -20,11 +20,20 @@ from sandbox_tools.runtime.tools.text_editor.tool_types import Command as TextEd
 from sandbox_tools.runtime.tools.text_editor.tool_types import TextEditorParams
 
 
-async def new_bash_session(client: RuntimeClient, user: User | None = None) -> str:
-    """Start an interactive shell; returns its session name (BashSession, BashSession_1...)."""
+async def start_bash_session(client: RuntimeClient, user: User | None = None) -> tuple[str, str]:
+    """Start an interactive shell: its session name (BashSession, BashSession_1...) and
+    the runtime's note for whoever reads the output ("" or, e.g., that an image without
+    bash got `sh -i`, so the model should not expect bash syntax)."""
     params = NewSessionParams(user=None).to_params(user=user)
     result = await client.call("bash_session_new_session", params)
-    return str(result_fields(result, "bash_session_new_session", session_name=str)["session_name"])
+    name = result_fields(result, "bash_session_new_session", session_name=str)["session_name"]
+    note = result.get("note") if isinstance(result, dict) else None
+    return str(name), note if isinstance(note, str) else ""
+
+
+async def new_bash_session(client: RuntimeClient, user: User | None = None) -> str:
+    """Start an interactive shell; returns its session name."""
+    return (await start_bash_session(client, user))[0]
 
 
 async def bash_session(
