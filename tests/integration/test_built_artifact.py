@@ -119,3 +119,38 @@ async def test_large_requests_and_responses_through_the_built_artifact(
             assert "400000\t" + "a" * 100 in view and "truncated" in view
         finally:
             await client.aclose()
+
+
+@pytest.mark.security
+async def test_another_user_cannot_prepare_the_server_directory_first(
+    docker_engine: Any, built_artifacts: Any
+) -> None:
+    """THREAT_MODEL.md rule 1 (the agent cannot take over the runtime): with no
+    SANDBOX_TOOLS_DIR (inspect's own host code runs us so), a root runtime installed in a
+    directory of root's keeps its server beside the executable. An agent (uid 1000) that
+    makes the shared default directory first no longer stops the tools: the runtime once
+    refused that directory, and every call failed."""
+    arch = arches_under_test()[0]
+    _record, artifact = built_artifacts(arch)
+    image = ensure_target_image(docker_engine, "debian-12", arch)
+    with running_container(docker_engine, image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        assert (await sandbox.exec(["sh", "-c", "mkdir -m 755 /opt/st /tmp/shared"])).success
+        exe = "/opt/st/sandbox-tools"
+        await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
+        shared = "/tmp/shared/sandbox-tools"  # the same build where anyone may write
+        assert (
+            await sandbox.exec(["sh", "-c", f"cp {exe} {shared} && chmod 777 /tmp/shared"])
+        ).success
+        # Where a root runtime puts its server when its own directory is shared:
+        elsewhere = ExecRuntimeClient(sandbox, [shared])
+        fallback = (await elsewhere.call("runtime_info"))["server_dir"]
+        assert fallback.startswith("/tmp/sandbox-tools-0-")
+        await elsewhere.call("sandbox_tools_shutdown")
+        assert (await sandbox.exec(["rm", "-rf", fallback])).success
+        planted = await sandbox.exec(["mkdir", "-m", "700", fallback], user="1000:1000")
+        assert planted.success, planted.stderr
+        info = await ExecRuntimeClient(sandbox, [exe]).call("runtime_info")
+        assert info["server_dir"].startswith("/opt/st/.run-0-"), info
+        taken = await sandbox.exec(["mkdir", "/opt/st/.run-1000-x"], user="1000:1000")
+        assert not taken.success  # nobody else can prepare one beside the executable

@@ -590,8 +590,11 @@ static char err_buf[16384];
 
 /* The default server directory is keyed by this build's tree id: a client only ever
  * talks to a server of its own build, never to another version's, a stale one, or one
- * another runtime of the same uid left in a shared directory. main() exports it, so the
- * Python side (bridge, server) uses exactly this directory. */
+ * another runtime of the same uid left in a shared directory. It lies beside the
+ * executable when that directory is ours alone (an install by root, run by root), so
+ * that no other user can prepare it first; otherwise in $TMPDIR, where a directory
+ * someone else made is refused. main() exports it, so the Python side (bridge, server)
+ * uses exactly this directory. */
 static void server_dir(char *out, size_t n) {
     const char *configured = getenv("SANDBOX_TOOLS_DIR");
     if (configured && *configured) {
@@ -603,6 +606,18 @@ static void server_dir(char *out, size_t n) {
     struct trailer t;
     read_trailer(fd, &t);
     close(fd);
+    char home[4096];
+    snprintf(home, sizeof home, "%s", self_path);
+    char *slash = strrchr(home, '/');
+    struct stat st;
+    if (slash && slash != home && (size_t)(slash - home) < 64) {
+        *slash = 0;
+        if (lstat(home, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+            !(st.st_mode & 022) && access(home, W_OK) == 0) {
+            snprintf(out, n, "%s/.run-%u-%.16s", home, (unsigned)geteuid(), t.tree_id);
+            return;
+        }
+    }
     const char *base = getenv("TMPDIR");
     snprintf(out, n, "%s/sandbox-tools-%u-%.16s", base && *base ? base : "/tmp",
              (unsigned)geteuid(), t.tree_id);
