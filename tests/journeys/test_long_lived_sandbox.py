@@ -1,0 +1,163 @@
+"""User journey: many samples in a row on a sandbox that outlives each of them
+(inspect's `local` sandbox: this machine), with inspect's own host code driving our
+runtime and with our tools. One runtime server serves them all.
+
+Each sample runs exec_remote (no cwd: it must start in the sample's directory, which
+the previous sample's cleanup deleted for that sample), a bash session and the text
+editor. Before, every exec_remote after the first sample carried a `getcwd` error, and
+the 17th sample was refused a bash session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_tools.platforms import Arch
+
+pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
+pytestmark = [pytest.mark.journey, pytest.mark.docker]  # docker: the artifact is built
+
+SAMPLES = 20
+INSPECT_TOOLS_DIR = Path("/var/tmp/.da7be258e003d428")  # where inspect installs its CLI
+
+TASK = textwrap.dedent(
+    """
+    import os
+
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer
+    from inspect_ai.solver import Generate, TaskState, solver
+    from inspect_ai.util import sandbox
+
+    OURS = os.environ["JOURNEY_TOOLS"] == "ours"
+    if OURS:
+        from sandbox_tools.inspect import bash_session, exec_remote, text_editor
+    else:
+        from inspect_ai.tool import bash_session, text_editor
+
+
+    async def run_remote(cmd):
+        if OURS:
+            return await exec_remote(cmd, stream=False)
+        return await sandbox().exec_remote(cmd, stream=False)
+
+
+    @solver
+    def every_tool():
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            here = (await sandbox().exec(["pwd"])).stdout.strip()
+            remote = await run_remote(["sh", "-c", "pwd; echo ok"])
+            shell = bash_session()
+            typed = await shell(action="type_submit", input="echo $((6 * 7))")
+            editor = text_editor()
+            path = f"{here}/note.txt"
+            await editor(command="create", path=path, file_text="hello\\n")
+            viewed = await editor(command="view", path=path)
+            state.store.set("seen", {
+                "here": here, "stdout": remote.stdout, "stderr": remote.stderr,
+                "bash": str(typed), "view": str(viewed),
+            })
+            return state
+
+        return solve
+
+
+    @scorer(metrics=[accuracy()])
+    def all_worked():
+        async def score(state: TaskState, target: Target) -> Score:
+            seen = state.store.get("seen")
+            ok = (
+                seen["stdout"] == seen["here"] + "\\nok\\n"
+                and seen["stderr"] == ""
+                and "42" in seen["bash"]
+                and seen["view"].endswith("1\\thello\\n")
+            )
+            return Score(value=CORRECT if ok else INCORRECT, explanation=repr(seen))
+
+        return score
+
+
+    @task
+    def many():
+        return Task(
+            dataset=[Sample(input=str(n), id=n) for n in range(1, __SAMPLES__ + 1)],
+            solver=every_tool(),
+            scorer=all_worked(),
+            sandbox="local",
+        )
+    """
+).replace("__SAMPLES__", str(SAMPLES))
+
+
+@pytest.fixture
+def artifact(built_artifacts: Any) -> Path:
+    _record, path = built_artifacts(Arch.parse(os.uname().machine))
+    return Path(path)
+
+
+def run_many(tmp_path: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    task_file = tmp_path / "many.py"
+    task_file.write_text(TASK)
+    done = subprocess.run(
+        [sys.executable, "-m", "inspect_ai", "eval", "many.py", "--model", "mockllm/model",
+         "--max-samples", "1", "--log-format", "json", "--display", "plain"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "INSPECT_LOG_DIR": str(tmp_path / "logs"), **env},
+        timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (log_file,) = (tmp_path / "logs").glob("*.json")
+    log = json.loads(log_file.read_text())
+    assert log["status"] == "success", log.get("error")
+    return list(log["samples"])
+
+
+def assert_every_sample_worked(samples: list[dict[str, Any]]) -> None:
+    assert len(samples) == SAMPLES
+    for sample in samples:
+        assert sample.get("error") is None, (sample["id"], sample["error"])
+        score = sample["scores"]["all_worked"]
+        assert score["value"] == "C", (sample["id"], score["explanation"])
+
+
+@pytest.fixture
+def inspects_own_install() -> Iterator[None]:
+    shutil.rmtree(INSPECT_TOOLS_DIR, ignore_errors=True)
+    yield
+    cli = INSPECT_TOOLS_DIR / "inspect-sandbox-tools"
+    subprocess.run([str(cli), "stop-server"], capture_output=True, timeout=60, check=False)
+    shutil.rmtree(INSPECT_TOOLS_DIR, ignore_errors=True)
+
+
+def test_inspects_own_host_code_on_our_runtime(
+    artifact: Path, inspects_own_install: None, tmp_path: Path
+) -> None:
+    """User path: inspect's own tools with our artifact as inspect's runtime, `local`."""
+    from sandbox_tools.inspect.dropin import as_inspect_dev_runtime
+
+    with as_inspect_dev_runtime(artifact, Arch.parse(os.uname().machine)):
+        samples = run_many(
+            tmp_path, {"JOURNEY_TOOLS": "inspect", "INSPECT_SANDBOX_TOOLS_INSTALL_STATE": "edited"}
+        )
+    assert_every_sample_worked(samples)
+
+
+def test_our_tools(artifact: Path, tmp_path: Path) -> None:
+    """User path: our tools (README's inspect example) on the `local` sandbox."""
+    samples = run_many(
+        tmp_path, {"JOURNEY_TOOLS": "ours", "SANDBOX_TOOLS_DIST": str(artifact.parent)}
+    )
+    assert_every_sample_worked(samples)
