@@ -49,6 +49,13 @@ TASK = textwrap.dedent(
 
     WORK = os.environ["CONFORMANCE_WORK"]
     CLI = "/var/tmp/.da7be258e003d428/inspect-sandbox-tools"
+    # Killed 1.5 s after the start, before any poll: what it printed comes, its TERM trap's
+    # output never (nothing polls after a kill); killed after it exited by itself.
+    KILLED = {
+        "trapped": ["sh", "-c", "trap 'echo bye; exit 0' TERM; echo up; "
+                    "while :; do sleep 0.1; done"],
+        "exited": ["sh", "-c", "echo done; exit 3"],
+    }
 
 
     async def events(proc):
@@ -60,6 +67,34 @@ TASK = textwrap.dedent(
                 seen.append(["stderr", event.data])
             elif isinstance(event, ExecCompleted):
                 seen.append(["completed", event.exit_code])
+        return seen
+
+
+    async def gone(pid):
+        await asyncio.sleep(1)
+        probe = f"kill -0 {pid} 2>/dev/null && echo alive || echo gone"
+        return (await sandbox().exec(["sh", "-c", probe])).stdout
+
+
+    # What the iterator yields after kill(), for processes started by `start` (inspect's
+    # own sandbox().exec_remote, or ours).
+    async def after_kill(start):
+        seen = {}
+        for name, cmd in KILLED.items():
+            proc = await start(cmd)
+            await asyncio.sleep(1.5)
+            await proc.kill()
+            seen[name] = await events(proc)
+        # Killed from inside the loop, at its first event.
+        proc = await start(["sh", "-c", "echo one; exec sleep 300"])
+        await asyncio.sleep(1)
+        in_loop = []
+        async for event in proc:
+            in_loop.append([event.type, getattr(event, "data", None)])
+            if len(in_loop) == 1:
+                await proc.kill()
+        seen["in_loop"] = in_loop
+        seen["in_loop_process"] = await gone(proc.pid)
         return seen
 
 
@@ -80,6 +115,11 @@ TASK = textwrap.dedent(
             await asyncio.sleep(1)
             probe = f"kill -0 {sleeper.pid} 2>/dev/null && echo alive || echo gone"
             r["killed"] = (await sb.exec(["sh", "-c", probe])).stdout
+            r["after_kill"] = {"inspect": await after_kill(sb.exec_remote)}
+            if os.environ.get("CONFORMANCE_OURS"):  # ours, side by side, in the same sandbox
+                from sandbox_tools.inspect import exec_remote
+
+                r["after_kill"]["ours"] = await after_kill(exec_remote)
 
             bash = bash_session()
             r["bash"] = [
@@ -153,6 +193,8 @@ def _check_every_tool(r: dict[str, Any], record: Any, uid: str, work: str) -> No
     assert r["awaitable"] == [3, "out\n", "err\n"]
     assert r["stdin"] == [["stdout", "fed through stdin\n"], ["completed", 0]]
     assert r["killed"] == "gone\n"
+    # After kill(): the output no poll had delivered, no ExecCompleted, and the end.
+    assert r["after_kill"]["inspect"] == AFTER_KILL
     assert r["bash"][1] == f"42 {work}\n{uid}\n"
     assert r["after_insert"].endswith("     1\talpha\n     2\tinserted\n     3\tgamma\n")
     assert r["after_undo"].endswith("     1\talpha\n     2\tgamma\n")
@@ -161,6 +203,14 @@ def _check_every_tool(r: dict[str, Any], record: Any, uid: str, work: str) -> No
     assert r["owners"] == [uid, uid]
     # The view came back in pieces through inspect's continuation exchange.
     assert "__inspect_json_rpc_response_chunk__" in r["_log_text"]
+
+
+AFTER_KILL = {
+    "trapped": [["stdout", "up\n"]],
+    "exited": [["stdout", "done\n"]],
+    "in_loop": [["stdout", "one\n"]],
+    "in_loop_process": "gone\n",
+}
 
 
 def test_inspect_version_is_the_proven_one() -> None:
@@ -190,15 +240,25 @@ def test_inspects_own_tools_run_on_our_runtime_in_a_local_sandbox(
 
 @pytest.mark.docker
 def test_inspects_own_tools_run_on_our_runtime_in_a_docker_sandbox_as_a_uid_without_passwd(
-    our_runtime_as_inspects: Any, python_image: str, tmp_path: Path
+    our_runtime_as_inspects: Any, built_artifacts: Any, python_image: str, tmp_path: Path
 ) -> None:
     """The container's default user is 4242:4242, which has no passwd entry: inspect sends
-    {uid, gid, groups, home} with every call and our runtime, started as root, switches."""
+    {uid, gid, groups, home} with every call and our runtime, started as root, switches.
+
+    Our own `sandbox_tools.inspect.exec_remote` runs the kill cases beside inspect's, in
+    the same sandbox: its iterator must yield exactly what inspect's does."""
+    _record, artifact = built_artifacts(Arch.parse(os.uname().machine))
     config = tmp_path / "sandbox.json"
     config.write_text(json.dumps({"image": python_image, "user": "4242:4242"}))
     results = _run_eval(
         tmp_path,
         f"docker_sdk:{config}",
-        {"CONFORMANCE_WORK": "/tmp/work-4242", "CONFORMANCE_CLI_USER": "root"},
+        {
+            "CONFORMANCE_WORK": "/tmp/work-4242",
+            "CONFORMANCE_CLI_USER": "root",
+            "CONFORMANCE_OURS": "1",
+            "SANDBOX_TOOLS_DIST": str(artifact.parent),
+        },
     )
     _check_every_tool(results, our_runtime_as_inspects, "4242", "/tmp/work-4242")
+    assert results["after_kill"]["ours"] == results["after_kill"]["inspect"] == AFTER_KILL

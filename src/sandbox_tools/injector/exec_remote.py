@@ -3,21 +3,34 @@
 Built on any `RuntimeClient`. Output is pulled with long polls (`wait_ms`), so a
 process's exit is seen as soon as it happens rather than at the next tick of a
 fixed poll loop; each poll acknowledges what the previous one delivered.
+
+A call that gets no answer in time raises `CallTimeoutError`, both a
+`RuntimeTransportError` and a `TimeoutError`. Polls (and kill and close_stdin, which the
+runtime takes as often as they come) can be re-sent after timing out
+(`poll_timeout_retry`, `poll_timeout_recovery`): a re-sent poll carries the same
+`ack_seq`, so it replays what the lost answer carried. A start or a stdin write is never
+re-sent: the runtime cannot tell a second one from a new request, so the command would
+run twice or the data arrive twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shlex
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
 from sandbox_tools.errors import RuntimeTransportError
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
+from sandbox_tools.injector.jsonrpc_client import (
+    DEFAULT_CALL_TIMEOUT,
+    RuntimeClient,
+    result_fields,
+)
 from sandbox_tools.protocol import User
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
     AckParams,
@@ -37,6 +50,20 @@ KILL_TIMEOUT = 5.0
 # Kills sent after their caller was cancelled, kept until done (a task needs a reference).
 _BACKGROUND: set[asyncio.Task[None]] = set()
 _STATES = ("running", "completed", "killed")
+# A timed-out call is ended here this long before the transport's own timeout would end
+# it, so a timeout is always told apart (CallTimeoutError) from other transport failures.
+CALL_GRACE = 1.0
+# Pause before a poll that timed out is sent again under `poll_timeout_recovery` (inspect's).
+RECOVERY_WAIT = 5.0
+# The longest a retried call may wait (inspect's schedule: the call's own timeout, then
+# no more than this, then no more than half of it).
+RETRY_TIMEOUT_CAP = 60.0
+
+log = logging.getLogger(__name__)
+
+
+class CallTimeoutError(RuntimeTransportError, TimeoutError):
+    """A call to the runtime got no answer within its timeout (it may have been done)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +109,27 @@ class ExecRemoteOptions:
     # polls against a runtime that does not support long polling.
     poll_interval: float = 5.0
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # Longest one call about the process (start, poll, write_stdin, close_stdin, kill)
+    # may go unanswered; past it the call raises CallTimeoutError (a TimeoutError). A
+    # long poll then waits server-side at most half of it, so a healthy runtime always
+    # answers in time. None: each call's own bound (a poll's: its wait plus POLL_SLACK;
+    # a kill's: KILL_TIMEOUT; others: the client's default).
+    poll_timeout: float | None = None
+    # Send a call that timed out again, up to twice (inspect's schedule: no more than
+    # 60 s, then no more than 30 s): polls, close_stdin and an explicit kill(), which the
+    # runtime takes as often as they come; never a start or a stdin write.
+    poll_timeout_retry: bool = False
+    # Keep sending a poll that timed out (after RECOVERY_WAIT) for this many seconds
+    # after its first timeout; none once kill() was called. None: a timed-out poll raises.
+    poll_timeout_recovery: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.poll_timeout is not None and not self.poll_timeout > 0:
+            raise ValueError(f"poll_timeout must be > 0 seconds, not {self.poll_timeout!r}")
+        if self.poll_timeout_recovery is not None and not self.poll_timeout_recovery >= 0:
+            raise ValueError(
+                f"poll_timeout_recovery must be >= 0 seconds, not {self.poll_timeout_recovery!r}"
+            )
 
 
 class _Tail:
@@ -103,13 +151,52 @@ class _Tail:
         return text[-self.limit :] if len(text) > self.limit else text
 
 
-async def _bounded(kill: Awaitable[None]) -> None:
+def retry_timeouts(timeout: float, retry: bool) -> list[float]:
+    """Each attempt's timeout for a call that may be sent again after timing out:
+    inspect's schedule (its own timeout, then no more than 60 s, then half of that)."""
+    if not retry:
+        return [timeout]
+    capped = min(timeout, RETRY_TIMEOUT_CAP)
+    return [timeout, max(capped, 1.0), max(capped / 2, 1.0)]
+
+
+async def _call(
+    client: RuntimeClient, method: str, params: Mapping[str, Any], timeout: float
+) -> Any:
+    """One call, ended after `timeout` seconds with CallTimeoutError."""
+    try:
+        return await asyncio.wait_for(
+            client.call(method, params, timeout=timeout + CALL_GRACE), timeout
+        )
+    except asyncio.TimeoutError:  # not the builtin one before 3.11
+        raise CallTimeoutError(
+            f"{method}: no answer from the runtime within {timeout:g} s"
+        ) from None
+
+
+async def _call_retried(
+    client: RuntimeClient, method: str, params: Mapping[str, Any], timeout: float, retry: bool
+) -> Any:
+    """A call the runtime takes as often as it comes, sent again after timing out if `retry`."""
+    timeouts = retry_timeouts(timeout, retry)
+    for attempt, seconds in enumerate(timeouts, 1):
+        try:
+            return await _call(client, method, params, seconds)
+        except CallTimeoutError:
+            if attempt == len(timeouts):
+                raise
+            log.info("%s timed out after %g s; sending it again", method, seconds)
+    raise AssertionError("unreachable")
+
+
+async def _bounded(kill: Awaitable[object]) -> None:
     with contextlib.suppress(Exception, asyncio.CancelledError):
         await asyncio.wait_for(asyncio.shield(kill), KILL_TIMEOUT)
 
 
 class ExecRemoteProcess:
-    """A started process. Iterate `events()` once; leaving it early kills the process.
+    """A started process. Iterate `events()` (or `batches()`) once; leaving it early kills
+    the process.
 
     Use it as `async with` to have the process killed even if nothing ever iterated.
     """
@@ -124,6 +211,7 @@ class ExecRemoteProcess:
 
     @property
     def completed(self) -> Completed | None:
+        """The result, set as soon as a poll reports the end (before its events are taken)."""
         return self._completed
 
     async def __aenter__(self) -> ExecRemoteProcess:
@@ -144,51 +232,35 @@ class ExecRemoteProcess:
         A chunk is acknowledged (the runtime may drop it) only by the poll after the
         consumer took it; a consumer that stops early kills the process, leaving no orphan.
         """
+        batches = self.batches()
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            await batches.aclose()
+
+    async def batches(self) -> AsyncGenerator[list[ExecEvent], None]:
+        """What each poll brought, as `events()` yields it one by one: never an empty list,
+        and the last one ends with the Completed (`completed` is set before it is yielded).
+
+        The next poll is sent only once the consumer asks for the next batch.
+        """
         deadline = (
             time.monotonic() + self.options.timeout if self.options.timeout is not None else None
         )
         stdout, stderr = _Tail(self.options.output_limit), _Tail(self.options.output_limit)
-        wait_ms = max(0, int(self.options.poll_interval * 1000))
         try:
             while True:
-                call_timeout = wait_ms / 1000 + POLL_SLACK
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        await self._kill_bounded()
-                        raise TimeoutError(
-                            f"command did not finish within {self.options.timeout} s; killed"
-                        )
-                    wait_ms = min(wait_ms, int(remaining * 1000) + 1)
-                    # A stopped runtime must not hold the caller past its own deadline.
-                    call_timeout = min(wait_ms / 1000 + POLL_SLACK, remaining + 1.0)
-                requested_s = wait_ms / 1000
-                started = time.monotonic()
-                try:
-                    result = _poll_result(
-                        await self.client.call(
-                            "exec_remote_poll",
-                            PollParams(
-                                pid=self.pid, ack_seq=self._ack, wait_ms=wait_ms
-                            ).to_params(),
-                            timeout=call_timeout,
-                        )
-                    )
-                except RuntimeTransportError:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        await self._kill_bounded()
-                        raise TimeoutError(
-                            f"command did not finish within {self.options.timeout} s "
-                            "(the runtime stopped answering); kill attempted"
-                        ) from None
-                    raise
+                result = await self._poll(deadline)
                 self._ack = result["seq"]
+                batch: list[ExecEvent] = []
                 if result["stdout"]:
                     stdout.add(result["stdout"])
-                    yield StdoutChunk(result["stdout"])
+                    batch.append(StdoutChunk(result["stdout"]))
                 if result["stderr"]:
                     stderr.add(result["stderr"])
-                    yield StderrChunk(result["stderr"])
+                    batch.append(StderrChunk(result["stderr"]))
                 if result["state"] != "running":
                     exit_code = result["exit_code"]
                     assert exit_code is not None  # _poll_result checked it for final states
@@ -199,13 +271,11 @@ class ExecRemoteProcess:
                         killed=result["state"] == "killed",
                     )
                     await self._release()
-                    yield self._completed
+                    batch.append(self._completed)
+                    yield batch
                     return
-                idle = not result["stdout"] and not result["stderr"]
-                elapsed = time.monotonic() - started
-                if idle and elapsed < requested_s / 2:
-                    # A runtime without long polling answered at once: do not spin.
-                    await asyncio.sleep(requested_s - elapsed)
+                if batch:
+                    yield batch
         except asyncio.CancelledError:
             if self._completed is None and not self._kill_sent:
                 # The caller was cancelled (an outer deadline): it must not wait for the
@@ -221,10 +291,92 @@ class ExecRemoteProcess:
                 # The consumer went away (broke out, timed out): no orphans.
                 await self._kill_bounded()
 
+    async def _past_deadline(self, cause: str = "") -> TimeoutError:
+        await self._kill_bounded()
+        return TimeoutError(f"command did not finish within {self.options.timeout} s{cause}")
+
+    async def _poll(self, deadline: float | None) -> PollResult:
+        """The next poll's answer; a poll that timed out is sent again as the options say."""
+        recovery_deadline: float | None = None
+        while True:
+            try:
+                return await self._poll_attempts(deadline)
+            except CallTimeoutError as exc:
+                recovery = self.options.poll_timeout_recovery
+                if recovery is None or self._kill_sent:
+                    raise
+                now = time.monotonic()
+                if recovery_deadline is None:
+                    recovery_deadline = now + recovery
+                if now >= recovery_deadline:
+                    raise
+                log.warning(
+                    "exec_remote poll of pid %s: %s; polling again (ack_seq %s) for up to "
+                    "%.0f s more",
+                    self.pid,
+                    exc,
+                    self._ack,
+                    recovery_deadline - now,
+                )
+                pause = RECOVERY_WAIT
+                if deadline is not None:  # the caller's deadline ends the wait at once
+                    pause = min(pause, max(0.0, deadline - now))
+                await asyncio.sleep(pause)
+                if self._kill_sent:
+                    raise
+
+    async def _poll_attempts(self, deadline: float | None) -> PollResult:
+        """One poll, sent again up to twice after timing out if `poll_timeout_retry`."""
+        options = self.options
+        wait_s = max(0.0, options.poll_interval)
+        if options.poll_timeout is None:
+            first_timeout = wait_s + POLL_SLACK
+        else:
+            first_timeout = options.poll_timeout
+            wait_s = min(wait_s, options.poll_timeout / 2)  # room for the answer to travel
+        timeouts = retry_timeouts(first_timeout, options.poll_timeout_retry)
+        for attempt, attempt_timeout in enumerate(timeouts, 1):
+            wait = min(wait_s, attempt_timeout / 2) if attempt > 1 else wait_s
+            call_timeout = attempt_timeout
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise await self._past_deadline("; killed")
+                wait = min(wait, remaining + 0.001)
+                # A stopped runtime must not hold the caller past its own deadline.
+                call_timeout = min(call_timeout, remaining + 1.0)
+            wait_ms = int(wait * 1000)
+            started = time.monotonic()
+            try:
+                result = _poll_result(
+                    await _call(
+                        self.client,
+                        "exec_remote_poll",
+                        PollParams(pid=self.pid, ack_seq=self._ack, wait_ms=wait_ms).to_params(),
+                        call_timeout,
+                    )
+                )
+            except RuntimeTransportError as exc:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise await self._past_deadline(
+                        " (the runtime stopped answering); kill attempted"
+                    ) from None
+                if isinstance(exc, CallTimeoutError) and attempt < len(timeouts):
+                    log.info("exec_remote poll of pid %s: %s; sending it again", self.pid, exc)
+                    continue
+                raise
+            idle = not result["stdout"] and not result["stderr"]
+            elapsed = time.monotonic() - started
+            if result["state"] == "running" and idle and elapsed < wait_ms / 2000:
+                # A runtime without long polling answered at once: do not spin.
+                await asyncio.sleep(wait_ms / 1000 - elapsed)
+            return result
+        raise AssertionError("unreachable")
+
     async def _release(self) -> None:
         """Acknowledge the terminal result so the server can drop what it kept for us."""
         with contextlib.suppress(Exception):
-            await self.client.call("exec_remote_poll", self._acknowledged(), timeout=KILL_TIMEOUT)
+            await _call(self.client, "exec_remote_poll", self._acknowledged(), KILL_TIMEOUT)
 
     async def wait(self) -> Completed:
         """Drain the events and return the result."""
@@ -233,27 +385,52 @@ class ExecRemoteProcess:
                 return event
         raise AssertionError("events() ended without a Completed event")
 
-    async def kill(self) -> None:
-        """Kill the process and its group (once; a finished process is left alone)."""
-        if self._kill_sent or self._completed is not None:
-            return
-        self._kill_sent = True
-        await self._send_kill()
+    async def kill(self) -> tuple[str, str]:
+        """Kill the process and its group (once; a finished process is left alone).
 
-    async def _send_kill(self) -> None:
-        if self._completed is None:
-            await self.client.call("exec_remote_kill", self._acknowledged(), timeout=KILL_TIMEOUT)
+        Returns the stdout and stderr the runtime held that no poll had delivered (what
+        the kill's answer carried; empty when no kill was sent). `events()` goes on with
+        the same output, as the kill acknowledges nothing new.
+        """
+        if self._kill_sent or self._completed is not None:
+            return "", ""
+        self._kill_sent = True
+        return await self._send_kill()
+
+    async def _send_kill(self) -> tuple[str, str]:
+        if self._completed is not None:
+            return "", ""
+        timeout = self.options.poll_timeout or KILL_TIMEOUT
+        result = await _call_retried(
+            self.client,
+            "exec_remote_kill",
+            self._acknowledged(),
+            timeout,
+            self.options.poll_timeout_retry,
+        )
+        fields = result_fields(result, "exec_remote_kill", stdout=str, stderr=str)
+        return fields["stdout"], fields["stderr"]
 
     async def write_stdin(self, data: str) -> None:
-        """Send text to the process's stdin (it must have been started with stdin open)."""
-        await self.client.call(
+        """Send text to the process's stdin (it must have been started with stdin open).
+
+        Never sent twice, even with `poll_timeout_retry`: the data would arrive twice."""
+        await _call(
+            self.client,
             "exec_remote_write_stdin",
             WriteStdinParams(pid=self.pid, ack_seq=self._ack, data=data).to_params(),
+            self.options.poll_timeout or DEFAULT_CALL_TIMEOUT,
         )
 
     async def close_stdin(self) -> None:
         """Close its stdin: a program reading to EOF can then finish."""
-        await self.client.call("exec_remote_close_stdin", self._acknowledged())
+        await _call_retried(
+            self.client,
+            "exec_remote_close_stdin",
+            self._acknowledged(),
+            self.options.poll_timeout or DEFAULT_CALL_TIMEOUT,
+            self.options.poll_timeout_retry,
+        )
 
     def _acknowledged(self) -> dict[str, Any]:
         """A pid and how far its output was taken: kill, close_stdin, the final poll."""
@@ -294,9 +471,10 @@ async def start_exec_remote(
         cwd=options.cwd,
         user=None,
     ).to_params(user=options.user)
-    result = result_fields(
-        await client.call("exec_remote_start", params), "exec_remote_start", pid=int
-    )
+    # Never sent twice, even with `poll_timeout_retry`: the command would run twice.
+    timeout = options.poll_timeout or DEFAULT_CALL_TIMEOUT
+    answer = await _call(client, "exec_remote_start", params, timeout)
+    result = result_fields(answer, "exec_remote_start", pid=int)
     return ExecRemoteProcess(client, result["pid"], options)
 
 

@@ -30,11 +30,20 @@ def describe(environment: Any, name: str | None = None) -> str:
 class InspectSandbox(Sandbox):
     """`environment` as a provider. `user` is whom commands run as when a call names
     nobody (None: the sandbox's default user); the tools pass "root" where the sandbox
-    allows it, so the runtime is installed and run by root, out of the agent's reach."""
+    allows it, so the runtime is installed and run by root, out of the agent's reach.
+    `concurrency=False` asks inspect to let every exec skip its `concurrency()` throttle
+    (exec_remote's option of that name)."""
 
-    def __init__(self, environment: Any, name: str | None = None, user: str | None = None) -> None:
+    def __init__(
+        self,
+        environment: Any,
+        name: str | None = None,
+        user: str | None = None,
+        concurrency: bool = True,
+    ) -> None:
         self.environment = environment
         self.user = user
+        self.concurrency = concurrency
         # A readable name for messages; the injector keys its state by object identity.
         self.name = name or describe(environment)
 
@@ -59,6 +68,7 @@ class InspectSandbox(Sandbox):
                 user=user or self.user,
                 timeout=math.ceil(timeout) if timeout else None,
                 timeout_retry=False,  # the injector and exec_remote choose their own retries
+                **({} if self.concurrency else {"concurrency": False}),
             )
         except Exception as exc:
             if type(exc).__name__ == "OutputLimitExceededError":

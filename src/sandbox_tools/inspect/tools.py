@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inspect_ai.log import transcript
 from inspect_ai.tool import MCPServer, Tool, ToolError, tool
 from inspect_ai.util import (
     ExecCompleted,
@@ -36,6 +38,7 @@ from inspect_ai.util import (
 from sandbox_tools import errors
 from sandbox_tools.injector import tool_clients
 from sandbox_tools.injector.exec_remote import (
+    ExecEvent,
     ExecRemoteOptions,
     StderrChunk,
     StdoutChunk,
@@ -43,7 +46,8 @@ from sandbox_tools.injector.exec_remote import (
 )
 from sandbox_tools.injector.exec_remote import ExecRemoteProcess as _OurProcess
 from sandbox_tools.injector.inject import ToolSupport, tool_support_sandbox
-from sandbox_tools.inspect.adapter import InspectSandbox
+from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, RuntimeClient
+from sandbox_tools.inspect.adapter import InspectSandbox, describe
 from sandbox_tools.protocol import User
 
 DEFAULT_WAIT_FOR_OUTPUT = 30
@@ -57,8 +61,9 @@ _IDENTITY_PROBE = (
 
 @dataclass
 class _Bound:
-    support: ToolSupport
+    support: ToolSupport | None
     default_user: User | None  # what calls act as when the tool has no `user`
+    failure: str | None = None  # why the runtime cannot run here: every call says it again
 
 
 _BOUND: weakref.WeakKeyDictionary[SandboxEnvironment, _Bound] = weakref.WeakKeyDictionary()
@@ -82,27 +87,49 @@ async def _identity(adapted: InspectSandbox, user: str | None) -> dict[str, Any]
 async def runtime_for(sandbox_name: str | None = None) -> tuple[ToolSupport, User | None]:
     """Our runtime in the sample's sandbox (injected on first use) and the default identity.
 
-    Cached per sandbox for the sample; concurrent first calls inject once.
+    Cached per sandbox for the sample; concurrent first calls inject once, and a failed
+    injection is not tried again: later calls fail at once with the same reason.
     """
     environment = sandbox(sandbox_name)
     lock = _LOCKS.setdefault(environment, asyncio.Lock())
     async with lock:
         bound = _BOUND.get(environment)
         if bound is None:
-            adapted = InspectSandbox(environment)
-            default = await _identity(adapted, None)
-            root = await _identity(adapted, "root")
-            try:
-                if root is not None and root["uid"] == 0 and default is not None:
-                    support = await tool_support_sandbox(adapted, user="root")
-                    act_as = None if default["uid"] == 0 else default
-                else:
-                    support, act_as = await tool_support_sandbox(adapted), None
-            except errors.SandboxToolsError as exc:
-                raise RuntimeError(f"sandbox-tools could not start in the sandbox: {exc}") from exc
-            bound = _Bound(support, act_as)
+            bound = await _bind(environment, sandbox_name)
             _BOUND[environment] = bound
+    if bound.support is None:
+        raise RuntimeError(bound.failure)
     return bound.support, bound.default_user
+
+
+async def _bind(environment: SandboxEnvironment, sandbox_name: str | None) -> _Bound:
+    """Inject into `environment`: as root where the sandbox allows it (the install and
+    the server are then out of the agent's reach, whoever the default user is), else as
+    the default user. Reports what it did in the sample's transcript."""
+    name = describe(environment, sandbox_name)
+    probe = InspectSandbox(environment, name)
+    default = await _identity(probe, None)
+    root = await _identity(probe, "root")
+    as_root = root is not None and root["uid"] == 0 and default is not None
+    adapted = InspectSandbox(environment, name, user="root" if as_root else None)
+    try:
+        support = await tool_support_sandbox(adapted)
+    except errors.SandboxToolsError as exc:
+        return _Bound(None, None, f"sandbox-tools could not start in {name}: {exc}")
+    transcript().info(
+        {
+            "sandbox": name,
+            "artifact": support.artifact.name,
+            "source": str(support.artifact.provenance),
+            "install_dir": support.install_dir,
+            "reused": support.reused,
+            "runs_as_uid": support.recon.uid,
+            "seconds": round(support.seconds, 2),
+        },
+        source="sandbox-tools",
+    )
+    act_as = default if as_root and default is not None and default["uid"] != 0 else None
+    return _Bound(support, act_as)
 
 
 def _for_model(exc: errors.ToolError) -> ToolError:
@@ -158,21 +185,23 @@ def bash_session(
 
         async def call() -> str:
             session = store().get(key)
+            note = ""
             if not isinstance(session, str):
-                session = await tool_clients.new_bash_session(
+                session, note = await tool_clients.start_bash_session(
                     support.client, user=user or default_user
                 )
                 store().set(key, session)
+            said = f"[sandbox-tools: {note}]\n" if note else ""  # e.g. no bash: sh -i
             if action == "restart":
                 await tool_clients.bash_session(support.client, session, restart=True)
-                return "Bash session restarted."
+                return said + "Bash session restarted."
             sent = {
                 "type": input,
                 "type_submit": (input or "") + "\n",
                 "interrupt": "\u0003",
                 "read": None,
             }[action]
-            return await tool_clients.bash_session(
+            return said + await tool_clients.bash_session(
                 support.client,
                 session,
                 sent,
@@ -250,25 +279,59 @@ def text_editor(timeout: int | None = None, user: str | None = None) -> Tool:
 
 # -- exec_remote with inspect's options and events ---------------------------------------
 
+log = logging.getLogger(__name__)
+_InspectEvent = ExecStdout | ExecStderr | ExecCompleted
+
+
+def _inspect_event(event: ExecEvent) -> _InspectEvent:
+    if isinstance(event, StdoutChunk):
+        return ExecStdout(data=event.data)
+    if isinstance(event, StderrChunk):
+        return ExecStderr(data=event.data)
+    return ExecCompleted(exit_code=event.exit_code)
+
 
 class ExecRemoteProcess:
-    """A running command; iterate it for inspect's `ExecStdout`/`ExecStderr`/`ExecCompleted`."""
+    """A running command; iterate it (once) for inspect's `ExecStdout`/`ExecStderr`, then
+    `ExecCompleted` when it ends by itself.
+
+    As inspect's: after `kill()` the iteration yields the output the kill's answer
+    carried (what no poll had delivered yet, after any events already in hand from the
+    last poll), then ends without an `ExecCompleted` and polls no more. A kill while
+    another task's poll is in flight: that poll's answer is dropped, the kill's is used.
+    """
 
     def __init__(self, process: _OurProcess) -> None:
         self._process = process
+        self._pending: list[_InspectEvent] = []
+        self._killed = False
+        self._iterated = False
 
     @property
     def pid(self) -> int:
         return self._process.pid
 
-    async def __aiter__(self) -> AsyncIterator[ExecStdout | ExecStderr | ExecCompleted]:
-        async for event in self._process.events():
-            if isinstance(event, StdoutChunk):
-                yield ExecStdout(data=event.data)
-            elif isinstance(event, StderrChunk):
-                yield ExecStderr(data=event.data)
-            else:
-                yield ExecCompleted(exit_code=event.exit_code)
+    def __aiter__(self) -> AsyncIterator[_InspectEvent]:
+        if self._iterated:
+            raise RuntimeError("ExecRemoteProcess can only be iterated once")
+        self._iterated = True
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[_InspectEvent]:
+        batches = self._process.batches()
+        try:
+            while True:
+                while self._pending:
+                    yield self._pending.pop(0)
+                if self._killed:
+                    return
+                batch = await anext(batches, None)
+                if batch is None:
+                    return
+                if not self._killed:
+                    self._pending.extend(_inspect_event(event) for event in batch)
+        finally:
+            await batches.aclose()  # kills a process left running (not after a kill)
 
     async def write_stdin(self, data: str | bytes) -> None:
         await self._process.write_stdin(_text(data))
@@ -277,7 +340,20 @@ class ExecRemoteProcess:
         await self._process.close_stdin()
 
     async def kill(self) -> None:
-        await self._process.kill()
+        """Kill the process; a no-op once it was killed or a poll saw it end (as inspect's,
+        a failed kill is logged, not raised)."""
+        if self._killed or self._process.completed is not None:
+            return
+        self._killed = True
+        try:
+            stdout, stderr = await self._process.kill()
+        except Exception:
+            log.debug("exec_remote kill of pid %s failed", self.pid, exc_info=True)
+            return
+        if stdout:
+            self._pending.append(ExecStdout(data=stdout))
+        if stderr:
+            self._pending.append(ExecStderr(data=stderr))
 
 
 def _text(data: str | bytes) -> str:
@@ -287,6 +363,21 @@ def _text(data: str | bytes) -> str:
         except UnicodeDecodeError:
             raise ValueError("exec_remote input must be UTF-8 text") from None
     return data
+
+
+def _client(client: RuntimeClient, concurrency: bool) -> RuntimeClient:
+    """The runtime client for one process. Each call of the sandbox's client is one exec
+    of the inspect sandbox, throttled as inspect's default (`concurrency=True`) is; with
+    `concurrency=False` the process gets a client of its own whose execs are not."""
+    if concurrency or not isinstance(client, ExecRuntimeClient):
+        return client  # a persistent channel runs no exec per call: nothing to throttle
+    adapted = client.sandbox
+    if not isinstance(adapted, InspectSandbox):
+        return client
+    unthrottled = InspectSandbox(adapted.environment, adapted.name, adapted.user, concurrency=False)
+    return ExecRuntimeClient(
+        unthrottled, client.runtime_command, client.env, client.user, client.expected_build
+    )
 
 
 async def exec_remote(
@@ -301,6 +392,20 @@ async def exec_remote(
     stream=True: an `ExecRemoteProcess` yielding inspect's event classes. stream=False:
     inspect's `ExecResult` once the command ends (killed past `options.timeout`, raising
     TimeoutError as inspect does).
+
+    inspect's options, each with inspect's meaning:
+    - `poll_interval`: the longest one poll waits in the sandbox for news (a long poll:
+      output and the end are seen as they happen, not at inspect's >= 5 s ticks).
+    - `poll_timeout`: the longest any one call (start, poll, stdin, kill) may go
+      unanswered, then TimeoutError; None: our own bound (a poll's wait plus 15 s; a
+      kill's 5 s), not inspect's 120 s.
+    - `poll_timeout_retry`: None or True sends a timed-out poll, close_stdin or kill again,
+      up to twice (no more than 60 s, then 30 s), as inspect's sandboxes do by default;
+      never a start or stdin write, which our runtime would carry out twice. False: never.
+    - `poll_timeout_recovery`: keeps re-sending a timed-out poll, 5 s apart, for that many
+      seconds (none after `kill()`); the re-sent poll replays what the lost answer carried.
+    - `concurrency`: True, each call to the runtime is an exec of the inspect sandbox that
+      its `concurrency()` throttle counts; False, those execs skip it.
     """
     options = options or (ExecRemoteStreamingOptions() if stream else ExecRemoteAwaitableOptions())
     support, default_user = await runtime_for(sandbox_name)
@@ -312,8 +417,11 @@ async def exec_remote(
         user=options.user or default_user,
         timeout=getattr(options, "timeout", None),
         poll_interval=options.poll_interval or 5.0,
+        poll_timeout=options.poll_timeout,
+        poll_timeout_retry=options.poll_timeout_retry is not False,
+        poll_timeout_recovery=options.poll_timeout_recovery,
     )
-    process = await start_exec_remote(support.client, cmd, ours)
+    process = await start_exec_remote(_client(support.client, options.concurrency), cmd, ours)
     if stream:
         return ExecRemoteProcess(process)
     completed = await process.wait()
