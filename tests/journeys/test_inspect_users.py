@@ -1,6 +1,6 @@
-"""User journeys: an evaluation author's inspect task, written as README.md writes it
-("Our tools in an ordinary inspect task"), run with a real `inspect eval` and mockllm,
-for each way the docs configure the sandbox and each kind of sandbox user.
+"""User journeys: an evaluation author's inspect task, written as README.md and
+docs/INSPECT.md write it ("A task with our tools"), run with a real `inspect eval` and
+mockllm, for each way the docs configure the sandbox and each kind of sandbox user.
 
 Each journey asserts what the author sees: the exit code, the sample's score, the
 transcript's sandbox-tools event, the error text. Run them alone with `-m journey`.
@@ -23,7 +23,7 @@ from sandbox_tools.platforms import Arch
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 pytestmark = [pytest.mark.journey, pytest.mark.docker]
 
-# The README's task, made whole: the model (mockllm, given usage so that it needs no
+# The docs' task, made whole: the model (mockllm, given usage so that it needs no
 # tokenizer from the network) runs a shell command and edits a file; the scorer reads
 # the file in the sandbox.
 TASK = textwrap.dedent(
@@ -135,7 +135,7 @@ USERS = {
 def test_the_readme_config_object_for_any_default_user(
     python_image: str, dist: dict[str, str], tmp_path: Path, user: str
 ) -> None:
-    """User path: `sandbox=("docker_sdk", DockerSdkConfig(image=...))` as in the README,
+    """User path: `sandbox=("docker_sdk", DockerSdkConfig(image=...))` as in the docs,
     with the sandbox's default user set as evaluation authors do (`user="1000:1000"`)."""
     name, uid = USERS[user]
     config = f"DockerSdkConfig(image={python_image!r}, user={name!r})"
@@ -172,13 +172,16 @@ def test_busybox_without_libc_as_uid_1000(
     done = run_eval(tmp_path, f'("docker_sdk", {config})', 1000, "/tmp", dist)
     sample = the_sample(tmp_path, done)
     assert sample["scores"]["written"]["value"] == "C", sample["scores"]["written"]
+    # No bash in this image: the shell is `sh -i`, and the model is told so.
+    first_output = next(m["content"] for m in sample["messages"] if m["role"] == "tool")
+    assert "bash is not installed here; this session runs" in str(first_output)
 
 
 def test_an_image_name_in_the_task_and_on_the_command_line(
     python_image: str, dist: dict[str, str], tmp_path: Path
 ) -> None:
-    """User path: the README's "or an image name" form; inspect hands it over as a path
-    under the task's directory."""
+    """User path: the docs' image-name form (docs/INSPECT.md, docker_sdk); inspect hands
+    it over as a path under the task's directory."""
     done = run_eval(tmp_path / "task", f'("docker_sdk", {python_image!r})', 0, "/tmp", dist)
     the_sample(tmp_path / "task", done)
     done = run_eval(
@@ -190,7 +193,7 @@ def test_an_image_name_in_the_task_and_on_the_command_line(
 def test_a_config_file_on_the_command_line(
     python_image: str, dist: dict[str, str], tmp_path: Path
 ) -> None:
-    """User path: `--sandbox docker_sdk:sandbox.json` (README, Sandboxes)."""
+    """User path: `--sandbox docker_sdk:sandbox.json` (docs/INSPECT.md, docker_sdk)."""
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "sandbox.json").write_text(json.dumps({"image": python_image, "user": "1000"}))
     done = run_eval(tmp_path, "None", 1000, "/tmp", dist, "--sandbox", "docker_sdk:sandbox.json")
@@ -205,3 +208,71 @@ def test_a_missing_image_fails_the_task_at_start_with_one_message(
     output = done.stdout + done.stderr
     assert "no image named by" in output and "no-such-image:1" in output
     assert "Pull or build the image first" in output
+
+
+FAILING_TASK = textwrap.dedent(
+    """
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.solver import Generate, TaskState, solver
+    from inspect_ai.util import sandbox
+    from sandbox_tools.inspect import DockerSdkConfig, text_editor
+
+
+    @solver
+    def try_twice():
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            errors = []
+            for _ in range(2):
+                try:
+                    await text_editor()(command="view", path="/")
+                except Exception as exc:
+                    errors.append(str(exc))
+            left = await sandbox().exec(["sh", "-c", "ls -A /tmp"])
+            state.store.set("seen", dict(errors=errors, left=left.stdout))
+            return state
+
+        return solve
+
+
+    @task
+    def my_task():
+        return Task(
+            dataset=[Sample(input="x")],
+            solver=try_twice(),
+            sandbox=("docker_sdk", DockerSdkConfig(
+                image={image!r}, user="1000:1000", read_only=True,
+                tmpfs=dict([("/tmp", "exec,mode=1777,size=1m"), ("/var/tmp", "noexec,mode=1777")]),
+            )),
+        )
+    """
+)
+
+
+def test_a_failed_injection_is_tried_once_per_sandbox_and_leaves_nothing(
+    python_image: str, dist: dict[str, str], tmp_path: Path
+) -> None:
+    """User path: an install that cannot finish (the tmpfs is smaller than the runtime).
+    Every tool call says the same, but only the first tries: one upload, not one per
+    call, and nothing left behind (five calls used to leave five 9 MB copies)."""
+    (tmp_path / "my_task.py").write_text(FAILING_TASK.replace("{image!r}", repr(python_image)))
+    done = subprocess.run(
+        [sys.executable, "-m", "inspect_ai", "eval", "my_task.py", "--model", "mockllm/model",
+         "--log-format", "json", "--display", "plain"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "INSPECT_LOG_DIR": str(tmp_path / "logs"), **dist},
+        timeout=900,
+    )  # fmt: skip
+    sample = the_sample(tmp_path, done)
+    seen = sample["store"]["seen"]
+    first, second = seen["errors"]
+    assert first == second and "sandbox-tools could not start in inspect sandbox" in first
+    assert "docker_sdk" in first.lower() or "DockerSdk" in first
+    assert "sandbox-tools" not in seen["left"], seen["left"]
+    made = [
+        e for e in sample["events"]
+        if e.get("event") == "sandbox" and "mkdir /tmp/sandbox-tools-" in str(e.get("cmd", ""))
+    ]  # fmt: skip
+    assert len(made) == 1, [e.get("cmd") for e in made]
