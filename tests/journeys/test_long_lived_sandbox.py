@@ -10,9 +10,12 @@ the 17th sample was refused a bash session.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -161,3 +164,88 @@ def test_our_tools(artifact: Path, tmp_path: Path) -> None:
         tmp_path, {"JOURNEY_TOOLS": "ours", "SANDBOX_TOOLS_DIST": str(artifact.parent)}
     )
     assert_every_sample_worked(samples)
+
+
+LEAVING_TASK = textwrap.dedent(
+    """
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.solver import Generate, TaskState, solver
+    from sandbox_tools.inspect import bash_session, exec_remote
+
+
+    @solver
+    def leave_things_open():
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            await bash_session()(action="type_submit", input="echo open")
+            process = await exec_remote(["sleep", "4321"])  # never waited for
+            state.store.set("pid", process.pid)
+            return state
+
+        return solve
+
+
+    @task
+    def leaving():
+        return Task(
+            dataset=[Sample(input=str(n)) for n in range(3)],
+            solver=leave_things_open(),
+            sandbox="local",
+        )
+    """
+)
+
+
+def processes_running(cmdline: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def children_of(pid: int) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and int(fields[1]) == pid:
+            found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+    return found
+
+
+def test_what_a_sample_opened_is_released_at_its_end(artifact: Path, tmp_path: Path) -> None:
+    """User path: our tools on a sandbox that outlives its samples. Each sample leaves a
+    bash session and a running process; at its end our tools close and kill them, so
+    the one runtime server holds nothing from earlier samples."""
+    (tmp_path / "leaving.py").write_text(LEAVING_TASK)
+    for pid in processes_running(b"sleep\x004321\x00"):  # an earlier run's, if any
+        os.kill(pid, signal.SIGKILL)
+    done = subprocess.run(
+        [sys.executable, "-m", "inspect_ai", "eval", "leaving.py", "--model", "mockllm/model",
+         "--max-samples", "1", "--log-format", "json", "--display", "plain"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "INSPECT_LOG_DIR": str(tmp_path / "logs"),
+             "SANDBOX_TOOLS_DIST": str(artifact.parent)},
+        timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (log_file,) = (tmp_path / "logs").glob("*.json")
+    samples = json.loads(log_file.read_text())["samples"]
+    assert [s.get("error") for s in samples] == [None, None, None]
+    event = next(e["data"] for e in samples[0]["events"] if e.get("source") == "sandbox-tools")
+    from sandbox_tools.injector.inject import runtime_env
+    from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient
+    from sandbox_tools.sandboxes.local import LocalSandbox
+
+    exe = f"{event['install_dir']}/sandbox-tools"
+    client = ExecRuntimeClient(LocalSandbox(), [exe], env=runtime_env(event["install_dir"]))
+    server = asyncio.run(client.call("runtime_info"))["pid"]
+    assert children_of(server) == []  # no shell, no sleep: every sample's were released
+    for sample in samples:
+        assert not Path(f"/proc/{sample['store']['pid']}").exists()

@@ -31,6 +31,12 @@ async def start_bash_session(client: RuntimeClient, user: User | None = None) ->
     return str(name), note if isinstance(note, str) else ""
 
 
+async def close_bash_session(client: RuntimeClient, session_name: str) -> bool:
+    """End a session (its shell and what runs in it); False if it was gone already."""
+    result = await client.call("bash_session_close_session", {"session_name": session_name})
+    return bool(result_fields(result, "bash_session_close_session", closed=bool)["closed"])
+
+
 async def new_bash_session(client: RuntimeClient, user: User | None = None) -> str:
     """Start an interactive shell; returns its session name."""
     return (await start_bash_session(client, user))[0]

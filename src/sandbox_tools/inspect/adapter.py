@@ -32,7 +32,9 @@ class InspectSandbox(Sandbox):
     nobody (None: the sandbox's default user); the tools pass "root" where the sandbox
     allows it, so the runtime is installed and run by root, out of the agent's reach.
     `concurrency=False` asks inspect to let every exec skip its `concurrency()` throttle
-    (exec_remote's option of that name)."""
+    (exec_remote's option of that name). `cwd` is where commands run that name no
+    directory (None: the sandbox's own choice, which for inspect's `local` sandbox is the
+    sample's directory, gone once the sample is cleaned up)."""
 
     def __init__(
         self,
@@ -40,10 +42,12 @@ class InspectSandbox(Sandbox):
         name: str | None = None,
         user: str | None = None,
         concurrency: bool = True,
+        cwd: str | None = None,
     ) -> None:
         self.environment = environment
         self.user = user
         self.concurrency = concurrency
+        self.cwd = cwd
         # A readable name for messages; the injector keys its state by object identity.
         self.name = name or describe(environment)
 
@@ -63,7 +67,7 @@ class InspectSandbox(Sandbox):
             result = await self.environment.exec(
                 cmd,
                 input=as_bytes(input),
-                cwd=cwd,
+                cwd=cwd or self.cwd,
                 env=dict(env or {}),
                 user=user or self.user,
                 timeout=math.ceil(timeout) if timeout else None,

@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import weakref
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from inspect_ai.hooks import Hooks, SampleEnd, hooks
 from inspect_ai.log import transcript
 from inspect_ai.tool import MCPServer, Tool, ToolError, tool
 from inspect_ai.util import (
@@ -64,6 +66,17 @@ class _Bound:
     support: ToolSupport | None
     default_user: User | None  # what calls act as when the tool has no `user`
     failure: str | None = None  # why the runtime cannot run here: every call says it again
+    # What the sample opened and has not closed: released when the sample ends.
+    sessions: set[str] = field(default_factory=set)
+    processes: set[_OurProcess] = field(default_factory=set)  # dropped once they end
+
+
+# The sample's store names the bindings it made (key -> token), so that the hook at the
+# sample's end finds them: a long-lived sandbox (inspect's `local`) keeps one runtime
+# server for every sample, and nothing one sample opened may stay for the next.
+_STORE_KEY = "sandbox_tools:binding:"
+_BY_TOKEN: dict[str, _Bound] = {}
+RELEASE_TIMEOUT = 10.0
 
 
 _BOUND: weakref.WeakKeyDictionary[SandboxEnvironment, _Bound] = weakref.WeakKeyDictionary()
@@ -90,6 +103,12 @@ async def runtime_for(sandbox_name: str | None = None) -> tuple[ToolSupport, Use
     Cached per sandbox for the sample; concurrent first calls inject once, and a failed
     injection is not tried again: later calls fail at once with the same reason.
     """
+    bound = await _bound_for(sandbox_name)
+    assert bound.support is not None
+    return bound.support, bound.default_user
+
+
+async def _bound_for(sandbox_name: str | None) -> _Bound:
     environment = sandbox(sandbox_name)
     lock = _LOCKS.setdefault(environment, asyncio.Lock())
     async with lock:
@@ -97,9 +116,13 @@ async def runtime_for(sandbox_name: str | None = None) -> tuple[ToolSupport, Use
         if bound is None:
             bound = await _bind(environment, sandbox_name)
             _BOUND[environment] = bound
+            if bound.support is not None:
+                token = secrets.token_hex(8)
+                _BY_TOKEN[token] = bound
+                store().set(f"{_STORE_KEY}{sandbox_name or 'default'}", token)
     if bound.support is None:
         raise RuntimeError(bound.failure)
-    return bound.support, bound.default_user
+    return bound
 
 
 async def _bind(environment: SandboxEnvironment, sandbox_name: str | None) -> _Bound:
@@ -180,7 +203,9 @@ def bash_session(
             raise ToolError("'input' is required for the 'type' action.")
         if action in ("read", "interrupt", "restart") and input is not None:
             raise ToolError(f"Do not give 'input' with the '{action}' action.")
-        support, default_user = await runtime_for()
+        bound = await _bound_for(None)
+        support, default_user = bound.support, bound.default_user
+        assert support is not None
         key = f"sandbox_tools:bash_session:{instance or ''}"
 
         async def call() -> str:
@@ -191,6 +216,7 @@ def bash_session(
                     support.client, user=user or default_user
                 )
                 store().set(key, session)
+                bound.sessions.add(session)
             said = f"[sandbox-tools: {note}]\n" if note else ""  # e.g. no bash: sh -i
             if action == "restart":
                 await tool_clients.bash_session(support.client, session, restart=True)
@@ -301,8 +327,9 @@ class ExecRemoteProcess:
     another task's poll is in flight: that poll's answer is dropped, the kill's is used.
     """
 
-    def __init__(self, process: _OurProcess) -> None:
+    def __init__(self, process: _OurProcess, on_end: Callable[[], None] = lambda: None) -> None:
         self._process = process
+        self._on_end = on_end  # told once the iteration ended (the process is done)
         self._pending: list[_InspectEvent] = []
         self._killed = False
         self._iterated = False
@@ -332,6 +359,7 @@ class ExecRemoteProcess:
                     self._pending.extend(_inspect_event(event) for event in batch)
         finally:
             await batches.aclose()  # kills a process left running (not after a kill)
+            self._on_end()
 
     async def write_stdin(self, data: str | bytes) -> None:
         await self._process.write_stdin(_text(data))
@@ -369,14 +397,21 @@ def _client(client: RuntimeClient, concurrency: bool) -> RuntimeClient:
     """The runtime client for one process. Each call of the sandbox's client is one exec
     of the inspect sandbox, throttled as inspect's default (`concurrency=True`) is; with
     `concurrency=False` the process gets a client of its own whose execs are not."""
-    if concurrency or not isinstance(client, ExecRuntimeClient):
-        return client  # a persistent channel runs no exec per call: nothing to throttle
+    return client if concurrency else _variant(client, concurrency=False)
+
+
+def _variant(
+    client: RuntimeClient, concurrency: bool = True, cwd: str | None = None
+) -> RuntimeClient:
+    """The same runtime through the same inspect sandbox, its execs run differently."""
+    if not isinstance(client, ExecRuntimeClient):
+        return client  # a persistent channel runs no exec per call
     adapted = client.sandbox
     if not isinstance(adapted, InspectSandbox):
         return client
-    unthrottled = InspectSandbox(adapted.environment, adapted.name, adapted.user, concurrency=False)
+    changed = InspectSandbox(adapted.environment, adapted.name, adapted.user, concurrency, cwd)
     return ExecRuntimeClient(
-        unthrottled, client.runtime_command, client.env, client.user, client.expected_build
+        changed, client.runtime_command, client.env, client.user, client.expected_build
     )
 
 
@@ -408,7 +443,9 @@ async def exec_remote(
       its `concurrency()` throttle counts; False, those execs skip it.
     """
     options = options or (ExecRemoteStreamingOptions() if stream else ExecRemoteAwaitableOptions())
-    support, default_user = await runtime_for(sandbox_name)
+    bound = await _bound_for(sandbox_name)
+    support, default_user = bound.support, bound.default_user
+    assert support is not None
     ours = ExecRemoteOptions(
         input=None if options.input is None else _text(options.input),
         stdin_open=getattr(options, "stdin_open", False),
@@ -422,9 +459,13 @@ async def exec_remote(
         poll_timeout_recovery=options.poll_timeout_recovery,
     )
     process = await start_exec_remote(_client(support.client, options.concurrency), cmd, ours)
+    bound.processes.add(process)  # killed at the sample's end if still running
     if stream:
-        return ExecRemoteProcess(process)
-    completed = await process.wait()
+        return ExecRemoteProcess(process, lambda: bound.processes.discard(process))
+    try:
+        completed = await process.wait()
+    finally:
+        bound.processes.discard(process)
     return ExecResult(
         success=completed.exit_code == 0 and not completed.killed,
         returncode=completed.exit_code,
@@ -475,3 +516,45 @@ def mcp_server_sandbox(
         events=True,
         timeout=timeout,
     )
+
+
+# -- the sample's end ---------------------------------------------------------------------
+
+
+async def _release(bound: _Bound) -> None:
+    """Close the bash sessions and kill the processes a sample left open, then the client.
+
+    Runs after inspect cleaned up the sample's sandbox: for a container that is gone,
+    the first call fails and nothing more is tried; for a sandbox that lives on (inspect's
+    `local`), the calls run from "/" since the sample's directory was deleted."""
+    support = bound.support
+    if support is None:
+        return
+    client = _variant(support.client, cwd="/")
+    try:
+        for session in sorted(bound.sessions):
+            await tool_clients.close_bash_session(client, session)
+        for process in list(bound.processes):
+            if process.completed is None:
+                process.client = client  # the sample's own client may run in its directory
+                await process.kill()
+    except Exception as exc:
+        log.debug("releasing what the sample opened in %s: %s", support.sandbox.name, exc)
+    finally:
+        with contextlib.suppress(Exception):
+            await support.aclose()
+
+
+@hooks(
+    name="sandbox_tools_release",
+    description="sandbox-tools: at a sample's end, close the bash sessions and kill the "
+    "exec_remote processes its tools left open (one runtime server serves every sample "
+    "of a long-lived sandbox).",
+)
+class ReleaseAtSampleEnd(Hooks):
+    async def on_sample_end(self, data: SampleEnd) -> None:
+        for key, token in (data.sample.store or {}).items():
+            bound = _BY_TOKEN.pop(token, None) if key.startswith(_STORE_KEY) else None
+            if bound is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(_release(bound), RELEASE_TIMEOUT)

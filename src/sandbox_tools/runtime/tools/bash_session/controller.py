@@ -32,7 +32,11 @@ from dataclasses import dataclass
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
-from sandbox_tools.runtime.tools.bash_session.tool_types import InteractParams, NewSessionParams
+from sandbox_tools.runtime.tools.bash_session.tool_types import (
+    CloseSessionParams,
+    InteractParams,
+    NewSessionParams,
+)
 
 # ANSI escape sequences (CSI, OSC, two-byte escapes), then remaining C0 controls but \t, \n.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
@@ -168,7 +172,12 @@ class BashSessionController:
                     f"(at most {MAX_SESSIONS}); wait for a command to finish, or raise "
                     "SANDBOX_TOOLS_MAX_SESSIONS"
                 )
-            self._reclaim(victim)
+            self._reclaim(
+                victim,
+                f"bash session {victim!r} was closed to make room for a new one: at most "
+                f"{MAX_SESSIONS} are kept, and the least recently used idle one goes first; "
+                "create a new session",
+            )
         name = self._next_name()
         self._starting.add(name)
         try:
@@ -214,6 +223,18 @@ class BashSessionController:
             state = await self._collect(shell, params, written_at)
             return self._render(shell, params, state)
 
+    def close(self, params: CloseSessionParams) -> dict[str, bool]:
+        """End a session its host is done with (a sample ended); a later call to it is
+        told so. Closing one that is gone already is not an error: hosts close on
+        cleanup paths, where the session may have been reclaimed or never started."""
+        if params.session_name not in self._sessions:
+            return {"closed": False}
+        self._reclaim(
+            params.session_name,
+            f"bash session {params.session_name!r} was closed by its host; create a new session",
+        )
+        return {"closed": True}
+
     async def shutdown(self) -> None:
         for shell in self._sessions.values():
             shell.kill()
@@ -229,7 +250,7 @@ class BashSessionController:
         idle = [name for name in self._sessions if not self._locks[name].locked()]
         return min(idle, key=lambda name: self._last_used.get(name, 0.0), default=None)
 
-    def _reclaim(self, name: str) -> None:
+    def _reclaim(self, name: str, why: str) -> None:
         shell = self._sessions.pop(name)
         shell.kill()
         reap = asyncio.create_task(self._reap(shell))
@@ -238,11 +259,7 @@ class BashSessionController:
         self._users.pop(name, None)
         self._locks.pop(name, None)
         self._last_used.pop(name, None)
-        self._reclaimed[name] = (
-            f"bash session {name!r} was closed to make room for a new one: at most "
-            f"{MAX_SESSIONS} are kept, and the least recently used idle one goes first; "
-            "create a new session"
-        )
+        self._reclaimed[name] = why
         while len(self._reclaimed) > RECLAIMED_KEPT:
             self._reclaimed.popitem(last=False)
 

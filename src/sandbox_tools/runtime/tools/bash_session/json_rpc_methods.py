@@ -6,7 +6,11 @@ from typing import Any
 
 from sandbox_tools.runtime.jsonrpc import Method, Params
 from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
-from sandbox_tools.runtime.tools.bash_session.tool_types import InteractParams, NewSessionParams
+from sandbox_tools.runtime.tools.bash_session.tool_types import (
+    CloseSessionParams,
+    InteractParams,
+    NewSessionParams,
+)
 
 
 def methods(controller: BashSessionController) -> dict[str, Method]:
@@ -16,7 +20,11 @@ def methods(controller: BashSessionController) -> dict[str, Method]:
     async def bash_session(params: Params) -> Any:
         return await controller.interact(InteractParams.parse(params))
 
+    async def bash_session_close_session(params: Params) -> Any:
+        return controller.close(CloseSessionParams.parse(params))
+
     return {
         "bash_session_new_session": bash_session_new_session,
         "bash_session": bash_session,
+        "bash_session_close_session": bash_session_close_session,
     }

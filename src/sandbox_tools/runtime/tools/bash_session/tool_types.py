@@ -56,3 +56,12 @@ class InteractParams(WireParams):
             idle_timeout=float(idle),
             max_output_bytes=max_bytes,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CloseSessionParams(WireParams):
+    session_name: str
+
+    @classmethod
+    def parse(cls, params: Params) -> CloseSessionParams:
+        return cls(session_name=required(params, "session_name", str))
