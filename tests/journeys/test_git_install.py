@@ -1,5 +1,5 @@
 """User journeys: sandbox-tools installed from a git URL into a fresh venv (no checkout,
-no wheel), then the README's injection snippet (README.md, "Injection") run as written
+no wheel), then the docs' injection snippet (docs/INJECTION.md, "Injecting") run as written
 against a real container.
 
 Cases: no release for this version (the error used to send the user from the injector
@@ -30,7 +30,7 @@ import pytest
 from sandbox_tools import __version__
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import manifest_from_records
-from tests.unit.test_readme_snippets import BLOCKS
+from tests.docs.blocks import BLOCKS
 
 pytestmark = [pytest.mark.journey, pytest.mark.docker]
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ ARCH = Arch.parse(os.uname().machine)
 
 
 def readme_injection_snippet(container: str) -> str:
-    """The README's Injector example as a script: its `await`s in an async main."""
+    """The docs' Injector example as a script: its `await`s in an async main."""
     (block,) = [b for b in BLOCKS if "async with Injector() as injector" in b]
     body = block.replace('"my-container"', repr(container)).replace('"make test"', '"echo ok"')
     lines = ["import asyncio", *[b for b in body.splitlines() if b.startswith("from ")]]

@@ -134,7 +134,7 @@ def _codes(text: str) -> set[int]:
     return found
 
 
-def test_every_exit_code_is_in_help_and_in_the_readme(tmp_path: Path) -> None:
+def test_every_exit_code_is_in_help_and_in_the_cli_reference(tmp_path: Path) -> None:
     """Issue 18: the codes a script may see are listed where its author looks."""
     from sandbox_tools import errors
     from sandbox_tools.cli import app as cli
@@ -149,8 +149,8 @@ def test_every_exit_code_is_in_help_and_in_the_readme(tmp_path: Path) -> None:
     help_text = tools("--help", cwd=tmp_path, env={**os.environ, "COLUMNS": "400"}).stdout
     for code, meaning in cli.EXIT_CODES:
         assert f"{code} {meaning}" in " ".join(help_text.replace("│", " ").split())
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    blocks = readme[readme.index("### Exit codes") :].split("\n\n")
+    reference = (Path(__file__).parents[2] / "docs" / "CLI.md").read_text()
+    blocks = reference[reference.index("## Exit codes") :].split("\n\n")
     table = next(block for block in blocks if block.startswith("| code |"))
     rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
     assert set().union(*(_codes(row) for row in rows)) == listed

@@ -1,0 +1,49 @@
+"""Reference tables that restate the code: docs/CONFIGURATION.md's settings table is
+generated from `sandbox_tools.settings.SETTINGS` (this test prints the table to paste
+when the two differ), and docs/CLI.md lists the commands `tools` has."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox_tools.settings import SETTINGS
+from tests.docs.blocks import ROOT
+
+CONFIGURATION = ROOT / "docs" / "CONFIGURATION.md"
+
+
+def _default(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)) and not value:
+        return "none"
+    return f"`{value}`"
+
+
+def settings_table() -> str:
+    rows = [f"| `{s.env}` | `{s.key}` | {_default(s.default)} | {s.doc} |" for s in SETTINGS]
+    return "\n".join(["| variable | key | default | effect |", "|---|---|---|---|", *rows])
+
+
+def test_the_settings_table_is_generated_from_the_settings() -> None:
+    table = settings_table()
+    assert table in CONFIGURATION.read_text(), (
+        f"{CONFIGURATION.relative_to(ROOT)}: the settings table differs from SETTINGS; "
+        f"paste this:\n\n{table}\n"
+    )
+
+
+def test_the_cli_reference_names_every_command() -> None:
+    import typer.main
+
+    from sandbox_tools.cli.app import app
+
+    text = (ROOT / "docs" / "CLI.md").read_text()
+    for name in typer.main.get_command(app).commands:
+        assert f"`tools {name}" in text, f"docs/CLI.md does not describe `tools {name}`"
+
+
+def test_the_settings_page_is_where_the_readme_says() -> None:
+    assert "docs/CONFIGURATION.md" in (ROOT / "README.md").read_text()
