@@ -32,7 +32,7 @@ class ConfigurationError(SandboxToolsError):
 class EngineUnavailableError(SandboxToolsError):
     exit_code = 3
     default_remedy = (
-        "Start a Docker engine (see README: `bash scripts/setup.sh` installs and starts one) "
+        "Start a Docker engine (`bash scripts/setup.sh` installs and starts one) "
         "or point DOCKER_HOST at a reachable engine."
     )
 

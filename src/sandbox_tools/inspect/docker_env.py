@@ -66,7 +66,7 @@ def docker_sdk_config(config: Any) -> DockerSdkConfig:
             except (yaml.YAMLError, ValueError) as exc:
                 raise ConfigurationError(
                     f"{path}: not a docker_sdk sandbox config: {exc}",
-                    remedy="Its fields are those of DockerSdkConfig (README: Sandboxes).",
+                    remedy="Its fields are those of DockerSdkConfig (docs/INSPECT.md).",
                 ) from None
         return DockerSdkConfig(image=config)
     raise ConfigurationError(

@@ -3,7 +3,7 @@
 `bash_session()`, `text_editor()` and `exec_remote()` take the same parameters as
 inspect_ai's own and give the model the same contract, but the runtime behind them is
 injected by sandbox-tools: it runs where inspect's cannot (images without a libc,
-read-only roots with a tmpfs), and its calls cost a fraction (PROTOCOL.md; README).
+read-only roots with a tmpfs), and its calls cost a fraction (docs/PROTOCOL.md, docs/BENCHMARKS.md).
 
 Identity, as inspect's tools do it: when the sandbox lets us exec as root, the runtime
 runs as root, out of the agent's reach, and every call acts as the sandbox's default
