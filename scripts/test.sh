@@ -13,7 +13,6 @@ export SANDBOX_TOOLS_TEST_ARM64="${SANDBOX_TOOLS_TEST_ARM64:-1}"
 status=0
 .venv/bin/pytest -ra "$@" || status=$?
 if [ "$status" = 5 ]; then
-  echo "pytest collected no tests (exit 5): nothing was tested" >&2
-  exit 0
+  echo "pytest collected no tests (exit 5): nothing was tested, which is a failure" >&2
 fi
 exit "$status"

@@ -57,6 +57,7 @@ from sandbox_tools.injector.recon import (
     parse_probe,
 )
 from sandbox_tools.platforms import Arch
+from sandbox_tools.protocol import SERVER_DIR_ENV
 from sandbox_tools.sandboxes.base import Sandbox
 
 NO_SHELL_DIR = "/tmp"
@@ -114,7 +115,7 @@ def runtime_env(install_dir: str, uid: int | None = None) -> dict[str, str]:
     known to be writable, which /tmp is not under a read-only root); one per uid when
     the runtime runs as another user than the installer."""
     name = "run" if uid is None else f"run-{uid}"
-    return {"SANDBOX_TOOLS_DIR": f"{install_dir}/{name}"}
+    return {SERVER_DIR_ENV: f"{install_dir}/{name}"}
 
 
 async def _run(
@@ -442,7 +443,7 @@ async def _runtime_env_for(
             _PREPARE_FOR_USER,
             "prepare",
             f"{install_dir}/{EXE_NAME}",
-            env["SANDBOX_TOOLS_DIR"],
+            env[SERVER_DIR_ENV],
             str(uid),
             str(gid),
         ],
@@ -573,7 +574,7 @@ async def _start(
         raise SandboxInjectionError(
             f"the runtime installed at {exe} in {sandbox.name} did not answer: {exc}",
             remedy="Check the sandbox's logs; the runtime's own log is in "
-            f"{env['SANDBOX_TOOLS_DIR']}/server.log.",
+            f"{env[SERVER_DIR_ENV]}/server.log.",
         ) from None
     if info.get("build_id") != artifact.build_id:
         await client.aclose()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sandbox_tools
+from sandbox_tools.protocol import SERVER_DIR_ENV
 
 SOURCE_MOUNT = "/opt/sandbox-tools-src"
 
@@ -33,7 +34,7 @@ def local_source_runtime(server_dir: str | None = None) -> RuntimeLaunch:
     """The runtime from this checkout's sources on this machine (tests, `tools exec-remote`)."""
     env = {"PYTHONPATH": str(package_parent())}
     if server_dir:
-        env["SANDBOX_TOOLS_DIR"] = server_dir
+        env[SERVER_DIR_ENV] = server_dir
     return RuntimeLaunch([sys.executable, "-m", "sandbox_tools.runtime"], env)
 
 
