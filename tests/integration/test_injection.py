@@ -181,3 +181,28 @@ async def test_injection_without_any_shell(docker_engine: Any, dist_env: Any) ->
         assert (await support.client.call("runtime_info"))["build_id"] == dist_env.build_id
         await support.aclose()
         await forget_sandbox(sandbox)
+
+
+async def test_the_block_form_and_options_a_second_call_cannot_change(
+    docker_engine: Any, debian_image: str, dist_env: Any
+) -> None:
+    """User path (docs/INJECTION.md): `open_tool_support` injects for the block and
+    closes its client after; a second `tool_support_sandbox` with other options is
+    refused with a reason instead of silently keeping the first call's."""
+    from dataclasses import replace
+
+    from sandbox_tools.errors import ConfigurationError
+    from sandbox_tools.injector.inject import open_tool_support
+
+    with running_container(docker_engine, debian_image) as container:
+        sandbox = DockerSandbox(container, docker_engine)
+        async with open_tool_support(sandbox) as support:
+            result = await exec_remote(support.client, "echo block", stream=False)
+            assert result.stdout == "block\n"
+        first = await tool_support_sandbox(sandbox)
+        with pytest.raises(ConfigurationError, match="persistent=True"):
+            await tool_support_sandbox(sandbox, persistent=False)
+        other = replace(first.artifact, build_id="sha256:" + "0" * 64)
+        with pytest.raises(ConfigurationError, match="already runs"):
+            await tool_support_sandbox(sandbox, artifact=other)
+        await forget_sandbox(sandbox)

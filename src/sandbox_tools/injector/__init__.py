@@ -18,6 +18,7 @@ from sandbox_tools.injector.inject import (
     Injector,
     ToolSupport,
     forget_sandbox,
+    open_tool_support,
     prepare_tool_support,
     tool_support_sandbox,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "forget_sandbox",
     "forward_to",
     "new_bash_session",
+    "open_tool_support",
     "prepare_tool_support",
     "text_editor",
     "tool_support_sandbox",

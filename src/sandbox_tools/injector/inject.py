@@ -28,13 +28,14 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sandbox_tools.artifacts import Artifact
 from sandbox_tools.errors import (
+    ConfigurationError,
     SandboxExecError,
     SandboxInjectionError,
     SandboxToolsError,
@@ -607,9 +608,17 @@ class Injector:
         (concurrent first calls inject once)."""
         key = (id(sandbox), user)
         lock = self._locks.setdefault(key, asyncio.Lock())
+        wanted = artifact or self.artifact
         async with lock:
             entry = self._ready.get(key)
             if entry is not None and entry[0] is sandbox:
+                held = entry[1].artifact
+                if wanted is not None and wanted.build_id != held.build_id:
+                    raise ConfigurationError(
+                        f"{sandbox.name} already runs {held.name} ({held.build_id[:19]}); "
+                        f"{wanted.name} ({wanted.build_id[:19]}) was asked for",
+                        remedy="Use another Injector (or sandbox) for another artifact.",
+                    )
                 return entry[1]
             support = await prepare_tool_support(
                 sandbox, user, self.persistent, artifact or self.artifact
@@ -668,7 +677,32 @@ async def tool_support_sandbox(
         injector = Injector(persistent=persistent)
         setattr(sandbox, _ON_SANDBOX, injector)
     assert isinstance(injector, Injector)
+    if injector.persistent != persistent:  # a second call's options are refused, not ignored
+        raise ConfigurationError(
+            f"tool support for {sandbox.name} was opened with persistent={injector.persistent}",
+            remedy="Pass the same options every time, or call forget_sandbox first.",
+        )
     return await injector.tool_support(sandbox, user, artifact=artifact)
+
+
+@contextlib.asynccontextmanager
+async def open_tool_support(
+    sandbox: Sandbox,
+    user: str | None = None,
+    *,
+    persistent: bool = True,
+    artifact: Artifact | None = None,
+    injector: Injector | None = None,
+) -> AsyncIterator[ToolSupport]:
+    """The runtime in `sandbox` for the length of the block: injected (or an earlier
+    install reused) on entry, its client closed on exit; the runtime's server stays in
+    the sandbox. With `injector`, the handle is that injector's: shared with its other
+    callers and closed when it closes."""
+    if injector is not None:
+        yield await injector.tool_support(sandbox, user, artifact=artifact)
+        return
+    async with Injector(persistent=persistent, artifact=artifact) as own:
+        yield await own.tool_support(sandbox, user)
 
 
 async def forget_sandbox(sandbox: Sandbox) -> None:
