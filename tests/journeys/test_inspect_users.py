@@ -200,16 +200,6 @@ def test_a_config_file_on_the_command_line(
     the_sample(tmp_path, done)
 
 
-def test_a_missing_image_fails_the_task_at_start_with_one_message(
-    docker_engine: Any, dist: dict[str, str], tmp_path: Path
-) -> None:
-    done = run_eval(tmp_path, '("docker_sdk", "no-such-image:1")', 0, "/tmp", dist)
-    assert done.returncode != 0
-    output = done.stdout + done.stderr
-    assert "no image named by" in output and "no-such-image:1" in output
-    assert "Pull or build the image first" in output
-
-
 FAILING_TASK = textwrap.dedent(
     """
     from inspect_ai import Task, task
@@ -276,3 +266,45 @@ def test_a_failed_injection_is_tried_once_per_sandbox_and_leaves_nothing(
         if e.get("event") == "sandbox" and "mkdir /tmp/sandbox-tools-" in str(e.get("cmd", ""))
     ]  # fmt: skip
     assert len(made) == 1, [e.get("cmd") for e in made]
+
+
+def test_the_eval_log_of_a_config_object_reads_back(
+    python_image: str, dist: dict[str, str], tmp_path: Path
+) -> None:
+    """User path: `inspect eval my_task.py` with the default log format, as the docs run
+    it. inspect reads the sandbox config back from the log it wrote; without that, every
+    eval with a DockerSdkConfig ended with an unrelated ERROR and an unreadable log."""
+    from inspect_ai.log import read_eval_log
+
+    config = f"DockerSdkConfig(image={python_image!r}, user='1000:1000')"
+    directory = tmp_path / "default-format"
+    directory.mkdir()
+    (directory / "my_task.py").write_text(
+        TASK.format(sandbox=f'("docker_sdk", {config})', uid=1000, workdir="/tmp")
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "inspect_ai", "eval", "my_task.py", "--display", "plain"],
+        capture_output=True,
+        text=True,
+        cwd=directory,
+        env={**os.environ, "INSPECT_LOG_DIR": str(directory / "logs"), **dist},
+        timeout=900,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "ERROR" not in output, output[-3000:]
+    (log_file,) = (directory / "logs").glob("*.eval")
+    log = read_eval_log(str(log_file))
+    assert log.status == "success" and log.samples is not None
+    assert log.samples[0].scores is not None
+    assert log.samples[0].scores["written"].value == "C"
+
+
+def test_a_task_that_cannot_start_says_so_in_one_message(
+    docker_engine: Any, dist: dict[str, str], tmp_path: Path
+) -> None:
+    """User path: a missing image. The eval stops before any sample with the message
+    and its remedy, not at the end of a traceback of inspect's task groups."""
+    done = run_eval(tmp_path, '("docker_sdk", "no-such-image:1")', 0, "/tmp", dist)
+    output = " ".join((done.stdout + done.stderr).split())  # the console wraps lines
+    assert done.returncode != 0
+    assert "Pull or build the image first" in output and "Traceback" not in output, output

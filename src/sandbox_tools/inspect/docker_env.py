@@ -18,10 +18,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from inspect_ai._util.error import PrerequisiteError  # inspect's "print the message only"
 from inspect_ai.util import SandboxEnvironment, sandboxenv
 from pydantic import BaseModel, Field
 
-from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import acquire_artifact
 from sandbox_tools.inspect.provider_env import ProviderEnvironment
 from sandbox_tools.platforms import Arch
@@ -160,6 +161,12 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
         return {"default": cls(DockerSandbox(container, client))}
 
     @classmethod
+    def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
+        """inspect reads a config object back from the log it wrote (at the end of every
+        eval, and for `inspect log dump`): without this the eval's log was unreadable."""
+        return DockerSdkConfig.model_validate(config)
+
+    @classmethod
     async def task_init(cls, task_name: str, config: Any) -> None:
         """Fail at the start of the task, once, where no sample could work: the image
         is not on the engine, or no runtime artifact can be had for its architecture."""
@@ -170,7 +177,12 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
             arch = Arch.parse(str(image.attrs.get("Architecture") or os.uname().machine))
             acquire_artifact(arch)
 
-        await asyncio.to_thread(check)
+        try:
+            await asyncio.to_thread(check)
+        except SandboxToolsError as exc:
+            # inspect prints a PrerequisiteError as its message alone: the one actionable
+            # message, not the last line of a traceback of the eval's task groups.
+            raise PrerequisiteError(f"docker_sdk sandbox: {exc}") from None
 
     @classmethod
     async def sample_cleanup(
@@ -186,10 +198,15 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
 
     @classmethod
     async def cli_cleanup(cls, id: str | None) -> None:
-        def remove_all() -> None:
+        def remove_all() -> int:
             client = docker_client()
+            removed = 0
             for container in client.containers.list(all=True, filters={"label": LABEL}):
                 if id is None or container.labels.get(LABEL) == id:
                     _remove(container)
+                    removed += 1
+            return removed
 
-        await asyncio.to_thread(remove_all)
+        removed = await asyncio.to_thread(remove_all)
+        # `inspect sandbox cleanup docker_sdk` otherwise prints nothing at all.
+        print(f"docker_sdk: removed {removed} container(s) labelled {LABEL}")
