@@ -3,8 +3,10 @@
 #   build -> validate -> release to a local S3 (moto on 127.0.0.1) -> release again
 #   (idempotent) -> fetch from the published URLs -> bundle -> fetch offline from the
 #   bundle -> wheel -> install it offline into a fresh venv -> resolve both platforms.
-# It refuses like the real release does (a dirty tree, unvalidated bytes), and never
-# touches the package's published manifest (--no-package-manifest).
+# It refuses like the real release does (a dirty tree, unvalidated bytes, a bucket users
+# cannot read, a required distribution not validated), and never touches the package's
+# published manifest (--no-package-manifest). Everything it writes outside a scratch
+# directory (dist/manifest.json, dist/SHA256SUMS) is put back as it was, however it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
@@ -38,6 +40,33 @@ tools build --all
 step "validate both architectures"
 tools validate --report "$work/validate-report.json" --junit "$work/validate-junit.xml"
 
+# A release is made from a committed tree, and refuses anything else. While this
+# checkout has uncommitted changes (yours, or a teammate's in a shared checkout), the
+# rehearsal shows that refusal, then goes on with a snapshot of the working tree committed
+# in a scratch repository (the tree the release would be made from once committed).
+# Only read-only git commands touch this checkout.
+tree="$PWD"
+if [ -n "$(GIT_OPTIONAL_LOCKS=0 git status --porcelain)" ]; then
+  step "uncommitted changes: the release refuses this tree"
+  set +e
+  tools release --dry-run --s3-bucket unused --s3-endpoint-url http://127.0.0.1:9 \
+    --validate-report "$work/validate-report.json" --no-package-manifest \
+    >"$work/dirty.out" 2>"$work/dirty.err"
+  code=$?
+  set -e
+  grep -q "uncommitted changes" "$work/dirty.err" && [ "$code" = 11 ] \
+    || { cat "$work/dirty.out" "$work/dirty.err"; echo "expected a refusal (exit 11), got $code" >&2; exit 1; }
+  head -n 1 "$work/dirty.err"
+  tree="$work/tree"
+  mkdir -p "$tree"
+  git ls-files -z --cached --others --exclude-standard \
+    | tar --null --files-from=- --ignore-failed-read -cf - 2>/dev/null | tar -C "$tree" -xf -
+  git -C "$tree" init -q
+  git -C "$tree" add -A
+  git -C "$tree" -c user.name=rehearsal -c user.email=rehearsal@invalid commit -qm snapshot
+  echo "rehearsing with a snapshot of the working tree, committed in $tree"
+fi
+
 step "a local S3 on 127.0.0.1 (moto server mode)"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 moto_server -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
@@ -48,13 +77,51 @@ for _ in $(seq 100); do curl -fs "$endpoint" >/dev/null 2>&1 && break; sleep 0.1
 python3 - "$endpoint" <<'PY'
 import sys
 import boto3
-boto3.client("s3", endpoint_url=sys.argv[1]).create_bucket(Bucket="sandbox-tools-rehearsal")
+client = boto3.client("s3", endpoint_url=sys.argv[1])
+client.create_bucket(Bucket="sandbox-tools-rehearsal")
+client.create_bucket(Bucket="sandbox-tools-rehearsal-private")
 PY
 
+common=(--s3-endpoint-url "$endpoint" --validate-report "$work/validate-report.json"
+        --checkout "$tree" --no-package-manifest)
+step "a bucket users cannot read: refused after one object, with the remedy"
+set +e
+tools release --s3-bucket sandbox-tools-rehearsal-private "${common[@]}" \
+  >"$work/private.out" 2>"$work/private.err"
+code=$?
+set -e
+grep -q "users cannot download it: HTTP 403" "$work/private.err" && [ "$code" = 11 ] \
+  || { cat "$work/private.out" "$work/private.err"; echo "expected a refusal (exit 11), got $code" >&2; exit 1; }
+grep -E "^(error|what to do):" "$work/private.err"
+
+# A row this machine could not run (its image unavailable), if there is one.
+skipped=$(python3 - "$work/validate-report.json" <<'PY'
+import json
+import sys
+
+report = json.load(open(sys.argv[1]))
+print(next((c["distro"] for c in report["results"]
+            if c["status"] == "skipped" and not c["detail"].startswith("no shell")), ""))
+PY
+)
+if [ -n "$skipped" ]; then
+  step "requiring $skipped, which was skipped here: refused"
+  set +e
+  tools release --dry-run --s3-bucket sandbox-tools-rehearsal "${common[@]}" \
+    --require "$skipped" >"$work/require.out" 2>"$work/require.err"
+  code=$?
+  set -e
+  grep -q "required distributions were not validated in full" "$work/require.err" \
+    && [ "$code" = 11 ] \
+    || { cat "$work/require.out" "$work/require.err"; echo "expected a refusal (exit 11), got $code" >&2; exit 1; }
+  head -n 2 "$work/require.err"
+fi
+
 # Public-read, as a real bucket must be readable by its users (an ACL here; a bucket
-# policy in production): the fetch below is anonymous, as a user's is.
-release=(tools release --s3-bucket sandbox-tools-rehearsal --s3-endpoint-url "$endpoint"
-         --s3-public-read --validate-report "$work/validate-report.json" --no-package-manifest)
+# policy in production): the release checks it, and the fetch below is anonymous, as a
+# user's is. debian-12 validates offline (debootstrap), so it can be required here.
+release=(tools release --s3-bucket sandbox-tools-rehearsal --s3-public-read --require debian-12
+         "${common[@]}")
 step "release"
 "${release[@]}"
 step "release again: everything identical, nothing uploaded"
@@ -65,9 +132,10 @@ tools fetch --manifest dist/manifest.json --dest "$work/fetched"
 (cd "$work/fetched" && sha256sum -c "$OLDPWD/dist/SHA256SUMS")
 
 step "bundle, then fetch offline from it"
-tools bundle create --out "$work/carry/sandbox-tools.tar"
+tools bundle create --out "$work/carry/"  # a directory, created, receives the bundle
+bundle=("$work"/carry/sandbox-tools-*-artifacts.tar)
 HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
-  tools fetch --manifest dist/manifest.json --from "$work/carry/sandbox-tools.tar" --dest "$work/offline"
+  tools fetch --manifest dist/manifest.json --from "${bundle[0]}" --dest "$work/offline"
 
 step "the wheel, installed offline into a fresh venv, resolves both platforms"
 tools wheel --manifest dist/manifest.json --out "$work/wheel"

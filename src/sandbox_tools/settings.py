@@ -4,7 +4,7 @@ defaults -> `[tool.sandbox-tools]` in the nearest pyproject.toml (from the worki
 directory up) -> `SANDBOX_TOOLS_*` environment variables -> command-line flags (the CLI
 applies those last, with `dataclasses.replace`). The environment is a parameter, so
 tests pass a dict; an unknown key in the table gets a "did you mean", a bad value a
-sentence naming where it came from. Every setting is listed in the README, generated
+sentence naming where it came from. Every setting is listed in docs/CONFIGURATION.md, generated
 from `SETTINGS` and checked by a test.
 
 The in-container runtime has its own few variables (protocol.py); this is host-side.
@@ -67,6 +67,15 @@ def _text(text: str) -> str | None:
 
 def _path(text: str) -> Path | None:
     return Path(text).expanduser() if text else None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """A list of names: a TOML array, or `a,b` (in the environment); empty means none."""
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    for name in names:
+        if any(c.isspace() for c in name):
+            raise ValueError(f"{name!r} is not a name (separate names with commas)")
+    return names
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -138,6 +147,12 @@ SETTINGS: tuple[Setting, ...] = (
         "github-web-url", "SANDBOX_TOOLS_GITHUB_WEB_URL", str, "https://github.com",
         "`tools release`: base of the download URLs",
     ),
+    # What `tools release` demands of the validate report (the flag is --require).
+    Setting(
+        "release-require", "SANDBOX_TOOLS_RELEASE_REQUIRE", _names, (),
+        "`tools release`: matrix distributions (or prefixes: `debian`) whose every cell must "
+        "have passed for every platform, none skipped; a list, or `a,b` in the environment",
+    ),
 )  # fmt: skip
 
 
@@ -160,6 +175,7 @@ class Settings:
     github_tag: str = "v{version}"
     github_api_url: str = "https://api.github.com"
     github_web_url: str = "https://github.com"
+    release_require: tuple[str, ...] = ()
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:
@@ -213,6 +229,12 @@ def load_settings(
 
 
 def _parse(setting: Setting, raw: Any, where: str) -> Any:
+    if isinstance(raw, list):  # a TOML array: only list-valued settings take one
+        if setting.parse is not _names:
+            raise ConfigurationError(f"{where}: a list is not a value here", remedy=setting.doc)
+        if not all(isinstance(item, str) for item in raw):
+            raise ConfigurationError(f"{where}: every item must be a string", remedy=setting.doc)
+        raw = ",".join(raw)
     text = str(raw).lower() if isinstance(raw, bool) else str(raw)
     try:
         return setting.parse(text)

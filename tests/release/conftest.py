@@ -4,6 +4,7 @@ GitHub releases server, and a helper to run the real `tools` CLI in a subprocess
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -127,16 +128,47 @@ def _moto() -> Iterator[str]:
     server.stop()
 
 
-@pytest.fixture
-def s3(_moto: str, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    """A fresh bucket on the real moto server (boto3 in this process and in children)."""
+def public_read_policy(bucket: str) -> str:
+    """What RELEASING.md asks of a release bucket: anyone may read its objects."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": "*",
+                    "Action": "s3:GetObject",
+                    "Resource": f"arn:aws:s3:::{bucket}/*",
+                }
+            ],
+        }
+    )
+
+
+def _bucket(endpoint: str, monkeypatch: pytest.MonkeyPatch, public: bool) -> S3Server:
     for key, value in aws_env().items():
         monkeypatch.setenv(key, value)
     import boto3
 
     bucket = f"releases-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=_moto, region_name="us-east-1").create_bucket(Bucket=bucket)
-    return S3Server(_moto, bucket)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket=bucket)
+    if public:
+        client.put_bucket_policy(Bucket=bucket, Policy=public_read_policy(bucket))
+    return S3Server(endpoint, bucket)
+
+
+@pytest.fixture
+def s3(_moto: str, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """A fresh bucket on the real moto server (boto3 in this process and in children),
+    readable by anyone through a bucket policy, as a release bucket must be."""
+    return _bucket(_moto, monkeypatch, public=True)
+
+
+@pytest.fixture
+def private_s3(_moto: str, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """A fresh bucket only its owner can read: moto answers anonymous GETs with 403."""
+    return _bucket(_moto, monkeypatch, public=False)
 
 
 def aws_env() -> dict[str, str]:

@@ -282,3 +282,148 @@ def test_without_a_released_manifest_fetch_says_what_to_do(tmp_path: Path) -> No
     assert result.returncode == 2
     assert "carries no released manifest" in result.stderr
     assert "--manifest FILE" in result.stderr
+
+
+def test_fetch_says_which_mirror_refused_and_why_before_falling_back(
+    fake_release: FakeRelease, published: Manifest, s3: S3Server, tmp_path: Path
+) -> None:
+    """Finding 2: the S3 mirror refusing anonymous downloads fell back to GitHub in silence."""
+    client = s3.client()
+    amd64 = published.for_platform("linux/amd64")
+    client.delete_bucket_policy(Bucket=s3.bucket)  # type: ignore[attr-defined]
+    key = f"releases/{__version__}/{amd64.name}"
+    client.put_object_acl(Bucket=s3.bucket, Key=key, ACL="private")  # type: ignore[attr-defined]
+    s3_url, github_url = amd64.urls
+
+    result = fetch_cli(fake_release, tmp_path / "cache", "--platform", "amd64", "-v")
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    plan = f"{amd64.name}: sources in order: 1. {s3_url}, 2. {github_url}"
+    refused = next(line for line in lines if line.startswith(f"{amd64.name}: {s3_url}: "))
+    assert (
+        refused.lower()
+        == (
+            f"{amd64.name}: {s3_url}: HTTP 403 Forbidden (the mirror refuses anonymous downloads); "
+            f"trying {github_url}"
+        ).lower()
+    )
+    fetched = f"linux/amd64/{amd64.name}: fetched from {github_url}"
+    assert plan in lines and fetched in lines, result.stdout
+    assert lines.index(plan) < lines.index(refused) < lines.index(fetched)
+    # Without -v the refusal is still said (only the plan is verbose); --quiet drops both.
+    plain = fetch_cli(fake_release, tmp_path / "again", "--platform", "amd64")
+    assert refused in plain.stdout.splitlines() and plan not in plain.stdout
+    hushed = run_tools(
+        "--quiet",
+        "fetch",
+        "--manifest",
+        str(fake_release.dist / MANIFEST_FILE),
+        "--out",
+        str(tmp_path / "hushed"),
+        "--platform",
+        "amd64",
+    )
+    assert hushed.returncode == 0 and "trying" not in hushed.stdout + hushed.stderr
+
+
+def test_fetch_from_a_file_that_is_not_a_bundle(
+    fake_release: FakeRelease, published: Manifest, tmp_path: Path
+) -> None:
+    """Finding 7: `--from README.md` printed tarfile's "ReadError('invalid header')"."""
+    readme = tmp_path / "README.md"
+    readme.write_text("# not a bundle\n")
+    dest = tmp_path / "dest"
+    for json_flag in ([], ["--json"]):
+        result = run_tools(
+            "fetch",
+            "--manifest",
+            str(fake_release.dist / MANIFEST_FILE),
+            "--from",
+            str(readme),
+            "--out",
+            str(dest),
+            *json_flag,
+        )
+        assert result.returncode == 2, result.stderr
+        assert f"--from {readme} is not a bundle (not a tar archive)" in result.stderr
+        assert "tools bundle create" in result.stderr
+        for internal in ("ReadError", "invalid header", "method gz", "Traceback"):
+            assert internal not in result.stderr + result.stdout
+        if json_flag:
+            document = json.loads(result.stdout)
+            assert document["exit_code"] == 2 and "is not a bundle" in document["error"]
+    assert list(dest.iterdir()) == []
+
+
+def test_a_tampered_bundle_is_refused_with_a_remedy_other_than_the_bundle(
+    fake_release: FakeRelease, published: Manifest, tmp_path: Path
+) -> None:
+    """Finding 7: after `tools fetch --from BUNDLE` refused a tampered bundle, the remedy
+    said "use `tools fetch --from BUNDLE`", the thing just done."""
+    bundle = tmp_path / "artifacts.tar"
+    made = run_tools("bundle", "create", "--dist", str(fake_release.dist), "--out", str(bundle))
+    assert made.returncode == 0, made.stderr
+    amd64 = published.for_platform("linux/amd64")
+    data = bytearray(bundle.read_bytes())
+    data[data.find((fake_release.dist / amd64.name).read_bytes()[:4096]) + 100] ^= 0xFF
+    bundle.write_bytes(bytes(data))
+    dest = tmp_path / "dest"
+
+    result = run_tools(
+        "fetch",
+        "--manifest",
+        str(fake_release.dist / MANIFEST_FILE),
+        "--from",
+        str(bundle),
+        "--out",
+        str(dest),
+        "--platform",
+        "amd64",
+    )
+
+    assert result.returncode == 13, result.stderr
+    error = " ".join(result.stderr.split())
+    assert f"the manifest pins {amd64.sha256}" in error
+    remedy = error.split("what to do:", 1)[1]
+    assert "--from BUNDLE" not in remedy and "--from" not in remedy
+    assert "Make a new bundle" in remedy and "tools bundle create" in remedy
+    assert list(dest.iterdir()) == []
+
+
+def test_bundle_create_into_a_directory_that_does_not_exist_yet(
+    fake_release: FakeRelease, published: Manifest, tmp_path: Path
+) -> None:
+    """Finding 7: `--out carry/` wrote a file named `carry`."""
+    name = f"sandbox-tools-{__version__}-artifacts.tar"
+    made = run_tools(
+        "bundle", "create", "--dist", str(fake_release.dist), "--out", "carry/", cwd=tmp_path
+    )
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "carry").is_dir()
+    assert [p.name for p in (tmp_path / "carry").iterdir()] == [name]
+    assert f"wrote carry/{name}" in made.stdout
+
+    # A name without a trailing slash is still a file name, as with cp; a file where a
+    # directory is asked for is bad input, and nothing is written.
+    as_file = run_tools(
+        "bundle", "create", "--dist", str(fake_release.dist), "--out", "carry.tar", cwd=tmp_path
+    )
+    assert as_file.returncode == 0 and (tmp_path / "carry.tar").is_file()
+    clash = run_tools(
+        "bundle", "create", "--dist", str(fake_release.dist), "--out", "carry.tar/", cwd=tmp_path
+    )
+    assert clash.returncode == 2 and "is a file, not a directory" in clash.stderr
+    assert "Traceback" not in clash.stderr
+    before = sorted(p.name for p in tmp_path.iterdir())
+    unwritable = run_tools(
+        "bundle",
+        "create",
+        "--dist",
+        str(fake_release.dist),
+        "--out",
+        "/proc/no/such/",
+        cwd=tmp_path,
+    )
+    assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -191,9 +191,10 @@ def test_s3_round_trip_catches_corruption_through_the_wire(
     s3_proxy.faults.corrupt.add(SUMS_FILE)
     result = run_tools(*release_args(fake_release, s3, s3_endpoint=s3_proxy.url))
     assert result.returncode == 12, result.stderr
-    # botocore checks the CRC S3 sent before our SHA-256 does; either way it is caught.
+    # Verified as users download it (anonymous HTTP, no botocore CRC): our SHA-256 sees it.
     (line,) = [line for line in result.stderr.splitlines() if f"{PREFIX}/{SUMS_FILE}:" in line]
-    assert "did not match" in line and "while downloading it again" in line
+    good = hashlib.sha256((fake_release.dist / SUMS_FILE).read_bytes()).hexdigest()
+    assert "downloaded sha256" in line and f"released {good}" in line
 
 
 def test_dry_run_uploads_nothing(
@@ -356,3 +357,195 @@ def test_the_s3_region_comes_from_the_environment_or_the_bucket(
     monkeypatch.delenv("AWS_REGION")
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     assert _bucket_region(s3.bucket, s3.endpoint) == "us-east-1"  # what the bucket says
+
+
+# -- what users get, what was validated, what CI shows (the maintainer's walk) -------------
+
+
+def test_s3_release_refuses_what_users_cannot_download(
+    fake_release: FakeRelease, private_s3: S3Server
+) -> None:
+    """Finding 1: verified with the maintainer's credentials, a bucket users (anonymous)
+    get 403 from was reported "uploaded, verified". Now the release checks each object as
+    a user fetches it and stops after the first, naming the two remedies."""
+    import requests
+
+    args = release_args(fake_release, private_s3)
+    refused = run_tools(*args)
+
+    assert refused.returncode == 11, refused.stderr + refused.stdout
+    error = " ".join(refused.stderr.split())
+    assert "users cannot download it: HTTP 403" in error
+    assert (
+        "--s3-public-read" in error and 'give the bucket a policy allowing "s3:GetObject"' in error
+    )
+    assert "Traceback" not in refused.stderr
+    amd64 = artifact_name(Arch.AMD64, ArtifactFormat.PORTABLE)
+    assert list(s3_objects(private_s3)) == [amd64]  # one object, and no manifest names it
+    assert outcomes(refused, "verified") == 0
+
+    # A dry run (a look before trying the remedy) refuses too: what is there is unreadable.
+    dry = run_tools(*args, "--dry-run")
+    assert dry.returncode == 11 and "is published, but users cannot" in dry.stderr
+
+    # The remedy it names works: the object already there gets the ACL, the rest go up with it.
+    fixed = run_tools(*args, "--s3-public-read")
+    assert fixed.returncode == 0, fixed.stderr + fixed.stdout
+    assert outcomes(fixed, "made public-read") == 1
+    assert outcomes(fixed, "uploaded") == 3 and outcomes(fixed, "verified") == 4
+    manifest = read_manifest(fake_release.dist / MANIFEST_FILE)
+    for artifact in manifest.artifacts:
+        (url,) = artifact.urls
+        assert (
+            requests.get(url, timeout=10).content
+            == fake_release.artifact(artifact.arch).read_bytes()
+        )
+
+
+def write_matrix_report(release: FakeRelease) -> None:
+    """A report as a machine without a registry writes it: debian-12 runs offline and
+    passes, ubuntu-24.04 (registry only) is skipped, distroless passes what a shell-less
+    image can run and skips the rest by design."""
+    from sandbox_tools.distro_matrix.report import CellResult, CellStatus, ValidationReport
+
+    results = []
+    for r in release.records:
+        for scenario in ("root", "nonroot", "readonly-exec-tmpfs"):
+            results.append(CellResult(r.name, r.platform, "debian-12", scenario, CellStatus.PASSED))
+            results.append(
+                CellResult(
+                    r.name,
+                    r.platform,
+                    "ubuntu-24.04",
+                    scenario,
+                    CellStatus.SKIPPED,
+                    detail="registry unreachable, no offline recipe",
+                )
+            )
+        results.append(CellResult(r.name, r.platform, "distroless", "root", CellStatus.PASSED))
+        results.append(
+            CellResult(
+                r.name,
+                r.platform,
+                "distroless",
+                "nonroot",
+                CellStatus.SKIPPED,
+                detail="no shell: uploads are owned by root, and nothing can hand them to "
+                "another user",
+            )
+        )
+    ValidationReport(artifacts=release.records, results=results).dump(release.report)
+
+
+def test_required_distributions_refuse_skipped_rows_and_every_run_shows_coverage(
+    fake_release: FakeRelease, s3: S3Server, tmp_path: Path
+) -> None:
+    """Finding 3: `--require` (or release-require in [tool.sandbox-tools], or the
+    environment) names rows that must have passed in full; dry and real runs both print
+    what was validated and what was skipped, and why."""
+    write_matrix_report(fake_release)
+    args = [*release_args(fake_release, s3), "--dry-run"]
+
+    shown = run_tools(*args, "--require", "debian-12")
+    assert shown.returncode == 0, shown.stderr + shown.stdout
+    text = " ".join(shown.stdout.split())
+    assert f"validated by {fake_release.report}" in text
+    assert "linux/amd64 │ passed │ debian-12, distroless" in text.replace("│ │", "│")
+    assert "skipped │ ubuntu-24.04 │ registry unreachable, no offline recipe" in text
+    assert "required distributions: debian-12: every cell passed" in text
+
+    refused = run_tools(*args, "--require", "ubuntu")
+    assert refused.returncode == 11, refused.stderr
+    error = " ".join(refused.stderr.split())
+    assert "required distributions were not validated in full" in error
+    for platform in ("linux/amd64", "linux/arm64"):
+        assert f"ubuntu-24.04 on {platform}: skipped nonroot, readonly-exec-tmpfs, root" in error
+    # A prefix means every row it matches: rows validate never ran are gaps too.
+    assert "ubuntu-20.04 on linux/arm64: not in the report (validate did not run it)" in error
+    assert "tools validate --only ubuntu-20.04 --only ubuntu-22.04 --only ubuntu-24.04" in error
+    assert "validated by" in refused.stdout  # the table came first, then the refusal
+
+    as_json = run_tools(*args, "--require", "ubuntu", "--json")  # stdout: an error document
+    assert as_json.returncode == 11
+    document = json.loads(as_json.stdout)
+    assert document["exit_code"] == 11 and "not validated in full" in document["error"]
+
+    missing = run_tools(*args, "--require", "alpine-latest")
+    assert missing.returncode == 11
+    assert "alpine-latest on linux/amd64: not in the report" in missing.stderr
+
+    # Cells a shell-less image cannot run are no gap; a typo is bad input, not a refusal.
+    assert run_tools(*args, "--require", "distroless").returncode == 0
+    typo = run_tools(*args, "--require", "debain-12")
+    assert typo.returncode == 2 and "did you mean debian-12" in typo.stderr
+
+    # The setting, from the project table or the environment; a flag replaces it.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[tool.sandbox-tools]\nrelease-require = ["debian-12", "ubuntu-24.04"]\n'
+    )
+    from_table = run_tools(*args, cwd=project)
+    assert from_table.returncode == 11 and "ubuntu-24.04 on linux/arm64" in from_table.stderr
+    assert run_tools(*args, "--require", "debian-12", cwd=project).returncode == 0
+    assert run_tools(*args, "--require", "", cwd=project).returncode == 0
+    from_env = run_tools(*args, env=tools_env(SANDBOX_TOOLS_RELEASE_REQUIRE="debian-12,ubuntu"))
+    assert from_env.returncode == 11 and "ubuntu-24.04 on linux/amd64" in from_env.stderr
+    assert s3_objects(s3) == {}
+
+    # The real run shows the same before it publishes, and --json carries it.
+    real = run_tools(*release_args(fake_release, s3), "--require", "debian-12", "--json")
+    assert real.returncode == 0, real.stderr
+    validated = json.loads(real.stdout)["validated"]
+    assert validated["required"] == ["debian-12"] and validated["gaps"] == []
+    states = {(r["platform"], r["distro"]): r["state"] for r in validated["rows"]}
+    assert states[("linux/arm64", "ubuntu-24.04")] == "skipped"
+    assert states[("linux/arm64", "distroless")] == "passed"
+    assert "validated by" in real.stderr  # --json: the table moved to stderr
+
+
+def test_release_writes_a_github_step_summary_and_annotations(
+    fake_release: FakeRelease, s3: S3Server, tmp_path: Path
+) -> None:
+    """Finding 4: build and validate wrote a step summary on GitHub Actions, release none."""
+    summary = tmp_path / "summary.md"
+    env = tools_env(GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(summary))
+    write_matrix_report(fake_release)
+
+    done = run_tools(*release_args(fake_release, s3), "--require", "debian-12", env=env)
+    assert done.returncode == 0, done.stderr
+    page = summary.read_text()
+    version = __import__("sandbox_tools").__version__
+    assert page.startswith(f"## tools release {version}: published and verified")
+    assert "| linux/amd64 | skipped | ubuntu-24.04 | registry unreachable" in page
+    assert "required distributions: debian-12: every cell passed" in page
+    amd64 = artifact_name(Arch.AMD64, ArtifactFormat.PORTABLE)
+    assert f"| s3://{s3.bucket}/{PREFIX} | {amd64} | uploaded, verified |" in page
+    assert f"{s3.endpoint}/{s3.bucket}/{PREFIX}/{amd64}" in page  # the manifest's URL
+
+    refused = run_tools(*release_args(fake_release, s3), "--require", "ubuntu", env=env)
+    assert refused.returncode == 11
+    assert "::error title=tools release::" in refused.stdout
+    later = summary.read_text()[len(page) :]
+    assert later.startswith(f"## tools release {version}: refused")
+    assert "required distributions were not validated in full" in later
+    assert "What to do:" in later
+
+
+def test_github_draft_waits_for_the_tag_then_the_same_command_publishes(
+    fake_release: FakeRelease, github: GitHubReleasesServer
+) -> None:
+    """The release workflow's order (.github/workflows/release.yml): upload and verify as a
+    draft, commit the manifest and tag that commit, then publish the draft, which GitHub
+    attaches to the existing tag instead of creating one at the default branch's head."""
+    args = release_args(fake_release, github=github)
+    draft = run_tools(*args, "--github-draft")
+    assert draft.returncode == 0, draft.stderr + draft.stdout
+    assert not github.published(TAG) and len(github.uploaded(TAG)) == 4
+    assert "still a draft" in draft.stdout
+
+    published = run_tools(*args)
+    assert published.returncode == 0, published.stderr
+    assert github.published(TAG)
+    assert outcomes(published, "skipped (identical)") == 4
+    assert outcomes(published, "verified") == 4

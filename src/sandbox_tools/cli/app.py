@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sys
 import tempfile
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -17,7 +18,16 @@ from rich.table import Table
 from sandbox_tools import __version__, settings
 from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.cli.manifest_cmd import manifest_app
-from sandbox_tools.cli.output import Verbosity, configure, console, err_console, notes, quiet
+from sandbox_tools.cli.output import (
+    Verbosity,
+    configure,
+    console,
+    err_console,
+    error_document,
+    json_printed,
+    notes,
+    quiet,
+)
 from sandbox_tools.cli.release_cmd import (
     bundle_app,
     fetch_command,
@@ -44,7 +54,7 @@ from sandbox_tools.sandboxes.local import LocalSandbox
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug of ours, not bad input
 INTERRUPTED_EXIT = 130
 TIMEOUT_EXIT = 124
-# Every code the CLI exits with: shown in `--help`, and the README's table must agree
+# Every code the CLI exits with: shown in `--help`, and docs/CLI.md's table must agree
 # (tests/unit/test_cli_bad_input.py checks both against the error classes).
 EXIT_CODES: tuple[tuple[str, str], ...] = (
     ("0", "done"),
@@ -61,7 +71,39 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     (str(INTERRUPTED_EXIT), "interrupted"),
 )
 
-app = typer.Typer(
+
+def human_metavars(command: Any) -> None:
+    """Help shows what to type, not Python types: typer labels an option without a
+    metavar `<bool>`, `<str>`, `<list[str]>`, `<float>` (the built-in --help too). A flag
+    gets none; any other value the option's name in capitals, as argparse does (`--arch
+    ARCH`). Options given a metavar of their own keep it."""
+    help_option = command.get_help_option(typer.Context(command))
+    if help_option is not None:
+        help_option.metavar = ""
+    for param in command.params:
+        if param.param_type_name == "argument":
+            # Its name is already in the first column; typer adds a `<str>` column.
+            param.display_type_rich = lambda ctx: None
+        if param.metavar is not None:
+            continue
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif getattr(param, "type_descriptor", None) is None or not (
+            param.type_descriptor.is_choice
+        ):
+            param.metavar = (param.name or "value").upper()
+    for sub in getattr(command, "commands", {}).values():
+        human_metavars(sub)
+
+
+class _Tools(typer.Typer):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        command = typer.main.get_command(self)
+        human_metavars(command)
+        return command(*args, **kwargs)
+
+
+app = _Tools(
     name="tools",
     help="Build, validate, release and inject sandbox-tools' in-container runtime.",
     epilog="Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES) + ".",
@@ -258,22 +300,27 @@ async def _exec_remote_in_container(
 
 @app.command("exec-remote")
 def exec_remote_command(
-    command: Annotated[str, typer.Argument(help="Shell command to run through exec_remote.")],
+    command: Annotated[
+        str, typer.Argument(metavar="COMMAND", help="Shell command to run through exec_remote.")
+    ],
     timeout: Annotated[
-        float | None, typer.Option(help="Kill the command after this many seconds.")
+        float | None,
+        typer.Option(metavar="SECONDS", help="Kill the command after this many seconds."),
     ] = None,
     distro: Annotated[
         str | None,
         typer.Option(
+            metavar="DISTRO",
             help="Run in a fresh container of this matrix distribution (e.g. debian-12), "
-            "injecting the built artifact."
+            "injecting the built artifact.",
         ),
     ] = None,
     image: Annotated[
         str | None,
         typer.Option(
+            metavar="IMAGE",
             help="Run in a fresh container of this image (present on the engine: never "
-            "pulled), injecting the built artifact. Default: a runtime server on this machine."
+            "pulled), injecting the built artifact. Default: a runtime server on this machine.",
         ),
     ] = None,
 ) -> None:
@@ -294,9 +341,9 @@ def cleanup_command(
         bool,
         typer.Option("--modal", help="Terminate leftover Modal sandboxes of ours.", metavar=""),
     ] = False,
-    app_name: Annotated[str, typer.Option("--app", help="Modal app the sandboxes run in.")] = (
-        "sandbox-tools"
-    ),
+    app_name: Annotated[
+        str, typer.Option("--app", metavar="APP", help="Modal app the sandboxes run in.")
+    ] = "sandbox-tools",
 ) -> None:
     """Terminate sandboxes an interrupted run left behind."""
     if not modal:
@@ -337,20 +384,51 @@ def _debugging() -> bool:
         return False
 
 
+def _json_error(message: str, remedy: str, exit_code: int) -> None:
+    """`--json`: a failure before the command's own document is a JSON document too, so a
+    script reading stdout never gets nothing."""
+    if "--json" in sys.argv[1:] and not json_printed():
+        sys.stdout.write(json.dumps(error_document(message, remedy, exit_code), indent=2) + "\n")
+        sys.stdout.flush()
+
+
+def _run() -> None:
+    if "--json" not in sys.argv[1:]:
+        app()
+        return
+    # Usage errors (`--jobs 0`) come back as exceptions instead of being printed by
+    # click, so that they get a JSON document too.
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:
+        exit_code = int(getattr(exc, "exit_code", 2))
+        _say("[red]error:[/]", exc.format_message())
+        _json_error(exc.format_message(), "", exit_code)
+        raise SystemExit(exit_code) from None
+    except typer.Abort:
+        raise KeyboardInterrupt from None
+    if code == INTERRUPTED_EXIT:
+        raise KeyboardInterrupt
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
 def main() -> None:
     """The console script: every failure is one clear line and a code of EXIT_CODES."""
     try:
-        app()
+        _run()
     except SandboxToolsError as exc:
         _say("[red]error:[/]", exc.message)
         if exc.remedy:
             _say("what to do:", exc.remedy)
+        _json_error(exc.message, exc.remedy, exc.exit_code)
         raise SystemExit(exc.exit_code) from None
     except TimeoutError as exc:
         _say("[red]error:[/]", str(exc))
+        _json_error(str(exc), "", TIMEOUT_EXIT)
         raise SystemExit(TIMEOUT_EXIT) from None
     except KeyboardInterrupt:
         _say("[yellow]interrupted[/]", "")
+        _json_error("interrupted", "", INTERRUPTED_EXIT)
         raise SystemExit(INTERRUPTED_EXIT) from None
     except SystemExit as exc:
         if exc.code == INTERRUPTED_EXIT:  # Typer turned Ctrl-C into a silent exit 130
@@ -360,6 +438,7 @@ def main() -> None:
         if _debugging():
             raise
         _say("[red]internal error:[/]", f"{type(exc).__name__}: {exc}")
+        _json_error(f"internal error: {type(exc).__name__}: {exc}", "", INTERNAL_ERROR_EXIT)
         _say(
             "what to do:",
             f"this is a bug in sandbox-tools; rerun with --debug (or {DEBUG_ENV}=1) for the "

@@ -3,7 +3,8 @@
 Two consoles, so that the global `--quiet` can silence what is only company (progress,
 stage lines, notes) while keeping what a script reads (result tables, final counts,
 `--json` documents) and errors, which always go to stderr. `--json` moves everything
-for humans to stderr so stdout carries the document alone.
+for humans to stderr so stdout carries the document alone: the command's, or, when the
+command failed before printing it, a JSON error document (`error_document`).
 
 On GitHub Actions (`GITHUB_ACTIONS=true`) long steps fold into `::group::` blocks,
 failures become `::error::` annotations and a Markdown summary is appended to
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from rich.console import Console
 
@@ -36,15 +39,42 @@ console = Console(width=_width())  # results: tables, counts, paths written
 notes = Console(width=_width())  # company: progress, stage lines, notes; off under --quiet
 err_console = Console(stderr=True)  # errors and what to do about them
 _level = Verbosity.NORMAL
+_json_printed = False
 
 
 def configure(level: Verbosity) -> None:
     """Set for each invocation (the root callback), so nothing leaks between runs."""
-    global _level
+    global _level, _json_printed
     _level = level
+    _json_printed = False
     for each in (console, notes):
         each.file = None  # type: ignore[assignment]  # back to the current sys.stdout
     notes.quiet = level is Verbosity.QUIET
+
+
+def raise_verbosity() -> None:
+    """A command's own --verbose/-v (as `tools -v CMD` would)."""
+    global _level
+    if _level is Verbosity.NORMAL:
+        _level = Verbosity.VERBOSE
+
+
+def print_json(document: Any) -> None:
+    """The `--json` document on stdout (a string is printed as it is)."""
+    global _json_printed
+    text = document if isinstance(document, str) else json.dumps(document, indent=2) + "\n"
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    _json_printed = True
+
+
+def json_printed() -> bool:
+    return _json_printed
+
+
+def error_document(message: str, remedy: str, exit_code: int) -> dict[str, Any]:
+    """What `--json` prints on stdout when a command fails before its own document."""
+    return {"error": message, "remedy": remedy or None, "exit_code": exit_code}
 
 
 def humans_to_stderr() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -25,12 +25,23 @@ from rich.table import Table
 from sandbox_tools import settings
 from sandbox_tools._version import __version__
 from sandbox_tools.cache import artifact_cache_dir
-from sandbox_tools.cli.output import console, humans_to_stderr, notes
-from sandbox_tools.errors import ConfigurationError
+from sandbox_tools.cli.output import (
+    actions_error,
+    append_step_summary,
+    console,
+    humans_to_stderr,
+    notes,
+    one_line,
+    print_json,
+    raise_verbosity,
+    verbose,
+)
+from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import checkout_root
 from sandbox_tools.platforms import parse_arches
 from sandbox_tools.release.bundle import bundle_name, create_bundle
-from sandbox_tools.release.fetch import fetch
+from sandbox_tools.release.coverage import Coverage
+from sandbox_tools.release.fetch import fetch, sources_for
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
     Manifest,
@@ -38,9 +49,11 @@ from sandbox_tools.release.manifest import (
     published_dir,
     read_manifest,
 )
-from sandbox_tools.release.publish import ReleaseRequest, publish
+from sandbox_tools.release.publish import ReleaseRequest, ReleaseResult, publish
 from sandbox_tools.release.targets import release_targets
 from sandbox_tools.release.wheel import build_wheel
+
+STATE_STYLE = {"passed": "green", "partly skipped": "yellow", "skipped": "yellow"}
 
 
 class TransferReporter:
@@ -51,6 +64,7 @@ class TransferReporter:
         self.tasks: dict[str, TaskID] = {}
         self.started: dict[str, float] = {}
         self.outcomes: list[tuple[str, str, str]] = []
+        self.coverage: Coverage | None = None
 
     def start(self, label: str, total: int, completed: int = 0) -> Callable[[int], None]:
         self.started.setdefault(label, time.monotonic())
@@ -70,12 +84,52 @@ class TransferReporter:
             notes.print(f"{label}: {time.monotonic() - began:.2f}s", highlight=False)
 
     def note(self, message: str) -> None:
-        (self.progress.console if self.progress else notes).print(message, highlight=False)
+        # URLs and digests stay on one line: they are copied, and grepped in CI logs.
+        out = self.progress.console if self.progress else notes
+        out.print(message, highlight=False, markup=False, soft_wrap=True)
 
     def outcome(self, target: str, name: str, action: str) -> None:
         self.outcomes.append((target, name, action))
         if self.progress is None:
-            notes.print(f"{target}/{name}: {action}", highlight=False)
+            notes.print(f"{target}/{name}: {action}", highlight=False, soft_wrap=True)
+
+    def validated(self, coverage: Coverage) -> None:
+        """What was validated and what was skipped: shown before anything is published."""
+        self.coverage = coverage
+        out = self.progress.console if self.progress is not None else console
+        out.print(_coverage_table(coverage))
+        out.print(coverage.required_line(), highlight=False, markup=False, soft_wrap=True)
+
+
+def _coverage_table(coverage: Coverage) -> Table:
+    table = Table(title=f"validated by {coverage.report} ({coverage.created})")
+    for column in ("platform", "result", "distributions", "why skipped"):
+        table.add_column(column, overflow="fold")
+    for platform, state, names, reason in coverage.groups():
+        table.add_row(
+            platform,
+            f"[{STATE_STYLE[state]}]{state}[/]",
+            escape(", ".join(names)),
+            escape(reason),
+        )
+    if not coverage.rows:
+        table.add_row("-", "-", "no cell in the report for these artifacts", "")
+    return table
+
+
+def _coverage_markdown(coverage: Coverage) -> list[str]:
+    lines = [
+        f"Validated by `{coverage.report}` ({coverage.created}):",
+        "",
+        "| platform | result | distributions | why skipped |",
+        "|---|---|---|---|",
+    ]
+    for platform, state, names, reason in coverage.groups():
+        cell = one_line(reason).replace("|", "\\|") if reason else ""
+        lines.append(f"| {platform} | {state} | {', '.join(names)} | {cell} |")
+    lines += ["", coverage.required_line()]
+    lines += [f"- {gap}" for gap in coverage.gaps]
+    return lines
 
 
 @contextlib.contextmanager
@@ -113,49 +167,96 @@ def _trusted_manifest(path: Path | None) -> Manifest:
 
 
 def release_command(
-    dist: Annotated[Path, typer.Option(help="Artifacts and build.json.")] = Path("dist"),
+    dist: Annotated[Path, typer.Option(metavar="DIR", help="Artifacts and build.json.")] = Path(
+        "dist"
+    ),
     validate_report: Annotated[
-        Path, typer.Option(help="Report of `tools validate` for these artifacts.")
+        Path,
+        typer.Option(metavar="FILE", help="Report of `tools validate` for these artifacts."),
     ] = Path("validate-report.json"),
     version: Annotated[
-        str | None, typer.Option(help="Refuse unless the package version is this.")
+        str | None,
+        typer.Option(metavar="VERSION", help="Refuse unless the package version is this."),
     ] = None,
-    s3_bucket: Annotated[str | None, typer.Option(help="Publish to this S3 bucket.")] = None,
+    require: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--require",
+            metavar="DISTRO",
+            help="Refuse unless every cell of this matrix distribution (or prefix: debian) "
+            "passed for every platform in the validate report, none skipped; repeatable or "
+            "a,b. Replaces release-require from the settings; --require '' requires none.",
+        ),
+    ] = None,
+    s3_bucket: Annotated[
+        str | None, typer.Option(metavar="BUCKET", help="Publish to this S3 bucket.")
+    ] = None,
     s3_prefix: Annotated[
         str | None,
-        typer.Option(help="Key prefix; {version} is replaced.  [default: releases/{version}]"),
+        typer.Option(
+            metavar="PREFIX",
+            help="Key prefix; {version} is replaced.  \\[default: releases/{version}]",
+        ),
     ] = None,
     s3_region: Annotated[
         str | None,
-        typer.Option(help="Bucket region (default: AWS_REGION, else the bucket's own)."),
+        typer.Option(
+            metavar="REGION",
+            help="Bucket region (default: AWS_REGION, else the bucket's own).",
+        ),
     ] = None,
     s3_endpoint_url: Annotated[
-        str | None, typer.Option(help="S3-compatible endpoint (MinIO, moto, ...).")
+        str | None,
+        typer.Option(metavar="URL", help="S3-compatible endpoint (MinIO, moto, ...)."),
     ] = None,
     s3_public_read: Annotated[
         bool | None,
         typer.Option(
             "--s3-public-read/--no-s3-public-read",
             help="Upload with the public-read ACL (new buckets disable ACLs: prefer a bucket "
-            "policy or --s3-public-url). Default: off.",
+            "policy or --s3-public-url). Default: off. Either way the release refuses unless "
+            "users can download anonymously.",
             metavar="",
         ),
     ] = None,
     s3_public_url: Annotated[
-        str | None, typer.Option(help="Public base URL of the prefix (e.g. a CDN).")
+        str | None,
+        typer.Option(metavar="URL", help="Public base URL of the prefix (e.g. a CDN)."),
     ] = None,
     github_repo: Annotated[
-        str | None, typer.Option(help="Publish a GitHub release in OWNER/NAME (GITHUB_TOKEN).")
+        str | None,
+        typer.Option(
+            metavar="OWNER/NAME", help="Publish a GitHub release in OWNER/NAME (GITHUB_TOKEN)."
+        ),
     ] = None,
     github_tag: Annotated[
-        str | None, typer.Option(help="Release tag; {version} is replaced.  [default: v{version}]")
+        str | None,
+        typer.Option(
+            metavar="TAG", help="Release tag; {version} is replaced.  \\[default: v{version}]"
+        ),
     ] = None,
     github_api_url: Annotated[
-        str | None, typer.Option(help="GitHub API base URL.  [default: https://api.github.com]")
+        str | None,
+        typer.Option(
+            metavar="URL", help="GitHub API base URL.  \\[default: https://api.github.com]"
+        ),
     ] = None,
     github_web_url: Annotated[
-        str | None, typer.Option(help="Base of the download URLs.  [default: https://github.com]")
+        str | None,
+        typer.Option(
+            metavar="URL", help="Base of the download URLs.  \\[default: https://github.com]"
+        ),
     ] = None,
+    github_draft: Annotated[
+        bool,
+        typer.Option(
+            "--github-draft",
+            help="Upload and verify, but leave the GitHub release a draft: the same command "
+            "without this flag publishes it (e.g. once the tag exists on the commit that "
+            "carries the manifest).",
+            metavar="",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option(help="Check and compare everything; upload nothing.", metavar="")
     ] = (False),
@@ -163,7 +264,8 @@ def release_command(
         bool, typer.Option(help="Allow uncommitted changes (only with --dry-run).", metavar="")
     ] = False,
     checkout: Annotated[
-        Path | None, typer.Option(help="Git tree that must be clean (default: this checkout).")
+        Path | None,
+        typer.Option(metavar="DIR", help="Git tree that must be clean (default: this checkout)."),
     ] = None,
     package_manifest: Annotated[
         bool,
@@ -176,16 +278,18 @@ def release_command(
         bool,
         typer.Option(
             "--json",
-            help="Print the manifest (with the URLs it carries) and every action as JSON on "
-            "stdout; the rest on stderr.",
+            help="Print the manifest (with the URLs it carries), what was validated and every "
+            "action as JSON on stdout; the rest on stderr.",
             metavar="",
         ),
     ] = False,
 ) -> None:
     """Publish the validated artifacts, SHA256SUMS and the manifest; verify the round trip.
 
-    Where to publish can also come from `[tool.sandbox-tools]` in pyproject.toml or
-    SANDBOX_TOOLS_* variables (s3-bucket, github-repo, ...); flags win.
+    Where to publish, and which distributions must have passed (release-require), can
+    also come from \\[tool.sandbox-tools] in pyproject.toml or SANDBOX_TOOLS_* variables
+    (s3-bucket, github-repo, ...); flags win. Users download anonymously: the release
+    checks, and verifies, every object the way they will get it.
     """
     if as_json:
         humans_to_stderr()
@@ -200,8 +304,12 @@ def release_command(
         "github_tag": github_tag,
         "github_api_url": github_api_url,
         "github_web_url": github_web_url,
+        "release_require": None
+        if require is None
+        else tuple(part.strip() for value in require for part in value.split(",") if part.strip()),
     }
-    targets = release_targets(settings.with_flags(settings.current(), flags), __version__)
+    resolved = settings.with_flags(settings.current(), flags)
+    targets = release_targets(resolved, __version__, github_draft=github_draft)
     tree = checkout if checkout is not None else _checkout()
     package_dir = (
         tree / "src" / "sandbox_tools" / "release" / "published"
@@ -218,37 +326,89 @@ def release_command(
         dry_run=dry_run,
         expected_version=version,
         publish_manifest_to=package_dir,
+        required=resolved.release_require,
     )
     with transfer_reporter() as reporter:
-        result = publish(request, targets, reporter)
+        try:
+            result = publish(request, targets, reporter)
+        except SandboxToolsError as exc:
+            # CI sees why in its annotations and on the run's summary page, as it does
+            # for build and validate; main() prints the same on stderr.
+            actions_error("tools release", exc.message)
+            append_step_summary(_failure_summary(exc, dry_run, reporter.coverage))
+            raise
     title = f"tools release {result.manifest.version}" + (" (dry run)" if dry_run else "")
     table = Table(title=title)
     for column in ("target", "file", "result"):
         table.add_column(column)
-    summary: dict[tuple[str, str], list[str]] = {}
-    for target, name, action in reporter.outcomes:
-        summary.setdefault((target, name), []).append(action)
-    for (target, name), actions in summary.items():
+    for (target, name), actions in _actions(reporter.outcomes).items():
         table.add_row(target, name, ", ".join(actions))
     console.print(table)
+    append_step_summary(_summary(result, reporter.outcomes, dry_run, github_draft))
     if as_json:
-        document = {
-            "version": result.manifest.version,
-            "dry_run": dry_run,
-            "manifest": result.manifest.to_json(),
-            "actions": [
-                {"target": target, "file": name, "action": action}
-                for target, name, action in result.actions
-            ],
-        }
-        print(json.dumps(document, indent=2))
+        print_json(
+            {
+                "version": result.manifest.version,
+                "dry_run": dry_run,
+                "manifest": result.manifest.to_json(),
+                "validated": result.coverage.to_json(),
+                "actions": [
+                    {"target": target, "file": name, "action": action}
+                    for target, name, action in result.actions
+                ],
+            }
+        )
     if dry_run:
         console.print("dry run: nothing was uploaded")
-    elif package_dir is not None:
+        return
+    if github_draft and any(t.label.startswith("github:") for t in targets):
+        console.print(
+            "the GitHub release is still a draft: run the same command without --github-draft "
+            "to publish it"
+        )
+    if package_dir is not None:
         console.print(
             f"wrote {package_dir}/{MANIFEST_FILE}: commit it, so that installs of this "
-            "version know which bytes to fetch"
+            "version know which bytes to fetch (tag that commit: see RELEASING.md)"
         )
+
+
+def _actions(outcomes: list[tuple[str, str, str]]) -> dict[tuple[str, str], list[str]]:
+    summary: dict[tuple[str, str], list[str]] = {}
+    for target, name, action in outcomes:
+        summary.setdefault((target, name), []).append(action)
+    return summary
+
+
+def _summary(
+    result: ReleaseResult, outcomes: list[tuple[str, str, str]], dry_run: bool, draft: bool
+) -> list[str]:
+    """The run's page on GitHub Actions: what was validated, what each target got, and
+    the manifest's URLs."""
+    verdict = "dry run, nothing uploaded" if dry_run else "published and verified"
+    if draft and not dry_run:
+        verdict += " (the GitHub release is a draft)"
+    lines = [f"## tools release {result.manifest.version}: {verdict}", ""]
+    lines += _coverage_markdown(result.coverage)
+    lines += ["", "| target | file | result |", "|---|---|---|"]
+    for (target, name), actions in _actions(outcomes).items():
+        lines.append(f"| {target} | {name} | {', '.join(actions)} |")
+    lines += ["", "| platform | artifact | sha256 | URLs |", "|---|---|---|---|"]
+    for artifact in sorted(result.manifest.artifacts, key=lambda a: a.platform):
+        urls = "<br>".join(artifact.urls)
+        lines.append(f"| {artifact.platform} | {artifact.name} | `{artifact.sha256}` | {urls} |")
+    return lines
+
+
+def _failure_summary(exc: SandboxToolsError, dry_run: bool, coverage: Coverage | None) -> list[str]:
+    what = "refused" if exc.exit_code in (2, 11) else "failed"
+    lines = [f"## tools release {__version__}{' (dry run)' if dry_run else ''}: {what}", ""]
+    lines += ["```", exc.message, "```"]
+    if exc.remedy:
+        lines += ["", f"What to do: {exc.remedy}"]
+    if coverage is not None:
+        lines += ["", *_coverage_markdown(coverage)]
+    return lines
 
 
 def _usable_directory(path: Path, option: str) -> None:
@@ -270,29 +430,49 @@ def fetch_command(
         list[str] | None,
         typer.Option(
             "--platform",
+            metavar="PLATFORM",
             help="linux/amd64, arm64, x86_64, ...; repeatable or a,b (default: all).",
         ),
     ] = None,
     mirror: Annotated[
-        list[str] | None, typer.Option(help="Base URL tried before the manifest's (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="URL", help="Base URL tried before the manifest's (repeatable)."),
     ] = None,
     origin: Annotated[
         Path | None,
-        typer.Option("--from", help="Offline: a directory of artifacts or a bundle tarball."),
+        typer.Option(
+            "--from",
+            metavar="DIR|BUNDLE",
+            help="Offline: a directory of artifacts or a bundle tarball.",
+        ),
     ] = None,
     manifest_path: Annotated[
         Path | None,
-        typer.Option("--manifest", help="Manifest to trust (default: the installed package's)."),
+        typer.Option(
+            "--manifest",
+            metavar="FILE",
+            help="Manifest to trust (default: the installed package's).",
+        ),
     ] = None,
     dest: Annotated[
         Path | None,
         typer.Option(
             "--out",
             "--dest",
+            metavar="DIR",
             help="Directory to place them in (default: the injector's cache). --dest is the "
             "older name.",
         ),
     ] = None,
+    verbose_flag: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Name every source tried, in order (as `tools -v fetch`).",
+            metavar="",
+        ),
+    ] = False,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -300,9 +480,15 @@ def fetch_command(
         ),
     ] = False,
 ) -> None:
-    """Obtain the manifest's artifacts, verified (size and SHA-256), where the injector looks."""
+    """Obtain the manifest's artifacts, verified (size and SHA-256), where the injector looks.
+
+    A source that cannot supply an artifact (a mirror refusing, a wrong digest) is named,
+    with why, before the next one is tried.
+    """
     if as_json:
         humans_to_stderr()
+    if verbose_flag:
+        raise_verbosity()
     manifest = _trusted_manifest(manifest_path)
     target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
     _usable_directory(target_dir, "--out")
@@ -310,6 +496,17 @@ def fetch_command(
         platforms = [arch.platform for arch in parse_arches(platform or [])]
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
+    if verbose():
+        wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.artifacts
+        for artifact in wanted:
+            tried = sources_for(artifact, mirror or [], origin)
+            listed = ", ".join(f"{n}. {s.label}" for n, s in enumerate(tried, 1))
+            notes.print(
+                f"{artifact.name}: sources in order: {listed}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     started = time.monotonic()
     with transfer_reporter() as reporter:
         outcomes = fetch(manifest, target_dir, platforms, mirror or [], origin, reporter)
@@ -333,44 +530,75 @@ def fetch_command(
         )
     console.print(table)
     if as_json:
-        document = {
-            "version": manifest.version,
-            "dest": str(target_dir),
-            "artifacts": [
-                {
-                    "platform": o.artifact.platform,
-                    "name": o.artifact.name,
-                    "path": str(target_dir / o.artifact.name),
-                    "sha256": o.artifact.sha256,
-                    "result": o.action,
-                    "source": o.source,
-                }
-                for o in outcomes
-            ],
-        }
-        print(json.dumps(document, indent=2))
+        print_json(
+            {
+                "version": manifest.version,
+                "dest": str(target_dir),
+                "artifacts": [
+                    {
+                        "platform": o.artifact.platform,
+                        "name": o.artifact.name,
+                        "path": str(target_dir / o.artifact.name),
+                        "sha256": o.artifact.sha256,
+                        "result": o.action,
+                        "source": o.source,
+                    }
+                    for o in outcomes
+                ],
+            }
+        )
 
 
 bundle_app = typer.Typer(help="Carry artifacts into an air-gapped network.", no_args_is_help=True)
 
 
+def _bundle_target(out: str | None, dist: Path, version: str) -> Path:
+    """Like cp: a directory (existing, or named with a trailing /) receives the bundle
+    under its usual name, created if need be; anything else is the bundle's file name."""
+    if out is None:
+        return dist / bundle_name(version)
+    path = Path(out)
+    if not (out.endswith(("/", os.sep)) or path.is_dir()):
+        if path.exists() and not path.is_file():
+            raise ConfigurationError(f"--out {out}: not a file or a directory")
+        return path
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(
+            f"--out {out}: {path} is a file, not a directory",
+            remedy=f"Give a file name (--out {path}) or another directory.",
+        )
+    _usable_directory(path, "--out")
+    return path / bundle_name(version)
+
+
 @bundle_app.command("create")
 def bundle_create(
-    dist: Annotated[Path, typer.Option(help="Artifacts and their manifest.")] = Path("dist"),
+    dist: Annotated[Path, typer.Option(metavar="DIR", help="Artifacts and their manifest.")] = Path(
+        "dist"
+    ),
     manifest_path: Annotated[
-        Path | None, typer.Option("--manifest", help="Default: DIST/manifest.json.")
+        Path | None,
+        typer.Option("--manifest", metavar="FILE", help="Default: DIST/manifest.json."),
     ] = None,
     out: Annotated[
-        Path | None,
-        typer.Option(help="Bundle file to write, or a directory to write it into."),
+        str | None,
+        typer.Option(
+            metavar="FILE|DIR/",
+            help="Bundle file to write, or a directory to write it into (created if it ends "
+            "with /). Default: DIST/sandbox-tools-<version>-artifacts.tar.",
+        ),
     ] = None,
 ) -> None:
     """Write one tarball with the manifest, SHA256SUMS and the artifacts."""
     manifest = read_manifest(manifest_path or dist / MANIFEST_FILE)
-    target = out if out is not None else dist / bundle_name(manifest.version)
-    if target.is_dir():  # like cp: a directory receives the file under its usual name
-        target = target / bundle_name(manifest.version)
-    path = create_bundle(dist, manifest, target)
+    target = _bundle_target(out, dist, manifest.version)
+    try:
+        path = create_bundle(dist, manifest, target)
+    except OSError as exc:  # the bundle is written whole or not at all (atomic_output)
+        raise ConfigurationError(
+            f"cannot write {target}: {exc.strerror or exc}",
+            remedy="Give --out a file or directory you can write to.",
+        ) from None
     console.print(
         f"wrote {path} ({path.stat().st_size:,} bytes, {len(manifest.artifacts)} artifacts); "
         f"offline: `tools fetch --from {path.name}`"
@@ -378,14 +606,22 @@ def bundle_create(
 
 
 def wheel_command(
-    dist: Annotated[Path, typer.Option(help="The released artifacts and build.json.")] = Path(
-        "dist"
-    ),
+    dist: Annotated[
+        Path, typer.Option(metavar="DIR", help="The released artifacts and build.json.")
+    ] = Path("dist"),
     manifest_path: Annotated[
         Path | None,
-        typer.Option("--manifest", help="Default: the checkout's published manifest."),
+        typer.Option(
+            "--manifest",
+            metavar="FILE",
+            help="The released manifest the artifacts must match.  \\[default: the one "
+            "`tools release` wrote into the checkout, "
+            "src/sandbox_tools/release/published/manifest.json]",
+        ),
     ] = None,
-    out: Annotated[Path, typer.Option(help="Directory for the wheel.")] = Path("dist/wheel"),
+    out: Annotated[Path, typer.Option(metavar="DIR", help="Directory for the wheel.")] = Path(
+        "dist/wheel"
+    ),
 ) -> None:
     """Build the package wheel with both platforms' artifacts bundled (verified first)."""
     tree = _checkout()

@@ -21,6 +21,7 @@ from sandbox_tools.cli.output import (
     humans_to_stderr,
     notes,
     one_line,
+    print_json,
 )
 from sandbox_tools.distro_matrix.matrix import load_matrix
 from sandbox_tools.distro_matrix.report import CellResult
@@ -75,8 +76,9 @@ def _table(
 
 def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
     chosen = []
-    for record in read_build_records(dist):
-        if record.format is not ArtifactFormat.PORTABLE or (arches and record.arch not in arches):
+    built = [r for r in read_build_records(dist) if r.format is ArtifactFormat.PORTABLE]
+    for record in built:
+        if arches and record.arch not in arches:
             continue
         artifact = record.found_at(dist / record.name, Provenance.DIST)
         if artifact is None:
@@ -85,6 +87,15 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
                 "its record in build.json; rebuild it with `tools build`"
             )
         chosen.append(artifact)
+    if not chosen and built:  # what was asked for is not built, something else is
+        wanted = ", ".join(a.value for a in arches)
+        raise ConfigurationError(
+            f"no {wanted} artifact is built in {dist} (built: "
+            f"{', '.join(sorted(r.platform for r in built))})",
+            remedy=f"Build it with `tools build --arch {','.join(a.value for a in arches)}` "
+            "(or `tools build --all`), or validate what is built: "
+            f"--arch {','.join(sorted(r.arch.value for r in built))}.",
+        )
     if not chosen:
         raise ConfigurationError(f"no artifacts to validate in {dist}; run `tools build` first")
     return chosen
@@ -95,33 +106,44 @@ def validate_command(
         list[str] | None,
         typer.Option(
             "--only",
+            metavar="DISTRO",
             help="Distributions to run, e.g. debian:12 or debian (repeatable or a,b).",
         ),
     ] = None,
     arch: Annotated[
         list[str] | None,
         typer.Option(
-            "--arch", help="Architectures to run (repeatable or a,b); default: all built."
+            "--arch",
+            metavar="ARCH",
+            help="Architectures to run (repeatable or a,b); default: all built.",
         ),
     ] = None,
-    dist: Annotated[Path, typer.Option("--dist", help="Artifacts and build.json.")] = Path("dist"),
+    dist: Annotated[
+        Path, typer.Option("--dist", metavar="DIR", help="Artifacts and build.json.")
+    ] = Path("dist"),
     static: Annotated[
         bool,
         typer.Option(
             "--static",
-            help="Only the static checks (the ELF and its payload read back), no containers.",
+            help="Only the static checks (the ELF and its payload read back), no containers; "
+            "the report holds what they found.",
             metavar="",
         ),
     ] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Cells in parallel.")] = (
-        os.cpu_count() or 2
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=1, metavar="N", help="Cells in parallel.")
+    ] = (os.cpu_count() or 2),
+    report: Annotated[Path, typer.Option(metavar="FILE", help="JSON report.")] = Path(
+        "validate-report.json"
     ),
-    report: Annotated[Path, typer.Option(help="JSON report.")] = Path("validate-report.json"),
-    junit: Annotated[Path, typer.Option(help="JUnit XML report.")] = Path("validate-junit.xml"),
+    junit: Annotated[Path, typer.Option(metavar="FILE", help="JUnit XML report.")] = Path(
+        "validate-junit.xml"
+    ),
     engine: Annotated[
         list[str] | None,
         typer.Option(
             "--engine",
+            metavar="ENGINE",
             help="Docker engine to run rows on: default, a URL (unix://, tcp://, ssh://) or a "
             "docker context; repeatable, rows are spread across them.",
         ),
@@ -144,8 +166,9 @@ def validate_command(
 ) -> None:
     """Run every artifact through the distribution matrix with real tool calls.
 
-    Exit codes: 0 passed; 1 a cell failed; 2 bad input; 15 nothing of what was asked
-    for passed (all skipped), unless --allow-skipped.
+    Exit codes: 0 passed; 1 a static check or a cell failed; 2 bad input; 15 nothing of
+    what was asked for passed (all skipped), unless --allow-skipped. The report is written
+    (and printed with --json) whatever the outcome.
     """
     if as_json:
         humans_to_stderr()  # stdout carries the report only
@@ -166,11 +189,19 @@ def validate_command(
     artifacts = _artifacts(dist, arches)
     problems = {art.name: static_checks(art.located, art) for art in artifacts}
     for name, found in problems.items():
-        verdict = "[green]ok[/]" if not found else "[bold red]" + "; ".join(found) + "[/]"
+        verdict = "[green]ok[/]" if not found else "[bold red]" + escape("; ".join(found)) + "[/]"
         (console if found else notes).print(f"static checks {name}: {verdict}")
-    if any(problems.values()):
-        raise typer.Exit(1)
-    if static:
+    if any(problems.values()) or static:
+        # No cell runs; the report, the annotations and the summary say what was found.
+        write_reports([], report, junit, artifacts, static=problems)
+        for name, found in problems.items():
+            if found:
+                actions_error(f"tools validate: static checks {name}", "; ".join(found))
+        _github_summary([], {"passed": 0, "failed": 0, "skipped": 0}, [], problems)
+        if as_json:
+            print_json(report.read_text())
+        if any(problems.values()):
+            raise typer.Exit(1)
         return
     engines = connect_engines(engine or ["default"])
     for each in engines:
@@ -212,18 +243,20 @@ def validate_command(
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
         # containers go; main() says "interrupted" and exits 130.
         remove_live_containers()
-        write_reports(results, report, junit, artifacts, engines, interrupted=True)
+        write_reports(results, report, junit, artifacts, engines, interrupted=True, static=problems)
+        if as_json:
+            print_json(report.read_text())
         raise
     unvalidated = [] if allow_skipped else _unvalidated(outcome, only)
-    write_reports(outcome, report, junit, artifacts, engines, unvalidated)
+    write_reports(outcome, report, junit, artifacts, engines, unvalidated, static=problems)
     counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
     console.print(
         f"[bold]{counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['skipped']} skipped[/]  reports: {report}, {junit}"
     )
-    _github_summary(outcome, counts, unvalidated)
+    _github_summary(outcome, counts, unvalidated, problems)
     if as_json:
-        print(report.read_text(), end="")
+        print_json(report.read_text())
     if unvalidated:
         actions_error("tools validate", f"nothing passed for {', '.join(unvalidated)}")
     if counts["failed"]:
@@ -251,17 +284,31 @@ def _unvalidated(results: list[CellResult], only: list[str] | None) -> list[str]
 
 
 def _github_summary(
-    results: list[CellResult], counts: dict[str, int], unvalidated: list[str]
+    results: list[CellResult],
+    counts: dict[str, int],
+    unvalidated: list[str],
+    static: dict[str, list[str]],
 ) -> None:
     """On GitHub Actions: a Markdown summary of the run, failures first."""
-    verdict = "failed" if counts["failed"] or unvalidated else "passed"
-    lines = [
-        f"## tools validate: {verdict}",
-        "",
-        f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped",
-    ]
+    static_failed = {name: found for name, found in static.items() if found}
+    verdict = "failed" if counts["failed"] or unvalidated or static_failed else "passed"
+    lines = [f"## tools validate: {verdict}", ""]
+    if static_failed:
+        lines += ["Static checks failed (no cell ran):", ""]
+        lines += [
+            f"- `{name}`: {one_line('; '.join(found))}" for name, found in static_failed.items()
+        ]
+    elif not results:
+        lines += [f"Static checks passed for {', '.join(f'`{n}`' for n in static)} (--static)."]
+    else:
+        lines.append(
+            f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+        )
     if unvalidated:
         lines += ["", f"Nothing passed for: {', '.join(unvalidated)}"]
+    if not results:
+        append_step_summary(lines)
+        return
     order = {"failed": 0, "passed": 1, "skipped": 2}
     lines += ["", "| cell | status | seconds | detail |", "|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (order.get(r.status, 3), r.cell_id)):

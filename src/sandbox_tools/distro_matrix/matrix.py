@@ -94,6 +94,28 @@ class Matrix:
         )
 
 
+def shell_less_skip(distro: Distro, scenario: Scenario) -> str | None:
+    """Why a scenario cannot run on an image without a shell, or None if it can. Such a
+    cell is skipped by design, whatever the machine: not a gap in the validation."""
+    if distro.shell:
+        return None
+    if scenario.read_only:
+        return (
+            "no shell: a read-only root refuses uploads and there is no shell to stream "
+            "the artifact through"
+        )
+    if scenario.user:
+        return "no shell: uploads are owned by root, and nothing can hand them to another user"
+    return None
+
+
+def matching(names: list[str], selector: str) -> list[str]:
+    """The distribution names a selector means: `debian-12`, `debian:12`, or a prefix
+    (`debian`: every debian-*)."""
+    wanted = selector.replace(":", "-")
+    return [n for n in names if n == wanted or n.startswith(wanted + "-")]
+
+
 T = TypeVar("T", Distro, Scenario)
 
 

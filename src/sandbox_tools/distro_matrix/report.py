@@ -1,7 +1,8 @@
 """The validation report: what `tools validate` ran and found, as one typed document.
 
 It is the contract between validate and release: `tools release` publishes only bytes
-this report names (by SHA-256) with at least one passing cell and none failing. Both
+this report names (by SHA-256) whose static checks found nothing, with at least one
+passing cell and none failing. Both
 sides, and the tests, go through `ValidationReport.dump`/`load`; the schema is in
 docs/SCHEMAS.md. Standard library only.
 """
@@ -84,6 +85,9 @@ class ValidationReport:
     engines: list[EngineStatus] = field(default_factory=list)
     unvalidated: list[str] = field(default_factory=list)  # asked for, nothing passed
     interrupted: bool = False
+    # Artifact name -> what its static checks found (empty: sound). Static checks run
+    # before any cell; when they find something, no cell runs and `results` is empty.
+    static: dict[str, list[str]] = field(default_factory=dict)
     tool_version: str = __version__
     created: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -97,8 +101,14 @@ class ValidationReport:
 
     @property
     def passed(self) -> bool:
-        """A failed cell, an interruption, or a selection with nothing passing fails it."""
-        return not self.summary["failed"] and not self.unvalidated and not self.interrupted
+        """A failed static check or cell, an interruption, or a selection with nothing
+        passing fails it."""
+        return (
+            not self.summary["failed"]
+            and not self.unvalidated
+            and not self.interrupted
+            and not any(self.static.values())
+        )
 
     def problems_for(self, artifact: Artifact) -> str | None:
         """Why `artifact` may not be released on the strength of this report, if it may not."""
@@ -107,6 +117,9 @@ class ValidationReport:
                 f"it does not name {artifact.name} with sha256 {artifact.sha256}: "
                 "these bytes were not validated"
             )
+        found = self.static.get(artifact.name)
+        if found:
+            return f"static checks failed for {artifact.name}: {'; '.join(found)}"
         mine = [r for r in self.results if r.artifact == artifact.name]
         failed = [r.cell_id for r in mine if r.status is CellStatus.FAILED]
         if failed:
@@ -126,6 +139,7 @@ class ValidationReport:
             "passed": self.passed,
             "interrupted": self.interrupted,
             "unvalidated": list(self.unvalidated),
+            "static": {name: list(found) for name, found in self.static.items()},
             "results": [r.to_json() for r in self.results],
         }
 
@@ -151,6 +165,9 @@ class ValidationReport:
         if not isinstance(artifacts, list) or not isinstance(results, list):
             raise ValueError("'artifacts' and 'results' must be lists")
         engines = data.get("engines") or []
+        static = data.get("static") or {}
+        if not isinstance(static, dict):
+            raise ValueError("'static' must be an object of artifact name -> problems")
         return cls(
             artifacts=[Artifact.from_json(a, f"artifact {n}") for n, a in enumerate(artifacts, 1)],
             results=[CellResult.from_json(r, f"result {n}") for n, r in enumerate(results, 1)],
@@ -161,6 +178,7 @@ class ValidationReport:
             ],
             unvalidated=[str(u) for u in data.get("unvalidated", [])],
             interrupted=bool(data.get("interrupted", False)),
+            static={str(name): [str(p) for p in found or []] for name, found in static.items()},
             tool_version=str(data.get("tool_version", "")),
             created=str(data.get("created", "")),
         )

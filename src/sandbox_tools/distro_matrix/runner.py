@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from sandbox_tools.distro_matrix.matrix import (
     OfflineKind,
     Scenario,
     load_matrix,
+    shell_less_skip,
 )
 from sandbox_tools.distro_matrix.report import (
     CellResult,
@@ -79,20 +80,6 @@ def matrix_image(client: DockerClient, selector: str, arch: Arch) -> tuple[str, 
 
 
 # -- one cell ---------------------------------------------------------------------------
-
-
-def shell_less_skip(distro: Distro, scenario: Scenario) -> str | None:
-    """Why a scenario cannot run on an image without a shell, or None if it can."""
-    if distro.shell:
-        return None
-    if scenario.read_only:
-        return (
-            "no shell: a read-only root refuses uploads and there is no shell to stream "
-            "the artifact through"
-        )
-    if scenario.user:
-        return "no shell: uploads are owned by root, and nothing can hand them to another user"
-    return None
 
 
 async def _exercise(
@@ -367,24 +354,35 @@ def write_reports(
     engines: Sequence[Engine] = (),
     unvalidated: Sequence[str] = (),
     interrupted: bool = False,
+    static: Mapping[str, list[str]] | None = None,
 ) -> None:
-    """`unvalidated`: what was asked for but had no passing cell; it makes the run fail."""
+    """`unvalidated`: what was asked for but had no passing cell; it makes the run fail.
+    `static`: what each artifact's static checks found (a finding fails the run)."""
     report = ValidationReport(
         artifacts=[replace(a, path=None, provenance=None) for a in artifacts],
         results=results,
         engines=[EngineStatus(e.label, e.kind.value, e.available, e.error) for e in engines],
         unvalidated=list(unvalidated),
         interrupted=interrupted,
+        static={name: list(found) for name, found in (static or {}).items()},
     )
     report.dump(json_path)
     summary = report.summary
+    static_failures = sum(bool(found) for found in report.static.values())
     suite = ElementTree.Element(
         "testsuite",
         name="sandbox-tools validate",
-        tests=str(len(results)),
-        failures=str(summary["failed"]),
+        tests=str(len(results) + len(report.static)),
+        failures=str(summary["failed"] + static_failures),
         skipped=str(summary["skipped"]),
     )
+    for name, found in report.static.items():
+        case = ElementTree.SubElement(
+            suite, "testcase", classname=name, name="static checks", time="0.00"
+        )
+        if found:
+            text = "; ".join(found)
+            ElementTree.SubElement(case, "failure", message=text[:200]).text = text
     for result in results:
         case = ElementTree.SubElement(
             suite,

@@ -7,6 +7,8 @@ partial file in the destination directory and are renamed into place after
 verification, so a reader sees either nothing or a verified artifact. An interrupted
 HTTP transfer resumes with a Range request; a failed one leaves nothing behind.
 Concurrent fetches into the same directory serialise on a lock of that directory.
+When a source cannot supply an artifact, the reason is said (`Transfers.note`) before
+the next source is tried, never skipped over in silence.
 """
 
 from __future__ import annotations
@@ -109,12 +111,18 @@ class BundleSource:
                     None,
                 )
                 if member is None or not member.isreg():
-                    raise _SourceFailed(f"{self.label}: has no file named {artifact.name}")
+                    raise _SourceFailed(
+                        f"{self.label}: has no file named {artifact.name} (a bundle of "
+                        "another version?)"
+                    )
                 stream = tar.extractfile(member)
                 assert stream is not None  # a regular member always has a stream
                 _write_blocks(_blocks(stream), partial, artifact, self.label, progress)
-        except (OSError, tarfile.TarError) as exc:
-            raise _SourceFailed(f"{self.label}: not a readable bundle ({exc})") from None
+        except OSError as exc:
+            raise _SourceFailed(f"{self.label}: cannot read it ({exc.strerror or exc})") from None
+        except tarfile.TarError:
+            # tarfile's own words ("method gz: ReadError('invalid header')") help nobody.
+            raise _SourceFailed(f"{self.label}: not a bundle, or a damaged one") from None
 
 
 @dataclass(frozen=True)
@@ -169,7 +177,14 @@ class HttpSource:
                 partial.unlink(missing_ok=True)  # the server disagrees about what we hold
                 raise requests.RequestException(f"HTTP {response.status_code} for a resume")
             if response.status_code not in (200, 206):
-                raise _SourceFailed(f"{self.url}: HTTP {response.status_code} {response.reason}")
+                why = {
+                    401: " (the mirror refuses anonymous downloads)",
+                    403: " (the mirror refuses anonymous downloads)",
+                    404: " (not published there)",
+                }.get(response.status_code, "")
+                raise _SourceFailed(
+                    f"{self.url}: HTTP {response.status_code} {response.reason}{why}"
+                )
             offset = have if resumed else 0
             blocks = response.iter_content(CHUNK)
             _write_blocks(blocks, partial, artifact, self.url, progress, offset)
@@ -196,6 +211,7 @@ def sources_for(
         if origin.is_dir():
             return [FileSource(origin / artifact.name)]
         if origin.is_file():
+            check_bundle(origin)
             return [BundleSource(origin)]
         raise ConfigurationError(f"--from {origin}: no such directory or bundle")
     locations = [f"{m.rstrip('/')}/{artifact.name}" for m in mirrors] + list(artifact.urls)
@@ -205,6 +221,43 @@ def sources_for(
             remedy="Pass --mirror URL, or --from DIR/BUNDLE for offline installs.",
         )
     return [source_for(location) for location in locations]
+
+
+def check_bundle(path: Path) -> None:
+    """Bad input before anything is fetched: `--from` names a file that is no tarball."""
+    remedy = (
+        "Give the .tar file `tools bundle create` wrote (sandbox-tools-<version>-artifacts.tar), "
+        "or a directory holding the artifacts."
+    )
+    try:
+        is_tar = tarfile.is_tarfile(path)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--from {path}: cannot read it ({exc.strerror or exc})", remedy=remedy
+        ) from None
+    if not is_tar:
+        raise ConfigurationError(
+            f"--from {path} is not a bundle (not a tar archive)", remedy=remedy
+        )
+
+
+def _remedy(sources: Sequence[Source], artifact: Artifact) -> str | None:
+    """What to do next, given where the bytes were sought: never the thing just done."""
+    if sources and all(isinstance(s, BundleSource) for s in sources):
+        return (
+            f"This bundle cannot supply {artifact.name}: it is damaged, or not the release "
+            "this installation trusts. Make a new bundle from the released artifacts "
+            "(`tools bundle create` where they are), carry it in, and fetch from that."
+        )
+    files = [s for s in sources if isinstance(s, FileSource)]
+    if files and len(files) == len(sources):
+        directory = files[0].path.parent
+        return (
+            f"Put the released {artifact.name} in {directory} (e.g. `tools fetch --out "
+            f"{directory}` where the mirrors are reachable), or fetch from a bundle made by "
+            "`tools bundle create` with --from BUNDLE."
+        )
+    return None  # mirrors: FetchError's own remedy (another mirror, or a bundle)
 
 
 @dataclass(frozen=True)
@@ -241,14 +294,21 @@ def fetch_artifact(
     # A partial left by a killed run is resumed; if it then fails verification it may hold
     # another mirror's bytes, so that source gets one more try from zero.
     attempts: list[tuple[Source, bool]] = [(source, partial.exists()) for source in sources]
+
+    def refused(reason: str) -> None:
+        """A source gave up: said now, with the one tried next (the error lists them all)."""
+        failures.append(reason)
+        if attempts:
+            progress.note(f"{artifact.name}: {reason}; trying {attempts[0][0].label}")
+
     try:
         while attempts:
             source, resumed = attempts.pop(0)
             try:
                 source.fetch_into(partial, artifact, progress)
             except _SourceFailed as exc:
-                failures.append(str(exc))
                 partial.unlink(missing_ok=True)
+                refused(str(exc))
                 continue
             finally:
                 progress.finish(artifact.name)
@@ -264,19 +324,16 @@ def fetch_artifact(
                 attempts.insert(0, (source, False))
                 continue
             if digest is None:
-                failures.append(
-                    f"{source.label}: {size:,} bytes, the manifest pins {artifact.size:,}"
-                )
+                refused(f"{source.label}: {size:,} bytes, the manifest pins {artifact.size:,}")
             else:
-                failures.append(
-                    f"{source.label}: sha256 {digest}, the manifest pins {artifact.sha256}"
-                )
+                refused(f"{source.label}: sha256 {digest}, the manifest pins {artifact.sha256}")
     except BaseException:
         partial.unlink(missing_ok=True)  # interrupted: nothing half-written stays behind
         raise
     raise FetchError(
         f"no source supplied {artifact.name} ({artifact.platform}) with the pinned size and "
-        "SHA-256:\n  " + "\n  ".join(failures)
+        "SHA-256:\n  " + "\n  ".join(failures),
+        remedy=_remedy(sources, artifact),
     )
 
 

@@ -6,7 +6,7 @@ The CLI passes a rich-backed implementation; library callers and tests get `NoPr
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Transfers(Protocol):
@@ -30,3 +30,5 @@ class NoProgress:
     def note(self, message: str) -> None: ...
 
     def outcome(self, target: str, name: str, action: str) -> None: ...
+
+    def validated(self, coverage: Any) -> None: ...

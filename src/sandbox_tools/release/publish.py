@@ -1,13 +1,18 @@
 """`tools release`: publish exactly the validated bytes, never change published ones.
 
 The order is what makes a crash harmless: every precondition is checked before
-anything is written; SHA256SUMS and the manifest are written before any upload;
-every target is compared with the local bytes before the first upload (identical
-objects are skipped, a different one stops the release with nothing uploaded);
-artifacts go up before SHA256SUMS and the manifest, so a published manifest never
-names a missing artifact; finally every object is downloaded again and hashed. A run
-killed anywhere leaves only complete objects with the right bytes, which the next
-plain run recognises and skips.
+anything is written (the validate report names these bytes, and every distribution the
+maintainer requires passed in full); SHA256SUMS and the manifest are written before any
+upload; every target is compared with the local bytes before the first upload
+(identical objects are skipped, a different one stops the release with nothing
+uploaded); artifacts go up before SHA256SUMS and the manifest, so a published manifest
+never names a missing artifact; finally every object is downloaded again, as a user
+downloads it, and hashed. A run killed anywhere leaves only complete objects with the
+right bytes, which the next plain run recognises and skips.
+
+Users download anonymously. An object already published must be downloadable that way
+before anything more is uploaded, and each upload is checked before the next: a bucket
+users cannot read stops the release after one object, before any manifest names it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from sandbox_tools.errors import (
     ReleaseVerificationError,
 )
 from sandbox_tools.platforms import Arch
+from sandbox_tools.release.coverage import Coverage, coverage, resolve_required
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
     PUBLISHED_DIR,
@@ -56,7 +62,12 @@ BUMP = "Bump the version in src/sandbox_tools/_version.py, rebuild, validate and
 
 class ReleaseReporter(Transfers, Protocol):
     def outcome(self, target: str, name: str, action: str) -> None:
-        """`action`: would upload, uploaded, skipped (identical), verified."""
+        """`action`: would upload, uploaded, skipped (identical), made public-read,
+        verified."""
+
+    def validated(self, coverage: Coverage) -> None:
+        """What the validate report says about the bytes, once it is read (before any
+        refusal over it, and before anything is uploaded)."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +80,15 @@ class ReleaseRequest:
     version: str = __version__
     expected_version: str | None = None  # --version: what the maintainer means to release
     publish_manifest_to: Path | None = None  # the package's published/ dir, to commit
+    # Distributions (or prefixes) whose every cell must have passed for every platform.
+    required: tuple[str, ...] = ()
 
 
 @dataclass
 class ReleaseResult:
     manifest: Manifest
     files: list[str]
+    coverage: Coverage
     actions: list[tuple[str, str, str]] = field(default_factory=list)  # target, name, action
 
 
@@ -123,9 +137,12 @@ def _release_manifest(request: ReleaseRequest, mirrors: Sequence[str]) -> Manife
     return manifest
 
 
-def _check_validated(request: ReleaseRequest, manifest: Manifest) -> None:
+def _check_validated(
+    request: ReleaseRequest, manifest: Manifest, reporter: ReleaseReporter
+) -> Coverage:
     remedy = "Run `tools validate` on these artifacts and release only if every cell passes."
     where = request.validate_report
+    required = resolve_required(request.required)  # bad input before anything is read
     try:
         report = ValidationReport.load(where)
     except FileNotFoundError:
@@ -144,6 +161,18 @@ def _check_validated(request: ReleaseRequest, manifest: Manifest) -> None:
         problem = report.problems_for(artifact)
         if problem is not None:
             raise ReleaseRefusedError(f"{where}: {problem}", remedy=remedy)
+    found = coverage(report, where, manifest, required)
+    reporter.validated(found)
+    if found.gaps:
+        raise ReleaseRefusedError(
+            f"{where}: required distributions were not validated in full:\n  "
+            + "\n  ".join(found.gaps),
+            remedy="Validate them where their images can be had (`tools validate --only "
+            f"{' --only '.join(dict.fromkeys(g.split(' ', 1)[0] for g in found.gaps))}` on a "
+            "machine that reaches the registry, or with an offline recipe), then release "
+            "with the new report; or require less (--require, release-require).",
+        )
+    return found
 
 
 def _check_clean(request: ReleaseRequest) -> None:
@@ -249,7 +278,7 @@ def publish(
         )
     _check_version(request)
     manifest = _release_manifest(request, [t.public_base_url for t in targets])
-    _check_validated(request, manifest)
+    validated = _check_validated(request, manifest, reporter)
     _check_clean(request)
 
     # A dry run writes the manifest and SHA256SUMS aside: it changes nothing in dist/.
@@ -265,16 +294,23 @@ def publish(
     for name in (SUMS_FILE, MANIFEST_FILE):
         path = release_dir / name
         files[name] = _ReleaseFile(path, path.stat().st_size, sha256_of(path))
-    result = ReleaseResult(manifest=manifest, files=list(files))
+    result = ReleaseResult(manifest=manifest, files=list(files), coverage=validated)
 
     try:
         for target in targets:
             target.prepare(create=not request.dry_run)
         missing = _compare(targets, files, reporter)
+        _check_published_access(targets, files, missing, request.dry_run, reporter, result)
     except TargetError as exc:
         raise ReleaseFailedError(f"cannot compare with what is published: {exc}") from None
 
     for target in targets:
+        nothing_there = len(missing[target.label]) == len(files)
+        if request.dry_run and nothing_there and target.access_remedy():
+            reporter.note(
+                f"{target.label}: nothing is published there yet, so whether users can "
+                "download from it is checked after the first upload of the real run"
+            )
         for name in missing[target.label]:
             if request.dry_run:
                 reporter.outcome(target.label, name, "would upload")
@@ -295,6 +331,13 @@ def publish(
                 reporter.finish(label)
             reporter.outcome(target.label, name, "uploaded")
             result.actions.append((target.label, name, "uploaded"))
+            problem = target.user_access(name)
+            if problem is not None:
+                raise ReleaseRefusedError(
+                    f"{label} was uploaded, but {problem}. The release stops here: nothing "
+                    "more is uploaded and no manifest names it",
+                    remedy=target.access_remedy(),
+                )
     if request.dry_run:
         scratch.cleanup()
         return result
@@ -313,19 +356,65 @@ def publish(
     return result
 
 
+def _check_published_access(
+    targets: Sequence[Target],
+    files: dict[str, _ReleaseFile],
+    missing: dict[str, list[str]],
+    dry_run: bool,
+    reporter: ReleaseReporter,
+    result: ReleaseResult,
+) -> None:
+    """What is already published (identical) must be downloadable by users before anything
+    more is uploaded: a rerun after "users cannot download it" refuses at once until the
+    remedy is in place, or applies it (--s3-public-read) to what is there."""
+    for target in targets:
+        for name in files:
+            if name in missing[target.label]:
+                continue
+            problem = target.user_access(name)
+            if problem is None:
+                continue
+            if not target.grants_access:
+                raise ReleaseRefusedError(
+                    f"{target.label}/{name} is published, but {problem}",
+                    remedy=target.access_remedy(),
+                )
+            action = "would make public-read" if dry_run else "made public-read"
+            if not dry_run:
+                target.grant_access(name)
+                problem = target.user_access(name)
+                if problem is not None:
+                    raise ReleaseRefusedError(
+                        f"{target.label}/{name}: {problem}, even with the public-read ACL",
+                        remedy=target.access_remedy(),
+                    )
+            reporter.outcome(target.label, name, action)
+            result.actions.append((target.label, name, action))
+
+
+def _user_digest(
+    target: Target, name: str, advance: Callable[[int], None] = lambda _n: None
+) -> str:
+    digest = hashlib.sha256()
+    for block in target.user_download(name):
+        digest.update(block)
+        advance(len(block))
+    return digest.hexdigest()
+
+
 def _verify_published(
     targets: Sequence[Target],
     files: dict[str, _ReleaseFile],
     reporter: ReleaseReporter,
     result: ReleaseResult,
 ) -> None:
-    """Download every object again: what a user will get is what we validated."""
+    """Download every object again, as a user does: what they get is what we validated."""
     failures = []
     for target in targets:
         for name, local in files.items():
             label = f"verify {target.label}/{name}"
             try:
-                downloaded = _remote_digest(target, name, reporter.start(label, local.size))
+                downloaded = _user_digest(target, name, reporter.start(label, local.size))
             except TargetError as exc:
                 failures.append(f"{exc} (while downloading it again)")
                 continue

@@ -1,10 +1,17 @@
 """Where releases are published: S3 (boto3) and GitHub releases (REST API via requests).
 
-Both answer the same four questions for the release flow: what is there already
+Both answer the same questions for the release flow: what is there already
 (`remote_size`), put these bytes there without ever replacing different ones
-(`upload`), give them back (`download`), and the public URL the manifest will list.
-S3 uploads are conditional (`If-None-Match: *`), so even two maintainers racing cannot
-overwrite an object; GitHub refuses a second asset of the same name by itself.
+(`upload`), give them back (`download`, with the maintainer's credentials), the public
+URL the manifest will list, and whether a user can download from it (`user_access`,
+`user_download`). S3 uploads are conditional (`If-None-Match: *`), so even two
+maintainers racing cannot overwrite an object; GitHub refuses a second asset of the same
+name by itself.
+
+Users download anonymously (`tools fetch` sends no credentials), so an S3 object is
+checked, and verified, the way they get it: a plain HTTP GET of its public URL. A bucket
+the maintainer can read but users cannot would otherwise pass every check and serve
+nobody.
 """
 
 from __future__ import annotations
@@ -49,7 +56,24 @@ class Target(Protocol):
 
     def upload(self, name: str, path: Path, advance: Callable[[int], None]) -> None: ...
 
-    def download(self, name: str) -> Iterator[bytes]: ...
+    def download(self, name: str) -> Iterator[bytes]:
+        """The object's bytes, fetched with the maintainer's credentials."""
+
+    def user_download(self, name: str) -> Iterator[bytes]:
+        """The object's bytes as a user gets them (for S3: anonymously, from the public URL)."""
+
+    def user_access(self, name: str) -> str | None:
+        """Why a user cannot download `name` (a cheap check), or None when they can."""
+
+    @property
+    def grants_access(self) -> bool:
+        """Whether `grant_access` can make an object downloadable (S3 --s3-public-read)."""
+
+    def grant_access(self, name: str) -> None:
+        """Make `name` downloadable by users (it exists, with the right bytes)."""
+
+    def access_remedy(self) -> str:
+        """What the maintainer does when users cannot download the objects."""
 
     def finalize(self) -> None:
         """Make what was uploaded and verified public (a GitHub draft is published)."""
@@ -192,6 +216,76 @@ class S3Target:
             # botocore checks the CRC S3 returns: corruption on the wire lands here.
             raise TargetError(f"{self.label}/{name}: {exc}") from None
 
+    def _public_url(self, name: str) -> str:
+        return f"{self.public_base_url}/{quote(name)}"
+
+    def user_download(self, name: str) -> Iterator[bytes]:
+        url = self._public_url(name)
+        try:
+            with requests.get(url, stream=True, timeout=(10, 600)) as response:
+                if response.status_code != 200:
+                    raise TargetError(
+                        f"{self.label}/{name}: HTTP {response.status_code} {response.reason} "
+                        f"from {url} (downloading it anonymously, as users do)"
+                    )
+                yield from response.iter_content(CHUNK)
+        except requests.RequestException as exc:
+            raise TargetError(f"{self.label}/{name}: {url}: {exc}") from None
+
+    def user_access(self, name: str) -> str | None:
+        url = self._public_url(name)
+        try:
+            # One byte, no credentials: what `tools fetch` sends, minus the transfer.
+            with requests.get(
+                url, headers={"Range": "bytes=0-0"}, stream=True, timeout=(10, 60)
+            ) as response:
+                status, reason = response.status_code, response.reason
+        except requests.RequestException as exc:
+            return f"users cannot download it: {url}: {exc}"
+        if status in (200, 206):
+            return None
+        what = {
+            401: "the bucket refuses anonymous downloads",
+            403: "the bucket refuses anonymous downloads",
+            404: "the public URL does not serve this object",
+        }.get(status, "the public URL does not serve it")
+        return f"users cannot download it: HTTP {status} {reason} from {url} ({what})"
+
+    @property
+    def grants_access(self) -> bool:
+        return self.public_read
+
+    def grant_access(self, name: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client.put_object_acl(Bucket=self.bucket, Key=self._key(name), ACL="public-read")
+        except (ClientError, BotoCoreError) as exc:
+            raise TargetError(f"{self.label}/{name}: setting the public-read ACL: {exc}") from None
+
+    def access_remedy(self) -> str:
+        objects = f"arn:aws:s3:::{self.bucket}/{self._key('*')}"
+        again = "then run the same `tools release` again (what was uploaded is compared and kept)."
+        if self.public_url:
+            return (
+                f"Users download from {self.public_base_url}/ without credentials: make it "
+                f"serve the objects of {self.label} (e.g. give the CDN read access to the "
+                f"bucket), {again}"
+            )
+        policy = f'a policy allowing "s3:GetObject" on "{objects}" to "Principal": "*"'
+        if self.public_read:
+            return (
+                "The objects carry the public-read ACL, yet anonymous reads are refused: the "
+                "bucket's Block Public Access settings ignore public ACLs. Allow public ACLs "
+                f"for this bucket, or give the bucket {policy} (and turn off "
+                f"BlockPublicPolicy); {again}"
+            )
+        return (
+            "Users download without credentials. Pass --s3-public-read (each object gets the "
+            f"public-read ACL; the bucket must allow ACLs), or give the bucket {policy}; "
+            f"{again}"
+        )
+
     def finalize(self) -> None:
         """Objects are public as they land; the manifest, uploaded last, points at them."""
 
@@ -208,6 +302,7 @@ class GitHubTarget:
     api_url: str = "https://api.github.com"
     web_url: str = "https://github.com"
     release_name: str = ""
+    keep_draft: bool = False  # leave the release a draft: a later run publishes it
     _release: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _assets: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     _session: requests.Session = field(default_factory=requests.Session, init=False, repr=False)
@@ -290,8 +385,26 @@ class GitHubTarget:
                 return None
             page += 1
 
+    def user_download(self, name: str) -> Iterator[bytes]:
+        # A draft's assets are downloadable only through the API (the release becomes
+        # public, with its assets as verified, in `finalize`).
+        return self.download(name)
+
+    def user_access(self, name: str) -> str | None:
+        return None
+
+    @property
+    def grants_access(self) -> bool:
+        return False
+
+    def grant_access(self, name: str) -> None:
+        raise AssertionError("a GitHub release has no per-object access to grant")
+
+    def access_remedy(self) -> str:
+        return ""
+
     def finalize(self) -> None:
-        if self._release is None or not self._release.get("draft"):
+        if self._release is None or not self._release.get("draft") or self.keep_draft:
             return
         response = self._api(
             "PATCH", f"/repos/{self.repo}/releases/{self._release['id']}", json={"draft": False}
@@ -412,10 +525,14 @@ def expand(template: str, option: str, version: str) -> str:
 
 
 def release_targets(
-    where: Settings, version: str, environ: Mapping[str, str] | None = None
+    where: Settings,
+    version: str,
+    environ: Mapping[str, str] | None = None,
+    github_draft: bool = False,
 ) -> list[Target]:
     """The targets the resolved settings name (flags already applied by the caller);
-    GITHUB_TOKEN comes from `environ` (default: this process's)."""
+    GITHUB_TOKEN comes from `environ` (default: this process's). `github_draft`: leave
+    the GitHub release a draft."""
     environ = os.environ if environ is None else environ
     targets: list[Target] = []
     if where.s3_bucket:
@@ -443,6 +560,7 @@ def release_targets(
                 api_url=where.github_api_url,
                 web_url=where.github_web_url,
                 release_name=f"sandbox-tools {version}",
+                keep_draft=github_draft,
             )
         )
     return targets
