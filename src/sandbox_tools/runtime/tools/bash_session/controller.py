@@ -8,18 +8,18 @@ How a call knows when to stop reading:
 - otherwise output is collected until `idle_timeout` seconds of silence after some
   output, or `wait_for_output` seconds in all (a hung command returns what it has).
 Output not returned by one call (it arrived after the call ended) is returned by the next.
+This module owns the shells, terminals and waiting; output.py the pure buffering,
+cleaning and truncation of what they print.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import collections
 import contextlib
 import fcntl
 import os
 import pty
-import re
 import secrets
 import shlex
 import shutil
@@ -27,41 +27,27 @@ import signal
 import struct
 import termios
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
+from sandbox_tools.runtime.tools.bash_session.output import (
+    OutputBuffer,
+    WaitEnd,
+    clean_output,
+    render,
+)
 from sandbox_tools.runtime.tools.bash_session.tool_types import (
     CloseSessionParams,
     InteractParams,
     NewSessionParams,
 )
 
-# ANSI escape sequences (CSI, OSC, two-byte escapes), then remaining C0 controls but \t, \n.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 READ_SIZE = 64 * 1024
-# Unreturned output kept per session; past this the oldest is dropped (and said so).
-BUFFER_CHARS = 4 * 1024 * 1024
 START_TIMEOUT_S = 15.0
 PROMPT_SETTLE_S = 0.05
 WINDOW = struct.pack("HHHH", 50, 250, 0, 0)  # rows, cols: wide, so little wraps
-
-
-def clean_output(text: str) -> str:
-    text = _ANSI.sub("", text).replace("\r\n", "\n")
-    return _CONTROL.sub("", text)
-
-
-def truncate_tail(text: str, max_bytes: int) -> str:
-    """Keep the newest `max_bytes` bytes (never a split character) with a notice."""
-    encoded = text.encode()
-    if len(encoded) <= max_bytes:
-        return text
-    kept = encoded[-max_bytes:].decode(errors="ignore")
-    dropped = len(encoded) - len(kept.encode())
-    return f"[sandbox-tools: {dropped} bytes of earlier output truncated]\n{kept}"
 
 
 def _take_controlling_tty() -> None:  # runs in the child between fork and exec
@@ -75,10 +61,7 @@ class _Shell:
     program: str
     ps1: str
     ps2: str
-    raw: str = ""
-    base: int = 0  # absolute offset of raw[0]
-    returned: int = 0  # absolute offset up to which output was returned
-    dropped: int = 0  # unreturned chars dropped because the buffer was full
+    output: OutputBuffer = field(default_factory=OutputBuffer)
     last_output_at: float = 0.0
     exit_code: int | None = None
     eof: bool = False
@@ -86,11 +69,6 @@ class _Shell:
     def __post_init__(self) -> None:
         self.watcher: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
-
-    @property
-    def end(self) -> int:
-        return self.base + len(self.raw)
 
     def on_readable(self) -> None:
         try:
@@ -100,21 +78,9 @@ class _Shell:
         if not data:
             self.eof = True
             asyncio.get_running_loop().remove_reader(self.master)
-            self.raw += self.decoder.decode(b"", final=True)
-        else:
-            self.raw += self.decoder.decode(data)
+        self.output.feed(data, final=not data)
         self.last_output_at = time.monotonic()
-        overflow = len(self.raw) - BUFFER_CHARS
-        if overflow > 0:
-            unreturned_lost = max(0, min(overflow, self.base + overflow - self.returned))
-            self.dropped += unreturned_lost
-            self.raw = self.raw[overflow:]
-            self.base += overflow
-            self.returned = max(self.returned, self.base)
         self.changed.set()
-
-    def text_since(self, offset: int) -> str:
-        return self.raw[max(0, offset - self.base) :]
 
     async def write(self, data: str) -> None:
         payload = data.encode()
@@ -212,12 +178,12 @@ class BashSessionController:
                 identity = resolve_user(self._users[params.session_name])
                 self._sessions[params.session_name] = await self._start(identity)
                 return f"{params.session_name} restarted."
-            if shell.exit_code is not None and shell.returned >= shell.end:
+            if shell.exit_code is not None and not shell.output.unreturned:
                 raise ToolError(
                     f"the shell of {params.session_name} has exited (code {shell.exit_code}); "
                     "restart the session (restart: true) to get a new shell"
                 )
-            written_at = shell.end
+            written_at = shell.output.end
             if params.input:
                 await shell.write(params.input)
             state = await self._collect(shell, params, written_at)
@@ -311,11 +277,11 @@ class BashSessionController:
                 f"{enter_home}PS1='{shell.ps1}'; PS2='{shell.ps2}'; unset PROMPT_COMMAND\n"
             )
             deadline = time.monotonic() + START_TIMEOUT_S
-            while shell.ps1 not in shell.raw:
+            while shell.ps1 not in shell.output.raw:
                 if shell.exit_code is not None or time.monotonic() > deadline:
                     raise ToolError(
                         f"{program} did not start an interactive session: "
-                        f"{clean_output(shell.raw)[-500:]!r}"
+                        f"{clean_output(shell.output.raw)[-500:]!r}"
                     )
                 shell.changed.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -323,7 +289,7 @@ class BashSessionController:
         except BaseException:
             shell.kill()  # a shell that never became a session (or whose start was
             raise  # cancelled) holds no slot, so it must not outlive this call
-        shell.returned = shell.end  # start-up banner and rc output are not the model's
+        shell.output.skip()  # start-up banner and rc output are not the model's
         return shell
 
     @staticmethod
@@ -342,12 +308,12 @@ class BashSessionController:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(shell.process.wait(), 5)
 
-    async def _collect(self, shell: _Shell, params: InteractParams, written_at: int) -> str:
+    async def _collect(self, shell: _Shell, params: InteractParams, written_at: int) -> WaitEnd:
         """Wait per the rules in the module docstring; return why the wait ended."""
         started = time.monotonic()
         deadline = started + params.wait_for_output
         while True:
-            fresh = shell.text_since(written_at).rstrip()
+            fresh = shell.output.text_since(written_at).rstrip()
             if shell.exit_code is not None:
                 return "exited"
             if fresh.endswith(shell.ps1) or fresh.endswith(shell.ps2):
@@ -359,7 +325,7 @@ class BashSessionController:
                     return "prompt" if fresh.endswith(shell.ps1) else "continuation"
                 continue
             now = time.monotonic()
-            has_output = shell.end > shell.returned
+            has_output = shell.output.unreturned
             if has_output and now - shell.last_output_at >= params.idle_timeout:
                 return "idle"
             if now >= deadline:
@@ -371,31 +337,15 @@ class BashSessionController:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(shell.changed.wait(), max(wait, 0.001))
 
-    def _render(self, shell: _Shell, params: InteractParams, state: str) -> str:
-        text = shell.text_since(shell.returned)
-        shell.returned = shell.end
-        text = clean_output(text.replace(shell.ps1, "").replace(shell.ps2, ""))
-        notes = []
-        if shell.dropped:
-            notes.append(f"{shell.dropped} characters of output were dropped (buffer full)")
-            shell.dropped = 0
-        if state == "continuation":
-            notes.append(
-                "the shell is waiting for more input (an unfinished quote, bracket or "
-                "here-document?): send the rest of the command, or restart the session"
-            )
-        elif state == "exited":
-            notes.append(
-                f"the shell exited with code {shell.exit_code}; restart the session "
-                "(restart: true) to get a new one"
-            )
-        elif state in ("timeout", "idle") and params.input is not None:
-            notes.append(
-                "no prompt yet: the command is still running or waiting for input; call "
-                "again to read more output, send input, or restart the session"
-            )
-        text = truncate_tail(text, params.max_output_bytes)
-        if notes:
-            separator = "" if not text or text.endswith("\n") else "\n"
-            text += separator + "".join(f"[sandbox-tools: {note}]\n" for note in notes)
-        return text
+    @staticmethod
+    def _render(shell: _Shell, params: InteractParams, ended: WaitEnd) -> str:
+        text, dropped = shell.output.take()
+        return render(
+            text,
+            prompts=(shell.ps1, shell.ps2),
+            dropped=dropped,
+            ended=ended,
+            exit_code=shell.exit_code,
+            input_given=params.input is not None,
+            max_output_bytes=params.max_output_bytes,
+        )

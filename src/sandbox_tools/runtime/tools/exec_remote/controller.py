@@ -1,6 +1,8 @@
 """exec_remote: long-running processes with acknowledged, bounded output delivery.
 
-Transport-agnostic state and logic. Design points (PROTOCOL.md, "exec_remote delivery"):
+Transport-agnostic; this module owns the processes, pipes, clocks and waiting, and
+delivery.py the pure buffering and acknowledgement logic of each job's output.
+Design points (PROTOCOL.md, "exec_remote delivery"):
 - every piece of output is a chunk with a sequence number and stays buffered until
   the client acknowledges it (`ack_seq`), so a lost response loses nothing;
 - buffers are bounded: when a job holds BUFFER_LIMIT unacknowledged bytes its pipe
@@ -23,15 +25,21 @@ import os
 import shutil
 import signal
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from sandbox_tools.runtime.child_env import child_environment
 from sandbox_tools.runtime.identity import resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
+from sandbox_tools.runtime.tools.exec_remote.delivery import (
+    STDERR,
+    STDOUT,
+    Delivery,
+    FinalResult,
+    Stream,
+)
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
     AckParams,
-    JobState,
     OutputResult,
     PollParams,
     PollResult,
@@ -69,102 +77,35 @@ READ_SIZE = 64 * 1024
 
 
 @dataclass
-class _Chunk:
-    seq: int
-    stream: str  # "stdout" | "stderr"
-    text: str
-    size: int
-
-
-@dataclass
 class _Job:
+    """A running (or finished, not yet released) process and its output delivery."""
+
     pid: int
     process: asyncio.subprocess.Process
-    limits: Limits
-    chunks: deque[_Chunk] = field(default_factory=deque)
-    buffered: int = 0
-    next_seq: int = 1
-    acked: int = 0
+    delivery: Delivery
     kill_requested: bool = False
-    exit_code: int | None = None
-    final_seq: int | None = None
     finished_at: float | None = None
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     stdin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_output_at: float = field(default_factory=time.monotonic)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    @property
-    def state(self) -> JobState:
-        if self.final_seq is None:
-            return "running"
-        return "killed" if self.kill_requested else "completed"
-
     async def notify(self) -> None:
         async with self.changed:
             self.changed.notify_all()
 
-    async def append(self, stream: str, text: str, size: int) -> None:
-        self.chunks.append(_Chunk(self.next_seq, stream, text, size))
-        self.next_seq += 1
-        self.buffered += size
-        self.last_output_at = time.monotonic()
-        await self.notify()
+    async def append(self, stream: Stream, text: str, size: int) -> None:
+        if self.delivery.append(stream, text, size):  # after the end, output is dropped
+            self.last_output_at = time.monotonic()
+            await self.notify()
 
     async def wait_for_space(self) -> None:
         async with self.changed:
-            await self.changed.wait_for(
-                lambda: self.buffered < self.limits.buffer_bytes or self.final_seq is not None
-            )
+            await self.changed.wait_for(lambda: self.delivery.has_room)
 
     async def acknowledge(self, ack_seq: int) -> None:
-        if ack_seq <= self.acked:
-            return
-        self.acked = ack_seq
-        freed = False
-        while self.chunks and self.chunks[0].seq <= ack_seq:
-            self.buffered -= self.chunks.popleft().size
-            freed = True
-        if freed:
+        if self.delivery.acknowledge(ack_seq):
             await self.notify()
-
-    def output(self) -> tuple[OutputResult, bool]:
-        """Unacknowledged output up to the response cap, and whether all of it fit."""
-        parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        seq = self.acked
-        budget = self.limits.response_bytes
-        complete = True
-        for chunk in self.chunks:
-            if budget < chunk.size and seq > self.acked:
-                complete = False
-                break
-            parts[chunk.stream].append(chunk.text)
-            budget -= chunk.size
-            seq = chunk.seq
-        result: OutputResult = {
-            "seq": seq,
-            "stdout": "".join(parts["stdout"]),
-            "stderr": "".join(parts["stderr"]),
-        }
-        return result, complete
-
-    def poll_result(self) -> PollResult:
-        output, complete = self.output()
-        if self.final_seq is not None and complete:
-            return {
-                "state": self.state,
-                "exit_code": self.exit_code,
-                **output,
-                "seq": self.final_seq,
-            }
-        return {"state": "running", "exit_code": None, **output}
-
-
-@dataclass(frozen=True)
-class _Remembered:
-    state: JobState
-    exit_code: int | None
-    final_seq: int
 
 
 def _pending_stdin(stdin: asyncio.StreamWriter) -> int:
@@ -187,7 +128,7 @@ class ExecRemoteController:
     def __init__(self, limits: Limits | None = None, lost_jobs_note: str | None = None) -> None:
         self.limits = limits or Limits()
         self._jobs: dict[int, _Job] = {}
-        self._remembered: OrderedDict[int, _Remembered] = OrderedDict()
+        self._remembered_results: OrderedDict[int, FinalResult] = OrderedDict()
         # Set when this server replaced one that died: its jobs are gone.
         self._lost_jobs_note = lost_jobs_note
         self._shell = shutil.which("bash") or "/bin/sh"
@@ -255,13 +196,14 @@ class ExecRemoteController:
             )
         except OSError as exc:
             raise ToolError(f"cannot start {params.command!r}: {exc.strerror or exc}") from None
-        job = _Job(process.pid, process, self.limits)
-        self._remembered.pop(job.pid, None)  # a reused pid starts a new story
+        delivery = Delivery(self.limits.buffer_bytes, self.limits.response_bytes)
+        job = _Job(process.pid, process, delivery)
+        self._remembered_results.pop(job.pid, None)  # a reused pid starts a new story
         self._jobs[job.pid] = job
         assert process.stdout is not None and process.stderr is not None
         readers = [
-            asyncio.create_task(self._read(job, process.stdout, "stdout")),
-            asyncio.create_task(self._read(job, process.stderr, "stderr")),
+            asyncio.create_task(self._read(job, process.stdout, STDOUT)),
+            asyncio.create_task(self._read(job, process.stderr, STDERR)),
         ]
         job.tasks = [*readers, asyncio.create_task(self._supervise(job, readers))]
         if params.input is not None:
@@ -271,30 +213,29 @@ class ExecRemoteController:
     async def poll(self, params: PollParams) -> PollResult:
         job = self._job(params.pid)
         if job is None:
-            return self._remembered_result(params.pid)
+            return self._remembered(params.pid).poll_result()
         await job.acknowledge(params.ack_seq)
-        if job.final_seq is not None and params.ack_seq >= job.final_seq:
+        if job.delivery.end_acknowledged(params.ack_seq):
             return self._release(job)
-        if params.wait_ms and not job.chunks and job.final_seq is None:
+        if params.wait_ms and not job.delivery.has_news:
             with contextlib.suppress(asyncio.TimeoutError):
                 async with job.changed:
                     await asyncio.wait_for(
-                        job.changed.wait_for(lambda: bool(job.chunks) or job.final_seq is not None),
+                        job.changed.wait_for(lambda: job.delivery.has_news),
                         params.wait_ms / 1000,
                     )
-        return job.poll_result()
+        return job.delivery.poll_result()
 
     async def kill(self, params: AckParams) -> OutputResult:
         job = self._job(params.pid)
         if job is None:
-            remembered = self._remembered_result(params.pid)
-            return {"seq": remembered["seq"], "stdout": "", "stderr": ""}
+            return self._remembered(params.pid).output()
         await job.acknowledge(params.ack_seq)
-        if job.final_seq is None and not job.kill_requested:
+        if not job.delivery.finished and not job.kill_requested:
             job.kill_requested = True
             self._signal_group(job, signal.SIGTERM)
             job.tasks.append(asyncio.create_task(self._escalate(job)))
-        return job.output()[0]
+        return job.delivery.output()[0]
 
     async def write_stdin(self, params: WriteStdinParams) -> OutputResult:
         """Queue `data` for the process's stdin; return once its pipe has taken it.
@@ -340,7 +281,7 @@ class ExecRemoteController:
             ) from None
         except (BrokenPipeError, ConnectionResetError):
             raise ToolError(f"process {job.pid} closed its stdin") from None
-        return job.output()[0]
+        return job.delivery.output()[0]
 
     async def close_stdin(self, params: AckParams) -> OutputResult:
         """End the process's stdin; never waits for the process to read anything.
@@ -352,18 +293,17 @@ class ExecRemoteController:
         """
         job = self._job(params.pid)
         if job is None:
-            remembered = self._remembered_result(params.pid)
-            return {"seq": remembered["seq"], "stdout": "", "stderr": ""}
+            return self._remembered(params.pid).output()
         await job.acknowledge(params.ack_seq)
         stdin = job.process.stdin
         if stdin is not None and not stdin.is_closing():
             stdin.close()  # EOF follows whatever is still queued; no await, no lock
-        return job.output()[0]
+        return job.delivery.output()[0]
 
     async def shutdown(self) -> None:
         """Kill every job's process group; the server is going away."""
         for job in list(self._jobs.values()):
-            if job.final_seq is None:
+            if not job.delivery.finished:
                 job.kill_requested = True
                 self._signal_group(job, signal.SIGKILL)
         for job in list(self._jobs.values()):
@@ -388,9 +328,9 @@ class ExecRemoteController:
     def _running_job(self, pid: int) -> _Job:
         job = self._job(pid)
         if job is None:
-            self._remembered_result(pid)  # raises a precise error for unknown pids
+            self._remembered(pid)  # raises a precise error for unknown pids
             raise ToolError(f"process {pid} has already finished")
-        if job.final_seq is not None:
+        if job.delivery.finished:
             raise ToolError(f"process {pid} has already finished")
         return job
 
@@ -404,16 +344,11 @@ class ExecRemoteController:
             raise ToolError(f"stdin of process {job.pid} is already closed")
         return stdin
 
-    def _remembered_result(self, pid: int) -> PollResult:
-        remembered = self._remembered.get(pid)
+    def _remembered(self, pid: int) -> FinalResult:
+        """The end of a released job; for a pid with none, the error that explains it."""
+        remembered = self._remembered_results.get(pid)
         if remembered is not None:
-            return {
-                "state": remembered.state,
-                "exit_code": remembered.exit_code,
-                "seq": remembered.final_seq,
-                "stdout": "",
-                "stderr": "",
-            }
+            return remembered
         # "No job found with pid N" is the phrase inspect_ai's client looks for to explain
         # a poll that timed out and lost a result.
         if self._lost_jobs_note:
@@ -424,13 +359,14 @@ class ExecRemoteController:
         )
 
     def _release(self, job: _Job) -> PollResult:
-        assert job.final_seq is not None
+        final = job.delivery.final
+        assert final is not None
         self._jobs.pop(job.pid, None)
         _discard_stdin(job)  # input a finished job never read is nobody's any more
-        self._remembered[job.pid] = _Remembered(job.state, job.exit_code, job.final_seq)
-        while len(self._remembered) > self.limits.remembered_results:
-            self._remembered.popitem(last=False)
-        return self._remembered_result(job.pid)
+        self._remembered_results[job.pid] = final
+        while len(self._remembered_results) > self.limits.remembered_results:
+            self._remembered_results.popitem(last=False)
+        return self._remembered(job.pid).poll_result()
 
     @staticmethod
     def _signal_group(job: _Job, signum: int) -> None:
@@ -448,13 +384,13 @@ class ExecRemoteController:
         await asyncio.sleep(min(0.2, self.limits.kill_grace_s))
         self._signal_group(job, signal.SIGKILL)
 
-    async def _read(self, job: _Job, stream: asyncio.StreamReader, name: str) -> None:
+    async def _read(self, job: _Job, stream: asyncio.StreamReader, name: Stream) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         while True:
             await job.wait_for_space()
             data = await stream.read(READ_SIZE)
             text = decoder.decode(data, final=not data)
-            if text and job.final_seq is None:  # after the result, a straggler's output is dropped
+            if text:  # after the result, a straggler's output is dropped (by append)
                 await job.append(name, text, len(data) or len(text))
             if not data:
                 return
@@ -483,8 +419,6 @@ class ExecRemoteController:
                 # A background child still holds the pipes: finish the job, keep draining
                 # (discarding nothing already read) until those pipes close by themselves.
                 break
-        job.exit_code = _exit_code(returncode)
-        job.final_seq = job.next_seq
-        job.next_seq += 1
+        job.delivery.finish(_exit_code(returncode), killed=job.kill_requested)
         job.finished_at = time.monotonic()
         await job.notify()
