@@ -10,6 +10,7 @@ export SANDBOX_TOOLS_TEST_ARM64="${SANDBOX_TOOLS_TEST_ARM64:-1}"
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/ruff format --check src tests benchmarks
 .venv/bin/mypy
+.venv/bin/lint-imports  # the layers in pyproject.toml: no import runs back up
 status=0
 .venv/bin/pytest -ra "$@" || status=$?
 if [ "$status" = 5 ]; then

@@ -13,7 +13,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from sandbox_tools.distro_matrix.report import ValidationReport
+from sandbox_tools.validation import ValidationReport
 from tests.integration.conftest import arches_under_test
 
 

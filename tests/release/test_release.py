@@ -406,7 +406,7 @@ def write_matrix_report(release: FakeRelease) -> None:
     """A report as a machine without a registry writes it: debian-12 runs offline and
     passes, ubuntu-24.04 (registry only) is skipped, distroless passes what a shell-less
     image can run and skips the rest by design."""
-    from sandbox_tools.distro_matrix.report import CellResult, CellStatus, ValidationReport
+    from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
 
     results = []
     for r in release.records:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from sandbox_tools.cli.validate_cmd import _table
-from sandbox_tools.distro_matrix.report import CellResult, CellStatus
+from sandbox_tools.validation import CellResult, CellStatus
 
 
 def cell(distro: str, status: str) -> CellResult:

@@ -52,6 +52,7 @@ from sandbox_tools.build_containers.package import pack_portable
 from sandbox_tools.build_containers.records import compute_build_id, tree_id
 from sandbox_tools.errors import BuildError, SandboxToolsError
 from sandbox_tools.platforms import Arch
+from sandbox_tools.protocol import JSONRPC_VERSION
 from sandbox_tools.sandboxes.containers import (
     remove_live_containers,
     run_to_completion,
@@ -160,28 +161,33 @@ def _freeze(
 def _smoke_test(
     client: DockerClient, image: str, arch: Arch, artifact: Path, build_id: str
 ) -> None:
-    """The fresh artifact must answer in a container of its architecture, unpacked there."""
-    from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient
+    """The fresh artifact must answer in a container of its architecture, unpacked there:
+    one `exec` per request, as a host without a persistent channel calls it (the build
+    speaks the wire protocol itself; it sits below the injector)."""
     from sandbox_tools.sandboxes.docker import DockerSandbox
 
     exe = f"{SMOKE_DIR}/{artifact.name}"
     with running_container(client, image, platform=arch.platform) as container:
         sandbox = DockerSandbox(container, client)
 
+        async def call(request_id: int, method: str) -> Any:
+            request = json.dumps({"jsonrpc": JSONRPC_VERSION, "id": request_id, "method": method})
+            try:
+                out = await sandbox.exec([exe, "exec", request], timeout=300)
+            except (SandboxToolsError, TimeoutError) as exc:
+                raise BuildError(f"smoke test: {exe} did not answer {method}: {exc}") from None
+            try:
+                return json.loads(out.stdout)["result"]
+            except (ValueError, KeyError, TypeError):
+                raise BuildError(
+                    f"smoke test: {exe} answered {method} with {out.stdout[:300]!r} "
+                    f"(exit {out.returncode}): {out.stderr.decode(errors='replace')[-300:]}"
+                ) from None
+
         async def check() -> tuple[Any, Any]:
             await sandbox.exec(["mkdir", "-p", SMOKE_DIR])
             await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
-            # The host's own client, one exec per call: what an inspect sandbox does.
-            runtime = ExecRuntimeClient(sandbox, [exe])
-            try:
-                return (
-                    await runtime.call("version", timeout=300),
-                    await runtime.call("runtime_info", timeout=300),
-                )
-            except SandboxToolsError as exc:
-                raise BuildError(f"smoke test: {exe} did not answer: {exc.message}") from None
-            finally:
-                await runtime.aclose()
+            return await call(1, "version"), await call(2, "runtime_info")
 
         version, info = asyncio.run(check())
     if version != __version__ or not isinstance(info, dict) or info.get("build_id") != build_id:

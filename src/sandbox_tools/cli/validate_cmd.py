@@ -24,13 +24,13 @@ from sandbox_tools.cli.output import (
     print_json,
 )
 from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.distro_matrix.report import CellResult
 from sandbox_tools.distro_matrix.runner import run_matrix, write_reports
 from sandbox_tools.distro_matrix.static import static_checks
 from sandbox_tools.errors import ConfigurationError, NothingValidatedError
 from sandbox_tools.platforms import Arch, parse_arches
 from sandbox_tools.sandboxes.containers import remove_live_containers
 from sandbox_tools.sandboxes.engines import connect_engines
+from sandbox_tools.validation import CellResult
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 

@@ -23,12 +23,6 @@ from sandbox_tools.distro_matrix.matrix import (
     load_matrix,
     shell_less_skip,
 )
-from sandbox_tools.distro_matrix.report import (
-    CellResult,
-    CellStatus,
-    EngineStatus,
-    ValidationReport,
-)
 from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
@@ -39,6 +33,12 @@ from sandbox_tools.sandboxes.containers import running_container
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.engines import Engine, EngineKind
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
+from sandbox_tools.validation import (
+    CellResult,
+    CellStatus,
+    EngineStatus,
+    ValidationReport,
+)
 
 # -- images -----------------------------------------------------------------------------
 

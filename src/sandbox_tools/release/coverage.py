@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_tools.distro_matrix.matrix import Matrix, load_matrix, matching, shell_less_skip
-from sandbox_tools.distro_matrix.report import CellResult, CellStatus, ValidationReport
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.release.manifest import Manifest
+from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
 
 REQUIRE_HOW = (
     "--require, or release-require in [tool.sandbox-tools] / SANDBOX_TOOLS_RELEASE_REQUIRE"

@@ -35,7 +35,6 @@ from sandbox_tools.artifacts import (
     read_build_records,
     sha256_of,
 )
-from sandbox_tools.distro_matrix.report import ValidationReport
 from sandbox_tools.errors import (
     ConfigurationError,
     ReleaseFailedError,
@@ -55,6 +54,7 @@ from sandbox_tools.release.manifest import (
 )
 from sandbox_tools.release.progress import NoProgress, Transfers
 from sandbox_tools.release.targets import PublishConflict, Target, TargetError
+from sandbox_tools.validation import ValidationReport
 
 RELEASED_FORMAT = ArtifactFormat.PORTABLE
 BUMP = "Bump the version in src/sandbox_tools/_version.py, rebuild, validate and release that."
