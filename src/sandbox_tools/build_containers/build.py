@@ -175,7 +175,8 @@ def _smoke_test(
             try:
                 out = await sandbox.exec([exe, "exec", request], timeout=300)
             except (SandboxToolsError, TimeoutError) as exc:
-                raise BuildError(f"smoke test: {exe} did not answer {method}: {exc}") from None
+                why = exc.message if isinstance(exc, SandboxToolsError) else str(exc)
+                raise BuildError(f"smoke test: {exe} did not answer {method}: {why}") from None
             try:
                 return json.loads(out.stdout)["result"]
             except (ValueError, KeyError, TypeError):
