@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -205,14 +206,22 @@ def processes_running(cmdline: bytes) -> list[int]:
     return found
 
 
-def children_of(pid: int) -> list[str]:
+def children_of(pid: int, since: float) -> list[str]:
+    """The live children of `pid` started after `since` (wall clock): other tests on this
+    machine may share the server and leave theirs."""
+    boot = next(
+        float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+        if line.startswith("btime")
+    )  # fmt: skip
+    ticks = os.sysconf("SC_CLK_TCK")
     found = []
     for entry in Path("/proc").iterdir():
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if entry.name.isdigit() and int(fields[1]) == pid:
+        started = boot + int(fields[19]) / ticks
+        if entry.name.isdigit() and int(fields[1]) == pid and started >= since - 1:
             found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
     return found
 
@@ -224,6 +233,7 @@ def test_what_a_sample_opened_is_released_at_its_end(artifact: Path, tmp_path: P
     (tmp_path / "leaving.py").write_text(LEAVING_TASK)
     for pid in processes_running(b"sleep\x004321\x00"):  # an earlier run's, if any
         os.kill(pid, signal.SIGKILL)
+    began = time.time()
     done = subprocess.run(
         [sys.executable, "-m", "inspect_ai", "eval", "leaving.py", "--model", "mockllm/model",
          "--max-samples", "1", "--log-format", "json", "--display", "plain"],
@@ -246,6 +256,6 @@ def test_what_a_sample_opened_is_released_at_its_end(artifact: Path, tmp_path: P
     exe = f"{event['install_dir']}/sandbox-tools"
     client = ExecRuntimeClient(LocalSandbox(), [exe], env=runtime_env(event["install_dir"]))
     server = asyncio.run(client.call("runtime_info"))["pid"]
-    assert children_of(server) == []  # no shell, no sleep: every sample's were released
+    assert children_of(server, began) == []  # no shell, no sleep: all were released
     for sample in samples:
         assert not Path(f"/proc/{sample['store']['pid']}").exists()

@@ -25,7 +25,7 @@ from sandbox_tools.distro_matrix.matrix import (
 )
 from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
-from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
+from sandbox_tools.injector.inject import open_tool_support
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.base import Sandbox
@@ -82,6 +82,10 @@ def matrix_image(client: DockerClient, selector: str, arch: Arch) -> tuple[str, 
 # -- one cell ---------------------------------------------------------------------------
 
 
+class CheckFailed(Exception):
+    """A tool call in a cell answered, but not with what the check expects."""
+
+
 async def _exercise(
     sandbox: Sandbox,
     artifact: Artifact,
@@ -89,36 +93,32 @@ async def _exercise(
     checks: list[str],
     shell: bool = True,
 ) -> None:
-    support = await tool_support_sandbox(sandbox, artifact=artifact)
-    try:
+    async with open_tool_support(sandbox, artifact=artifact) as support:
         client = support.client
         info = await client.call("runtime_info")
         if info.get("build_id") != artifact.build_id:
-            raise AssertionError(f"runtime_info build id {info.get('build_id')}")
+            raise CheckFailed(f"runtime_info build id {info.get('build_id')}")
         checks.append("version+runtime_info")
         if not shell:
             return  # the tools below run commands through /bin/sh, which is not there
         result = await exec_remote(client, "echo out; echo err >&2; exit 3", stream=False)
         if (result.returncode, result.stdout, result.stderr) != (3, "out\n", "err\n"):
-            raise AssertionError(f"exec_remote returned {result}")
+            raise CheckFailed(f"exec_remote returned {result}")
         process = await exec_remote(client, "sleep 300", ExecRemoteOptions(poll_interval=1))
         await process.kill()
         if not (await process.wait()).killed:
-            raise AssertionError("exec_remote kill did not report killed")
+            raise CheckFailed("exec_remote kill did not report killed")
         checks.append("exec_remote")
         session = await new_bash_session(client)
         if await bash_session(client, session, "echo $((6 * 7))\n") != "42\n":
-            raise AssertionError("bash_session round trip failed")
+            raise CheckFailed("bash_session round trip failed")
         checks.append("bash_session")
         path = f"{support.install_dir}/validate.txt"
         await text_editor(client, "create", path, file_text="alpha\n")
         await text_editor(client, "str_replace", path, old_str="alpha", new_str="beta")
         if not (await text_editor(client, "view", path)).endswith("     1\tbeta\n"):
-            raise AssertionError("text_editor round trip failed")
+            raise CheckFailed("text_editor round trip failed")
         checks.append("text_editor")
-    finally:
-        await support.aclose()
-        await forget_sandbox(sandbox)
 
 
 SandboxFactory = Callable[[], contextlib.AbstractAsyncContextManager[Sandbox]]
@@ -161,7 +161,7 @@ async def run_cell(
                 result.status = CellStatus.PASSED
     except (
         SandboxToolsError,
-        AssertionError,
+        CheckFailed,
         docker.errors.DockerException,
         OSError,
         TimeoutError,
