@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
+from tests.support import eval_samples, inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 pytestmark = [pytest.mark.journey, pytest.mark.docker]
@@ -86,23 +86,11 @@ def run_eval(
     """`inspect eval my_task.py` from the task's directory, as the docs run it."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "my_task.py").write_text(TASK.format(sandbox=sandbox, uid=uid, workdir=workdir))
-    return subprocess.run(
-        [sys.executable, "-m", "inspect_ai", "eval", "my_task.py", *options,
-         "--log-format", "json", "--display", "plain"],
-        capture_output=True,
-        text=True,
-        cwd=directory,
-        env={**os.environ, "INSPECT_LOG_DIR": str(directory / "logs"), **env},
-        timeout=900,
-    )  # fmt: skip
+    return inspect_eval(directory, "my_task.py", *options, env=env)
 
 
 def the_sample(directory: Path, done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (log_file,) = (directory / "logs").glob("*.json")
-    log = json.loads(log_file.read_text())
-    assert log["status"] == "success", log.get("error")
-    (sample,) = log["samples"]
+    (sample,) = eval_samples(directory, done)
     assert sample.get("error") is None, sample["error"]
     return dict(sample)
 
@@ -246,15 +234,7 @@ def test_a_failed_injection_is_tried_once_per_sandbox_and_leaves_nothing(
     Every tool call says the same, but only the first tries: one upload, not one per
     call, and nothing left behind (five calls used to leave five 9 MB copies)."""
     (tmp_path / "my_task.py").write_text(FAILING_TASK.replace("{image!r}", repr(python_image)))
-    done = subprocess.run(
-        [sys.executable, "-m", "inspect_ai", "eval", "my_task.py", "--model", "mockllm/model",
-         "--log-format", "json", "--display", "plain"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "INSPECT_LOG_DIR": str(tmp_path / "logs"), **dist},
-        timeout=900,
-    )  # fmt: skip
+    done = inspect_eval(tmp_path, "my_task.py", "--model", "mockllm/model", env=dist)
     sample = the_sample(tmp_path, done)
     seen = sample["store"]["seen"]
     first, second = seen["errors"]
@@ -282,14 +262,7 @@ def test_the_eval_log_of_a_config_object_reads_back(
     (directory / "my_task.py").write_text(
         TASK.format(sandbox=f'("docker_sdk", {config})', uid=1000, workdir="/tmp")
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "inspect_ai", "eval", "my_task.py", "--display", "plain"],
-        capture_output=True,
-        text=True,
-        cwd=directory,
-        env={**os.environ, "INSPECT_LOG_DIR": str(directory / "logs"), **dist},
-        timeout=900,
-    )
+    done = inspect_eval(directory, "my_task.py", env=dist, json_log=False)
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "ERROR" not in output, output[-3000:]
     (log_file,) = (directory / "logs").glob("*.eval")

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
+from tests.support import eval_samples, inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 pytestmark = [pytest.mark.journey, pytest.mark.docker]  # docker: the artifact is built
@@ -113,20 +112,8 @@ def artifact(built_artifacts: Any) -> Path:
 def run_many(tmp_path: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     task_file = tmp_path / "many.py"
     task_file.write_text(TASK)
-    done = subprocess.run(
-        [sys.executable, "-m", "inspect_ai", "eval", "many.py", "--model", "mockllm/model",
-         "--max-samples", "1", "--log-format", "json", "--display", "plain"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "INSPECT_LOG_DIR": str(tmp_path / "logs"), **env},
-        timeout=1200,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (log_file,) = (tmp_path / "logs").glob("*.json")
-    log = json.loads(log_file.read_text())
-    assert log["status"] == "success", log.get("error")
-    return list(log["samples"])
+    options = ["--model", "mockllm/model", "--max-samples", "1"]
+    return eval_samples(tmp_path, inspect_eval(tmp_path, "many.py", *options, env=env))
 
 
 def assert_every_sample_worked(samples: list[dict[str, Any]]) -> None:
@@ -234,19 +221,11 @@ def test_what_a_sample_opened_is_released_at_its_end(artifact: Path, tmp_path: P
     for pid in processes_running(b"sleep\x004321\x00"):  # an earlier run's, if any
         os.kill(pid, signal.SIGKILL)
     began = time.time()
-    done = subprocess.run(
-        [sys.executable, "-m", "inspect_ai", "eval", "leaving.py", "--model", "mockllm/model",
-         "--max-samples", "1", "--log-format", "json", "--display", "plain"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "INSPECT_LOG_DIR": str(tmp_path / "logs"),
-             "SANDBOX_TOOLS_DIST": str(artifact.parent)},
-        timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (log_file,) = (tmp_path / "logs").glob("*.json")
-    samples = json.loads(log_file.read_text())["samples"]
+    options = ["--model", "mockllm/model", "--max-samples", "1"]
+    done = inspect_eval(
+        tmp_path, "leaving.py", *options, env={"SANDBOX_TOOLS_DIST": str(artifact.parent)}
+    )
+    samples = eval_samples(tmp_path, done)
     assert [s.get("error") for s in samples] == [None, None, None]
     event = next(e["data"] for e in samples[0]["events"] if e.get("source") == "sandbox-tools")
     from sandbox_tools.injector.inject import runtime_env

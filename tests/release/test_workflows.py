@@ -6,7 +6,6 @@ manifest commit, the tag on that commit, then the GitHub release published on it
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -17,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.support import cli_help
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -75,9 +76,9 @@ def test_ci_runs_on_pull_requests_what_ci_run_runs() -> None:
     commands = [
         line.split(" ||")[0] for line in test_sh.splitlines() if line.startswith(".venv/bin/")
     ]
-    assert len(commands) == 4
+    assert len(commands) == 5
     for command in commands:
-        words = command.replace('"$@"', "").split()
+        words = command.split("#")[0].replace('"$@"', "").split()
         assert " ".join(words) in script, command
     env = next(step["env"] for step in steps("ci.yml") if "pytest" in step.get("run", ""))
     assert env["SANDBOX_TOOLS_REQUIRE_DOCKER"] == "1" and env["SANDBOX_TOOLS_TEST_ARM64"] == "1"
@@ -117,13 +118,7 @@ def test_release_commits_the_manifest_then_tags_then_publishes() -> None:
 
 
 def help_flags(*command: str) -> set[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "sandbox_tools.cli", *command, "--help"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "250"},
-        timeout=60,
-    )
+    done = cli_help(*command)
     return set(re.findall(r"--[a-z0-9-]+", done.stdout))
 
 

@@ -3,12 +3,11 @@ eat `[tool.sandbox-tools]`; defaults stated."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
+
+from tests.support import cli_help
 
 COMMANDS = [
     [],
@@ -27,13 +26,7 @@ COMMANDS = [
 
 
 def help_text(*command: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "sandbox_tools.cli", *command, "--help"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "250"},
-        timeout=60,
-    )
+    done = cli_help(*command)
     assert done.returncode == 0, done.stderr
     return " ".join(done.stdout.replace("│", " ").split())
 
