@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox_tools.errors import RuntimeTransportError
+from sandbox_tools.errors import RuntimeTransportError, ToolError
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
 from sandbox_tools.protocol import User
 from sandbox_tools.runtime.tools.bash_session.tool_types import (
@@ -21,7 +21,7 @@ from sandbox_tools.runtime.tools.text_editor.tool_types import TextEditorParams
 
 
 async def start_bash_session(client: RuntimeClient, user: User | None = None) -> tuple[str, str]:
-    """Start an interactive shell: its session name (BashSession, BashSession_1...) and
+    """Start an interactive shell: its session name (never given twice) and
     the runtime's note for whoever reads the output ("" or, e.g., that an image without
     bash got `sh -i`, so the model should not expect bash syntax)."""
     params = NewSessionParams(user=None).to_params(user=user)
@@ -29,6 +29,12 @@ async def start_bash_session(client: RuntimeClient, user: User | None = None) ->
     name = result_fields(result, "bash_session_new_session", session_name=str)["session_name"]
     note = result.get("note") if isinstance(result, dict) else None
     return str(name), note if isinstance(note, str) else ""
+
+
+def session_gone(error: ToolError) -> bool:
+    """Whether a bash_session call failed because its session no longer exists (closed,
+    reclaimed, or held by a server that was restarted since)."""
+    return "no bash session named" in error.message or "was closed" in error.message
 
 
 async def close_bash_session(client: RuntimeClient, session_name: str) -> bool:

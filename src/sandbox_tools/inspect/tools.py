@@ -208,32 +208,47 @@ def bash_session(
         assert support is not None
         key = f"sandbox_tools:bash_session:{instance or ''}"
 
-        async def call() -> str:
-            session = store().get(key)
-            note = ""
-            if not isinstance(session, str):
-                session, note = await tool_clients.start_bash_session(
-                    support.client, user=user or default_user
-                )
-                store().set(key, session)
-                bound.sessions.add(session)
-            said = f"[sandbox-tools: {note}]\n" if note else ""  # e.g. no bash: sh -i
+        async def new_session() -> tuple[str, str]:
+            session, note = await tool_clients.start_bash_session(
+                support.client, user=user or default_user
+            )
+            store().set(key, session)
+            bound.sessions.add(session)
+            return session, f"[sandbox-tools: {note}]\n" if note else ""  # e.g. sh -i
+
+        async def send(session: str) -> str:
             if action == "restart":
                 await tool_clients.bash_session(support.client, session, restart=True)
-                return said + "Bash session restarted."
+                return "Bash session restarted."
             sent = {
                 "type": input,
                 "type_submit": (input or "") + "\n",
                 "interrupt": "\u0003",
                 "read": None,
             }[action]
-            return said + await tool_clients.bash_session(
+            return await tool_clients.bash_session(
                 support.client,
                 session,
                 sent,
                 wait_for_output=wait,
                 idle_timeout=DEFAULT_IDLE_TIME,
             )
+
+        async def call() -> str:
+            session = store().get(key)
+            if not isinstance(session, str):
+                session, said = await new_session()
+                return said + await send(session)
+            try:
+                return await send(session)
+            except errors.ToolError as exc:
+                if not tool_clients.session_gone(exc):
+                    raise
+            # The runtime's server was restarted (or closed the shell): names are never
+            # reused, so the old one reaches nothing. Go on in a new shell, and say so.
+            session, said = await new_session()
+            lost = "[sandbox-tools: the previous shell is gone; this is a new one]\n"
+            return lost + said + await send(session)
 
         try:
             return await asyncio.wait_for(call(), budget)

@@ -30,3 +30,30 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     if extra:
         env.update(extra)
     return env
+
+
+# The server holds every session of every user. An agent can make the kernel's OOM killer
+# pick it (memory charged to the container but not to the agent's own processes), so a
+# root server lowers its own score; what it starts gets the default back, so the agent's
+# processes, not the server, are what the OOM killer finds.
+SERVER_OOM_SCORE_ADJ = -900
+
+
+def protect_from_oom() -> None:
+    """Lower this process's OOM score (only root may); elsewhere nothing changes."""
+    if os.geteuid() == 0:
+        _write_oom_score_adj("self", SERVER_OOM_SCORE_ADJ)
+
+
+def unprotect(pid: int) -> None:
+    """Give a child the default OOM score back (called by the server right after start)."""
+    if os.geteuid() == 0:
+        _write_oom_score_adj(str(pid), 0)
+
+
+def _write_oom_score_adj(pid: str, value: int) -> None:
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as handle:
+            handle.write(str(value))
+    except OSError:
+        pass  # no /proc, or not allowed: the score stays as it was

@@ -25,6 +25,7 @@ from sandbox_tools.protocol import (
     RESPONSE_CHUNK_METHOD,
     RESPONSE_LIMIT_OPTION,
 )
+from sandbox_tools.runtime.child_env import protect_from_oom
 from sandbox_tools.runtime.chunks import HeldResponses
 from sandbox_tools.runtime.host_messages import CURRENT_CONNECTION, Connection
 from sandbox_tools.runtime.jsonrpc import (
@@ -242,6 +243,7 @@ class RuntimeServer:
 
 
 def run_server(paths: ServerPaths) -> int:
+    protect_from_oom()
     try:
         asyncio.run(RuntimeServer(paths).serve())
     except AlreadyRunning as exc:

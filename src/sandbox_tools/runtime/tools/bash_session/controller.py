@@ -29,7 +29,7 @@ import termios
 import time
 from dataclasses import dataclass, field
 
-from sandbox_tools.runtime.child_env import child_environment
+from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
 from sandbox_tools.runtime.tools.bash_session.output import (
@@ -93,12 +93,18 @@ class _Shell:
             payload = payload[written:]
 
     def kill(self) -> None:
+        """Kill the shell's group and close its terminal, once: a second close of the
+        descriptor number would close whatever the process opened under it since (another
+        client's socket, another session's terminal)."""
+        if self.master < 0:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(ValueError, RuntimeError):
             asyncio.get_running_loop().remove_reader(self.master)
         with contextlib.suppress(OSError):
             os.close(self.master)
+        self.master = -1
 
 
 def _max_sessions() -> int:
@@ -118,7 +124,10 @@ class BashSessionController:
         self._locks: dict[str, asyncio.Lock] = {}
         self._starting: set[str] = set()  # names reserved by sessions still starting
         self._reaping: set[asyncio.Task[None]] = set()
-        self._names = 0  # names are never reused: an old caller never reaches a new shell
+        # Names are never reused, not even by the next server after this one dies (its
+        # own random part): a caller holding an old name never reaches another's shell.
+        self._names = 0
+        self._life = secrets.token_hex(4)
         self._last_used: dict[str, float] = {}
         # Sessions closed to make room, and why (the newest RECLAIMED_KEPT names).
         self._reclaimed: collections.OrderedDict[str, str] = collections.OrderedDict()
@@ -176,7 +185,13 @@ class BashSessionController:
                 shell.kill()
                 await self._reap(shell)
                 identity = resolve_user(self._users[params.session_name])
-                self._sessions[params.session_name] = await self._start(identity)
+                fresh = await self._start(identity)
+                if self._sessions.get(params.session_name) is not shell:
+                    # Closed or reclaimed while the new shell started: it must not return.
+                    fresh.kill()
+                    await self._reap(fresh)
+                    raise ToolError(self._reclaimed.get(params.session_name, "session closed"))
+                self._sessions[params.session_name] = fresh
                 return f"{params.session_name} restarted."
             if shell.exit_code is not None and not shell.output.unreturned:
                 raise ToolError(
@@ -210,7 +225,7 @@ class BashSessionController:
 
     def _next_name(self) -> str:
         index, self._names = self._names, self._names + 1
-        return "BashSession" if index == 0 else f"BashSession_{index}"
+        return f"BashSession_{self._life}_{index}"
 
     def _least_recently_used_idle(self) -> str | None:
         idle = [name for name in self._sessions if not self._locks[name].locked()]
@@ -263,6 +278,7 @@ class BashSessionController:
             raise ToolError(f"cannot start {program}: {exc.strerror or exc}") from None
         finally:
             os.close(slave)
+        unprotect(process.pid)
         nonce = secrets.token_hex(6)
         shell = _Shell(process, master, program, f"__ST_PS1_{nonce}__", f"__ST_PS2_{nonce}__")
         asyncio.get_running_loop().add_reader(master, shell.on_readable)

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from sandbox_tools.runtime.child_env import child_environment
+from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
 from sandbox_tools.runtime.tools.exec_remote.delivery import (
@@ -196,6 +196,7 @@ class ExecRemoteController:
             )
         except OSError as exc:
             raise ToolError(f"cannot start {params.command!r}: {exc.strerror or exc}") from None
+        unprotect(process.pid)
         delivery = Delivery(self.limits.buffer_bytes, self.limits.response_bytes)
         job = _Job(process.pid, process, delivery)
         self._remembered_results.pop(job.pid, None)  # a reused pid starts a new story

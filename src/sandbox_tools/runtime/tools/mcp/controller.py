@@ -19,13 +19,14 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_tools.protocol import HOST_MESSAGE_MCP, MAX_JSON_VALUES, json_values
-from sandbox_tools.runtime.child_env import child_environment
+from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.host_messages import HostMessageRefused, HostMessages
 from sandbox_tools.runtime.identity import Identity, resolve_user
 from sandbox_tools.runtime.jsonrpc import InvalidParams, ToolError, caller_cwd
@@ -78,7 +79,9 @@ class McpController:
     def __init__(self, host: HostMessages) -> None:
         self.host = host
         self._sessions: dict[int, _Session] = {}
-        self._next_id = 1
+        # Ids are never given twice, not even by the next server after this one dies: a
+        # host holding an id from before a restart must not reach another user's server.
+        self._next_id = secrets.randbelow(1 << 40) + 1
         self.max_sessions = int(os.environ.get(MAX_SESSIONS_ENV, DEFAULT_MAX_SESSIONS))
         self._launching = 0  # launches past the limit check that hold no session yet
 
@@ -181,7 +184,7 @@ class McpController:
                 os.chdir(cwd)
 
         try:
-            return await asyncio.create_subprocess_exec(
+            process = await asyncio.create_subprocess_exec(
                 params.command,
                 *params.args,
                 stdin=asyncio.subprocess.PIPE,
@@ -196,6 +199,8 @@ class McpController:
                 extra_groups=identity.groups,
                 limit=MAX_LINE_BYTES,
             )
+            unprotect(process.pid)
+            return process
         except FileNotFoundError:
             raise ToolError(
                 f"cannot launch the MCP server: command {params.command!r} not found "
