@@ -98,3 +98,41 @@ async def test_closing_a_session_while_it_restarts_leaves_it_closed(
             await controller.interact(InteractParams.parse({"session_name": name}))
     finally:
         await controller.shutdown()
+
+
+async def test_a_reused_pid_never_hands_one_caller_another_job() -> None:
+    """THREAT_MODEL.md rule 2: jobs were keyed by the OS pid, so an agent that cycled the
+    pid space had its own job take the pid of a root job the host had not collected, and
+    the host's next poll returned the agent's output as its job's result. Here the pids
+    the next start may get already belong to jobs whose callers have not collected them."""
+    from sandbox_tools.runtime.tools.exec_remote.controller import (
+        PID_SPACE,
+        ExecRemoteController,
+    )
+    from sandbox_tools.runtime.tools.exec_remote.delivery import FinalResult
+    from sandbox_tools.runtime.tools.exec_remote.tool_types import PollParams, StartParams
+
+    controller = ExecRemoteController()
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    earlier = FinalResult(state="completed", exit_code=1, seq=3)
+    for pid in range(last + 1, last + 500):  # the host's jobs, ended, not yet collected
+        controller._remembered_results[pid] = earlier
+    try:
+        started = await controller.start(StartParams.parse({"command": "echo agent; exit 0"}))
+        handle = started["pid"]
+        os_pid = next(j.process.pid for j in controller._jobs.values() if j.pid == handle)
+        if not last < os_pid < last + 500:
+            pytest.skip("another process took the pids this test prepared")
+        assert handle >= PID_SPACE and handle != os_pid
+        theirs = await controller.poll(PollParams.parse({"pid": os_pid, "ack_seq": 0}))
+        assert (theirs["exit_code"], theirs["stdout"]) == (1, "")  # the host's job, still
+        ours = await controller.poll(PollParams.parse({"pid": handle, "wait_ms": 3000}))
+        output = ours["stdout"]
+        while ours["state"] == "running":
+            ours = await controller.poll(
+                PollParams.parse({"pid": handle, "ack_seq": ours["seq"], "wait_ms": 3000})
+            )
+            output += ours["stdout"]
+        assert (output, ours["exit_code"]) == ("agent\n", 0)
+    finally:
+        await controller.shutdown()

@@ -76,11 +76,15 @@ class Limits:
 READ_SIZE = 64 * 1024
 
 
+# Linux pids stay below 2**22 (pid_max's ceiling): handles from here on are never pids.
+PID_SPACE = 1 << 22
+
+
 @dataclass
 class _Job:
     """A running (or finished, not yet released) process and its output delivery."""
 
-    pid: int
+    pid: int  # the job's handle on the wire: its OS pid, unless that was still in use
     process: asyncio.subprocess.Process
     delivery: Delivery
     kill_requested: bool = False
@@ -128,6 +132,7 @@ class ExecRemoteController:
     def __init__(self, limits: Limits | None = None, lost_jobs_note: str | None = None) -> None:
         self.limits = limits or Limits()
         self._jobs: dict[int, _Job] = {}
+        self._spare_handles = 0
         self._remembered_results: OrderedDict[int, FinalResult] = OrderedDict()
         # Set when this server replaced one that died: its jobs are gone.
         self._lost_jobs_note = lost_jobs_note
@@ -198,8 +203,14 @@ class ExecRemoteController:
             raise ToolError(f"cannot start {params.command!r}: {exc.strerror or exc}") from None
         unprotect(process.pid)
         delivery = Delivery(self.limits.buffer_bytes, self.limits.response_bytes)
-        job = _Job(process.pid, process, delivery)
-        self._remembered_results.pop(job.pid, None)  # a reused pid starts a new story
+        handle = process.pid
+        if handle in self._jobs or handle in self._remembered_results:
+            # The kernel reused the pid of a job whose caller has not collected it yet
+            # (an agent can cycle the pid space on purpose): that caller must never read
+            # this job's output as its own, so this job gets a handle no pid can have.
+            self._spare_handles += 1
+            handle = PID_SPACE + self._spare_handles
+        job = _Job(handle, process, delivery)
         self._jobs[job.pid] = job
         assert process.stdout is not None and process.stderr is not None
         readers = [
@@ -372,7 +383,7 @@ class ExecRemoteController:
     @staticmethod
     def _signal_group(job: _Job, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(job.pid, signum)
+            os.killpg(job.process.pid, signum)
 
     async def _escalate(self, job: _Job) -> None:
         """SIGTERM was sent; whatever in the group survives the grace period is killed."""
