@@ -31,3 +31,23 @@ def test_a_sandbox_spec_with_our_config_is_accepted_by_inspect() -> None:
     assert hash(spec) == hash(
         SandboxEnvironmentSpec("docker_sdk", DockerSdkConfig(image="img", tmpfs={"/t": ""}))
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "config"),
+    [
+        ("docker_sdk", DockerSdkConfig(image="img", user="1000:1000", tmpfs={"/t": "exec"})),
+        ("modal", ModalConfig(image="img", env={"A": "1"}, volumes={"/data": "vol"})),
+    ],
+)
+def test_a_spec_with_our_config_survives_inspects_log_round_trip(kind: str, config: object) -> None:
+    """User path: every `inspect eval` reads its sandbox spec back from the log it wrote
+    (and so does `inspect log dump`); with no way to rebuild our config, an eval with a
+    config object ended with an unrelated ERROR and a log nobody could read."""
+    from inspect_ai.util import SandboxEnvironmentSpec
+
+    import sandbox_tools.inspect._registry  # noqa: F401  (registers docker_sdk and modal)
+
+    written = SandboxEnvironmentSpec(kind, config).model_dump(mode="json")
+    read = SandboxEnvironmentSpec.model_validate(written)
+    assert read.config == config

@@ -13,6 +13,7 @@ from typing import Any
 
 from inspect_ai.util import SandboxEnvironment, sandboxenv
 
+from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.inspect.provider_env import ProviderEnvironment
 from sandbox_tools.sandboxes.modal import ModalSandbox, cleanup_leftovers
 from sandbox_tools.sandboxes.modal_config import ModalConfig, load_compose
@@ -41,6 +42,19 @@ class ModalSandboxEnvironment(ProviderEnvironment):
     @classmethod
     def config_files(cls) -> list[str]:
         return COMPOSE_FILES
+
+    @classmethod
+    def config_deserialize(cls, config: dict[str, Any]) -> Any:
+        """inspect reads a config object back from the log it wrote (at the end of every
+        eval, and for `inspect log dump`): without this such a log was unreadable."""
+        try:
+            # JSON has no tuples: the config's sequences come back as lists.
+            fields: dict[str, Any] = {
+                k: tuple(v) if isinstance(v, list) else v for k, v in config.items()
+            }
+            return ModalConfig(**fields)
+        except TypeError as exc:
+            raise ConfigurationError(f"not a modal sandbox config: {exc}") from None
 
     @classmethod
     async def sample_init(
