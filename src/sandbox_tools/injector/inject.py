@@ -530,6 +530,7 @@ async def prepare_tool_support(
             await _remove_quietly(sandbox, install_dir)
         raise
     support.reused, support.writes = reused, writes
+    support.seconds = time.monotonic() - started
     log.info(
         "sandbox-tools %s in %s: %s %s (%s) at %s as uid %s in %.1f s",
         __version__,
@@ -539,9 +540,8 @@ async def prepare_tool_support(
         artifact.provenance,
         install_dir,
         "?" if recon.uid is None else recon.uid,
-        time.monotonic() - started,
+        support.seconds,
     )
-    support.seconds = time.monotonic() - started
     return support
 
 

@@ -70,6 +70,12 @@ class _Bound:
     sessions: set[str] = field(default_factory=set)
     processes: set[_OurProcess] = field(default_factory=set)  # dropped once they end
 
+    def ready(self) -> ToolSupport:
+        """The runtime, or the reason it cannot run here (raised on every call)."""
+        if self.support is None:
+            raise RuntimeError(self.failure)
+        return self.support
+
 
 # The sample's store names the bindings it made (key -> token), so that the hook at the
 # sample's end finds them: a long-lived sandbox (inspect's `local`) keeps one runtime
@@ -104,8 +110,7 @@ async def runtime_for(sandbox_name: str | None = None) -> tuple[ToolSupport, Use
     injection is not tried again: later calls fail at once with the same reason.
     """
     bound = await _bound_for(sandbox_name)
-    assert bound.support is not None
-    return bound.support, bound.default_user
+    return bound.ready(), bound.default_user
 
 
 async def _bound_for(sandbox_name: str | None) -> _Bound:
@@ -120,8 +125,7 @@ async def _bound_for(sandbox_name: str | None) -> _Bound:
                 token = secrets.token_hex(8)
                 _BY_TOKEN[token] = bound
                 store().set(f"{_STORE_KEY}{sandbox_name or 'default'}", token)
-    if bound.support is None:
-        raise RuntimeError(bound.failure)
+    bound.ready()
     return bound
 
 
@@ -204,8 +208,7 @@ def bash_session(
         if action in ("read", "interrupt", "restart") and input is not None:
             raise ToolError(f"Do not give 'input' with the '{action}' action.")
         bound = await _bound_for(None)
-        support, default_user = bound.support, bound.default_user
-        assert support is not None
+        support, default_user = bound.ready(), bound.default_user
         key = f"sandbox_tools:bash_session:{instance or ''}"
 
         async def new_session() -> tuple[str, str]:
@@ -459,8 +462,7 @@ async def exec_remote(
     """
     options = options or (ExecRemoteStreamingOptions() if stream else ExecRemoteAwaitableOptions())
     bound = await _bound_for(sandbox_name)
-    support, default_user = bound.support, bound.default_user
-    assert support is not None
+    support, default_user = bound.ready(), bound.default_user
     ours = ExecRemoteOptions(
         input=None if options.input is None else _text(options.input),
         stdin_open=getattr(options, "stdin_open", False),
