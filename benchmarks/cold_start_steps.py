@@ -28,8 +28,7 @@ from rich.table import Table
 
 from sandbox_tools.injector.inject import forget_sandbox, recording_steps, tool_support_sandbox
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
 
@@ -49,8 +48,8 @@ def targets(client: Any, arch: Arch) -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 async def injection_steps(client: Any, image: str, options: dict[str, Any]) -> dict[str, float]:
-    with running_container(client, image, **options) as container:
-        sandbox = DockerSandbox(container, client)
+    with RunningContainer(client, image, **options) as container:
+        sandbox = container.sandbox
         started = time.perf_counter()
         with recording_steps() as steps:
             support = await tool_support_sandbox(sandbox)
@@ -63,8 +62,8 @@ async def injection_steps(client: Any, image: str, options: dict[str, Any]) -> d
 async def runtime_phases(
     client: Any, image: str, options: dict[str, Any], artifact: Path
 ) -> dict[str, float]:
-    with running_container(client, image, **options) as container:
-        sandbox = DockerSandbox(container, client)
+    with RunningContainer(client, image, **options) as container:
+        sandbox = container.sandbox
         # Through exec, not the engine's archive API: that refuses a read-only root's tmpfs.
         write = f"mkdir -p /tmp/st && cat > {EXE} && chmod 755 {EXE}"
         await sandbox.exec(["sh", "-c", write], input=artifact.read_bytes())

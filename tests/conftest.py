@@ -151,9 +151,17 @@ def python_image(docker_engine: Any) -> str:
 def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
     from sandbox_tools.build_containers.build import BuildRequest, build
     from sandbox_tools.cli.build_cmd import PlainReporter
+    from sandbox_tools.sandboxes.containers import ContainerPolicy
     from sandbox_tools.sandboxes.engines import Engine
+    from sandbox_tools.sandboxes.images import RootfsStore
 
-    request = BuildRequest(arches=(arch,), format=fmt, out_dir=out)
+    request = BuildRequest(
+        arches=(arch,),
+        format=fmt,
+        out_dir=out,
+        roots=RootfsStore.from_cascade(),
+        containers=ContainerPolicy.from_cascade(),
+    )
     (record,) = build([Engine("default", client)], request, PlainReporter(verbose=False))
     return record, out / record.name
 

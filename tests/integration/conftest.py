@@ -15,9 +15,9 @@ from sandbox_tools.platforms import Arch
 @pytest.fixture
 def python_container(docker_engine: Any, python_image: str) -> Iterator[Any]:
     from sandbox_tools.injector.source_runtime import SOURCE_MOUNT, package_parent
-    from sandbox_tools.sandboxes.containers import running_container
+    from sandbox_tools.sandboxes.containers import RunningContainer
 
-    with running_container(
+    with RunningContainer(
         docker_engine,
         python_image,
         volumes={str(package_parent()): {"bind": SOURCE_MOUNT, "mode": "ro"}},

@@ -79,15 +79,23 @@ def test_a_rebuild_from_a_cleared_cache_gives_the_same_bytes(
     root is the one thing kept: it is pinned by its lock, checked whenever it is made."""
     from sandbox_tools.build_containers.build import BuildRequest, NullReporter, build
     from sandbox_tools.cache import cache_root
+    from sandbox_tools.sandboxes.containers import ContainerPolicy
     from sandbox_tools.sandboxes.engines import Engine
+    from sandbox_tools.sandboxes.images import RootfsStore
+    from sandbox_tools.settings import DEFAULT_DEBIAN_MIRROR, load_settings
 
     arch = Arch.parse(os.uname().machine)
     first, _ = built_artifacts(arch)
     cleared = tmp_path / "cache"
     cleared.mkdir()
-    (cleared / "roots").symlink_to(cache_root() / "roots")
-    monkeypatch.setenv("SANDBOX_TOOLS_CACHE", str(cleared))
-    request = BuildRequest(arches=(arch,), format=first.format, out_dir=tmp_path / "again")
+    (cleared / "roots").symlink_to(cache_root(load_settings()) / "roots")
+    request = BuildRequest(
+        arches=(arch,),
+        format=first.format,
+        out_dir=tmp_path / "again",
+        roots=RootfsStore(cleared, DEFAULT_DEBIAN_MIRROR),
+        containers=ContainerPolicy(),
+    )
     (second,) = build([Engine("default", docker_engine)], request, NullReporter())
     assert (cleared / "wheelhouse").is_dir()  # the wheels really came again
     assert (second.build_id, second.sha256, second.size) == (

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_tools import settings
-
 GOLDEN = str(Path(__file__).parent / "golden" / "manifest.json")
 
 
@@ -92,12 +90,12 @@ def test_an_unexpected_error_is_one_line_and_exit_70(
     with pytest.raises(RuntimeError):
         cli.main()
     monkeypatch.delenv(cli.DEBUG_ENV)
-    settings.override(debug=True)  # what --debug does
-    try:
-        with pytest.raises(RuntimeError):
-            cli.main()
-    finally:
-        settings.reset_overrides()
+    monkeypatch.setattr(sys, "argv", ["tools", "--debug", "build"])  # the root's flag
+    with pytest.raises(RuntimeError):
+        cli.main()
+    monkeypatch.setattr(sys, "argv", ["tools", "exec-remote", "--debug"])  # not the root's
+    with pytest.raises(SystemExit):
+        cli.main()
 
 
 def test_ctrl_c_is_one_line_and_exit_130(

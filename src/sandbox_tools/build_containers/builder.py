@@ -20,7 +20,12 @@ from pathlib import Path
 from sandbox_tools.artifacts import atomic_write
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch, parse_arches
-from sandbox_tools.sandboxes.images import RootfsRecipe, build_rootfs, installed_packages
+from sandbox_tools.sandboxes.images import (
+    RootfsRecipe,
+    RootfsStore,
+    build_rootfs,
+    installed_packages,
+)
 
 RESOURCES = Path(__file__).resolve().parent / "resources"
 LOCK_HEADER = (
@@ -87,9 +92,9 @@ def check_builder_root(arch: Arch, rootfs: Path) -> None:
         )
 
 
-def update_lock(arch: Arch) -> Path:
+def update_lock(arch: Arch, store: RootfsStore) -> Path:
     """Write the lock from the recipe's root (debootstrapped now unless cached)."""
-    rootfs = build_rootfs(builder_recipe(arch), log=print)
+    rootfs = build_rootfs(builder_recipe(arch), store, log=print)
     path = lock_path(arch)
     atomic_write(path, LOCK_HEADER + "".join(f"{p}\n" for p in installed_packages(rootfs)))
     return path
@@ -100,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--update-lock", action="store_true", required=True)
     parser.add_argument("--arch", action="append", help="amd64, arm64 (default: both)")
     args = parser.parse_args(argv)
+    store = RootfsStore.from_cascade()  # this script is an entry point: settings read here
     for arch in parse_arches(args.arch) if args.arch else list(Arch):
-        print(f"wrote {update_lock(arch)}")
+        print(f"wrote {update_lock(arch, store)}")
     return 0
 
 

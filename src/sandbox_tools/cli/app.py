@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -17,6 +18,7 @@ from rich.table import Table
 
 from sandbox_tools import __version__, settings
 from sandbox_tools.cli.build_cmd import build_command
+from sandbox_tools.cli.invocation import Invocation, invocation
 from sandbox_tools.cli.manifest_cmd import manifest_app
 from sandbox_tools.cli.output import (
     Verbosity,
@@ -124,6 +126,7 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -157,17 +160,13 @@ def _root(
     ] = False,
 ) -> None:
     """Build, validate, release and inject sandbox-tools' in-container runtime."""
-    settings.reset_overrides()  # each invocation's flags are its own
     if quiet_flag and verbose_flag:
         raise ConfigurationError("--quiet and --verbose exclude each other")
     configure(
         Verbosity.QUIET if quiet_flag else Verbosity.VERBOSE if verbose_flag else Verbosity.NORMAL
     )
-    from sandbox_tools.sandboxes.containers import echo_to
-
-    echo_to(_echo_line if verbose_flag else None)
-    if debug:
-        settings.override(debug=True)
+    resolved = settings.with_flags(settings.load_settings(), {"debug": debug or None})
+    ctx.obj = Invocation(resolved, echo=_echo_line if verbose_flag else None)
 
 
 async def _stream(
@@ -231,16 +230,21 @@ async def _exec_remote_local(command: str, timeout: float | None, server_dir: st
 
 
 async def _exec_remote_in_container(
-    command: str, timeout: float | None, distro: str | None, real_image: str | None
+    run: Invocation,
+    command: str,
+    timeout: float | None,
+    distro: str | None,
+    real_image: str | None,
 ) -> int:
-    from sandbox_tools.distro_matrix.runner import matrix_image
-    from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
+    # Imported here: the Docker SDK and the matrix load only for this form of the command.
+    from sandbox_tools.distro_matrix.runner import EngineRun, matrix_image
+    from sandbox_tools.injector.acquire import default_sources
+    from sandbox_tools.injector.inject import open_tool_support
     from sandbox_tools.platforms import Arch
-    from sandbox_tools.sandboxes.containers import running_container
-    from sandbox_tools.sandboxes.docker import DockerSandbox
+    from sandbox_tools.sandboxes.containers import RunningContainer
     from sandbox_tools.sandboxes.engines import docker_client
 
-    engine = docker_client()
+    engine = docker_client(run.settings.engine_concurrency)
     if real_image is not None:
         import docker
 
@@ -255,17 +259,17 @@ async def _exec_remote_in_container(
     else:
         assert distro is not None
         arch = Arch.parse(os.uname().machine)
-        image, source, target = await asyncio.to_thread(matrix_image, engine, distro, arch)
-    with running_container(engine, image) as container:
-        sandbox = DockerSandbox(container, engine)
+        engine_run = EngineRun(run.containers, run.roots)
+        image, source, target = await asyncio.to_thread(
+            matrix_image, engine, distro, arch, engine_run
+        )
+    with RunningContainer(engine, image, policy=run.containers) as container:
         started = time.monotonic()
-        support = await tool_support_sandbox(sandbox)
-        injected = time.monotonic() - started
-        try:
+        async with open_tool_support(
+            container.sandbox, sources=default_sources(run.settings)
+        ) as support:
+            injected = time.monotonic() - started
             pid, completed, elapsed = await _stream(support.client, command, timeout)
-        finally:
-            await support.aclose()
-            await forget_sandbox(sandbox)
     recon = support.recon
     provenance = support.artifact.provenance.value if support.artifact.provenance else "given"
     if quiet():
@@ -300,6 +304,7 @@ async def _exec_remote_in_container(
 
 @app.command("exec-remote")
 def exec_remote_command(
+    ctx: typer.Context,
     command: Annotated[
         str, typer.Argument(metavar="COMMAND", help="Shell command to run through exec_remote.")
     ],
@@ -328,7 +333,9 @@ def exec_remote_command(
     if distro is not None and image is not None:
         raise ConfigurationError("--distro and --image exclude each other")
     if distro is not None or image is not None:
-        code = asyncio.run(_exec_remote_in_container(command, timeout, distro, image))
+        code = asyncio.run(
+            _exec_remote_in_container(invocation(ctx), command, timeout, distro, image)
+        )
     else:
         with tempfile.TemporaryDirectory(prefix="sandbox-tools-") as server_dir:
             code = asyncio.run(_exec_remote_local(command, timeout, server_dir))
@@ -377,9 +384,13 @@ def _say(label: str, text: str) -> None:
 
 def _debugging() -> bool:
     """The `debug` setting (--debug, or SANDBOX_TOOLS_DEBUG as any yes/no value); off if
-    the settings themselves cannot be read, so the one-line report still comes out."""
+    the settings themselves cannot be read, so the one-line report still comes out. Read
+    here, after the command, because an error may come before the root callback ran."""
+    root_flags = itertools.takewhile(lambda arg: arg.startswith("-"), sys.argv[1:])
+    if "--debug" in root_flags:  # before the command's name: the root's own flag
+        return True
     try:
-        return settings.current().debug
+        return settings.load_settings().debug
     except ConfigurationError:
         return False
 

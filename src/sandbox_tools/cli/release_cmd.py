@@ -25,6 +25,7 @@ from rich.table import Table
 from sandbox_tools import settings
 from sandbox_tools._version import __version__
 from sandbox_tools.cache import artifact_cache_dir
+from sandbox_tools.cli.invocation import invocation
 from sandbox_tools.cli.output import (
     actions_error,
     append_step_summary,
@@ -167,6 +168,7 @@ def _trusted_manifest(path: Path | None) -> Manifest:
 
 
 def release_command(
+    ctx: typer.Context,
     dist: Annotated[Path, typer.Option(metavar="DIR", help="Artifacts and build.json.")] = Path(
         "dist"
     ),
@@ -308,7 +310,7 @@ def release_command(
         if require is None
         else tuple(part.strip() for value in require for part in value.split(",") if part.strip()),
     }
-    resolved = settings.with_flags(settings.current(), flags)
+    resolved = settings.with_flags(invocation(ctx).settings, flags)
     targets = release_targets(resolved, __version__, github_draft=github_draft)
     tree = checkout if checkout is not None else _checkout()
     package_dir = (
@@ -426,6 +428,7 @@ def _usable_directory(path: Path, option: str) -> None:
 
 
 def fetch_command(
+    ctx: typer.Context,
     platform: Annotated[
         list[str] | None,
         typer.Option(
@@ -490,7 +493,9 @@ def fetch_command(
     if verbose_flag:
         raise_verbosity()
     manifest = _trusted_manifest(manifest_path)
-    target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
+    target_dir = (
+        dest if dest is not None else artifact_cache_dir(invocation(ctx).settings, manifest.version)
+    )
     _usable_directory(target_dir, "--out")
     try:
         platforms = [arch.platform for arch in parse_arches(platform or [])]

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, Provenance, read_build_records
+from sandbox_tools.cli.invocation import invocation
 from sandbox_tools.cli.output import (
     actions_error,
     actions_group,
@@ -28,7 +29,6 @@ from sandbox_tools.distro_matrix.runner import run_matrix, write_reports
 from sandbox_tools.distro_matrix.static import static_checks
 from sandbox_tools.errors import ConfigurationError, NothingValidatedError
 from sandbox_tools.platforms import Arch, parse_arches
-from sandbox_tools.sandboxes.containers import remove_live_containers
 from sandbox_tools.sandboxes.engines import connect_engines
 from sandbox_tools.validation import CellResult
 
@@ -102,6 +102,7 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
 
 
 def validate_command(
+    ctx: typer.Context,
     only: Annotated[
         list[str] | None,
         typer.Option(
@@ -203,7 +204,8 @@ def validate_command(
         if any(problems.values()):
             raise typer.Exit(1)
         return
-    engines = connect_engines(engine or ["default"])
+    run = invocation(ctx)
+    engines = connect_engines(engine or ["default"], run.settings.engine_concurrency)
     for each in engines:
         state = "ready" if each.available else f"[bold red]unavailable[/]: {escape(each.error)}"
         (notes if each.available else console).print(f"engine {escape(each.label)}: {state}")
@@ -220,7 +222,17 @@ def validate_command(
                     results.append(result)
                     live.update(_table(results, len(engines), planned, fits))
 
-                outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, show))
+                outcome = asyncio.run(
+                    run_matrix(
+                        engines,
+                        artifacts,
+                        matrix,
+                        jobs,
+                        show,
+                        containers=run.containers,
+                        roots=run.roots,
+                    )
+                )
         else:
 
             def log(result: CellResult) -> None:
@@ -237,12 +249,22 @@ def validate_command(
                     actions_error(f"validate {result.cell_id}", result.detail)
 
             with actions_group("tools validate: cells"):
-                outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
+                outcome = asyncio.run(
+                    run_matrix(
+                        engines,
+                        artifacts,
+                        matrix,
+                        jobs,
+                        log,
+                        containers=run.containers,
+                        roots=run.roots,
+                    )
+                )
             console.print(_table(outcome, len(engines)))
     except KeyboardInterrupt:
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
         # containers go; main() says "interrupted" and exits 130.
-        remove_live_containers()
+        run.containers.tracker.remove_all()
         write_reports(results, report, junit, artifacts, engines, interrupted=True, static=problems)
         if as_json:
             print_json(report.read_text())

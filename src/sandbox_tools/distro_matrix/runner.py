@@ -29,10 +29,14 @@ from sandbox_tools.injector.inject import open_tool_support
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.base import Sandbox
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
 from sandbox_tools.sandboxes.engines import Engine, EngineKind
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
+from sandbox_tools.sandboxes.images import (
+    RootfsRecipe,
+    RootfsStore,
+    ensure_busybox_image,
+    ensure_image,
+)
 from sandbox_tools.validation import (
     CellResult,
     CellStatus,
@@ -43,37 +47,50 @@ from sandbox_tools.validation import (
 # -- images -----------------------------------------------------------------------------
 
 
+@dataclass
+class EngineRun:
+    """What one engine's rows share in a run: the caller's container policy and root
+    store, and whether its registry answered (one refusal is enough for the run)."""
+
+    containers: ContainerPolicy
+    roots: RootfsStore
+    registry_reachable: bool = True
+
+
 def resolve_image(
-    client: DockerClient, distro: Distro, arch: Arch, registry_ok: dict[str, bool]
+    client: DockerClient, distro: Distro, arch: Arch, run: EngineRun
 ) -> tuple[str | None, str]:
     """(image, where it came from) or (None, why it is skipped)."""
     reasons = []
     if distro.registry:
-        if registry_ok.get("reachable", True):
+        if run.registry_reachable:
             try:
                 client.images.pull(distro.registry, platform=arch.platform)
                 return distro.registry, f"registry {distro.registry}"
             except docker.errors.APIError as exc:
-                registry_ok["reachable"] = False  # one refusal is enough for this run
+                run.registry_reachable = False
                 reasons.append(f"registry unreachable ({str(exc.explanation or exc)[:80]})")
         else:
             reasons.append("registry unreachable")
     recipe = distro.offline
     if recipe is not None and recipe.kind is OfflineKind.DEBOOTSTRAP:
-        return ensure_image(client, RootfsRecipe(suite=recipe.suite, arch=arch)), str(recipe)
+        image = ensure_image(client, RootfsRecipe(suite=recipe.suite, arch=arch), store=run.roots)
+        return image, str(recipe)
     if recipe is not None:
         applets = recipe.kind is OfflineKind.BUSYBOX
-        return ensure_busybox_image(client, arch, applets=applets), str(recipe)
+        return ensure_busybox_image(client, arch, applets=applets, store=run.roots), str(recipe)
     reasons.append("no offline recipe")
     return None, ", ".join(reasons)
 
 
-def matrix_image(client: DockerClient, selector: str, arch: Arch) -> tuple[str, str, str]:
+def matrix_image(
+    client: DockerClient, selector: str, arch: Arch, run: EngineRun
+) -> tuple[str, str, str]:
     """(image, where it came from, distribution) for one matrix row, e.g. `debian:12`."""
     chosen = load_matrix().select([selector]).distros[:1]
     if not chosen:
         raise ConfigurationError(f"unknown distribution {selector!r}")
-    image, source = resolve_image(client, chosen[0], arch, {})
+    image, source = resolve_image(client, chosen[0], arch, run)
     if image is None:
         raise ConfigurationError(f"no image for {chosen[0].name} here: {source}")
     return image, source, chosen[0].name
@@ -172,7 +189,12 @@ async def run_cell(
 
 
 def docker_cell_sandbox(
-    client: DockerClient, image: str, artifact: Artifact, distro: Distro, scenario: Scenario
+    client: DockerClient,
+    image: str,
+    artifact: Artifact,
+    distro: Distro,
+    scenario: Scenario,
+    containers: ContainerPolicy,
 ) -> SandboxFactory:
     """A Docker container of `image` with the scenario's options, removed afterwards."""
     options: dict[str, Any] = {"platform": artifact.platform, "read_only": scenario.read_only}
@@ -185,8 +207,8 @@ def docker_cell_sandbox(
 
     @contextlib.asynccontextmanager
     async def open_sandbox() -> AsyncIterator[Sandbox]:
-        with running_container(client, image, **options) as container:
-            yield DockerSandbox(container, client)
+        with RunningContainer(client, image, policy=containers, **options) as container:
+            yield container.sandbox
 
     return open_sandbox
 
@@ -236,22 +258,24 @@ class PreparedRow:
 
 
 async def _docker_row(
-    engine: Engine, artifact: Artifact, distro: Distro, registry: dict[str, bool]
+    engine: Engine, artifact: Artifact, distro: Distro, run: EngineRun
 ) -> PreparedRow:
     client = engine.client
     assert client is not None  # only available engines get here
-    image, source = await asyncio.to_thread(resolve_image, client, distro, artifact.arch, registry)
+    image, source = await asyncio.to_thread(resolve_image, client, distro, artifact.arch, run)
     if image is None:
         return PreparedRow(source, lambda _: source, lambda _: _no_sandbox())
     return PreparedRow(
         source,
         lambda scenario: shell_less_skip(distro, scenario),
-        lambda scenario: docker_cell_sandbox(client, image, artifact, distro, scenario),
+        lambda scenario: docker_cell_sandbox(
+            client, image, artifact, distro, scenario, run.containers
+        ),
     )
 
 
 async def _modal_row(
-    engine: Engine, artifact: Artifact, distro: Distro, registry: dict[str, bool]
+    engine: Engine, artifact: Artifact, distro: Distro, run: EngineRun
 ) -> PreparedRow:
     return PreparedRow(
         f"registry {distro.registry} (Modal)",
@@ -265,7 +289,7 @@ def _no_sandbox() -> SandboxFactory:
 
 
 ROW_BACKENDS: dict[
-    EngineKind, Callable[[Engine, Artifact, Distro, dict[str, bool]], Awaitable[PreparedRow]]
+    EngineKind, Callable[[Engine, Artifact, Distro, EngineRun], Awaitable[PreparedRow]]
 ] = {EngineKind.DOCKER: _docker_row, EngineKind.MODAL: _modal_row}
 
 
@@ -278,13 +302,16 @@ async def run_matrix(
     matrix: Matrix,
     jobs: int,
     on_result: Callable[[CellResult], None],
+    *,
+    containers: ContainerPolicy,
+    roots: RootfsStore,
 ) -> list[CellResult]:
     """Every cell, with the rows (artifact x distribution) dealt round-robin to `engines`.
 
     Each engine runs up to `jobs` cells at once and prepares its own images. A row whose
     engine is unreachable or cannot prepare the image fails cell by cell with the reason.
     """
-    registries: dict[str, dict[str, bool]] = {e.label: {} for e in engines}
+    runs = {e.label: EngineRun(containers, roots) for e in engines}
     semaphores = {e.label: asyncio.Semaphore(jobs) for e in engines}
     results: list[CellResult] = []
 
@@ -317,7 +344,7 @@ async def run_matrix(
         try:
             async with semaphores[engine.label]:
                 prepared = await ROW_BACKENDS[engine.kind](
-                    engine, artifact, distro, registries[engine.label]
+                    engine, artifact, distro, runs[engine.label]
                 )
         except (SandboxToolsError, docker.errors.DockerException, OSError) as exc:
             for scenario in matrix.scenarios:

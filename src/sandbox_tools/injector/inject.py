@@ -28,7 +28,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from sandbox_tools.errors import (
     SandboxInjectionError,
     SandboxToolsError,
 )
-from sandbox_tools.injector.acquire import acquire_artifact
+from sandbox_tools.injector.acquire import DEFAULT_FORMAT, Source, acquire_artifact
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, connect_runtime
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
@@ -494,8 +494,10 @@ async def prepare_tool_support(
     user: str | None = None,
     persistent: bool = True,
     given: Artifact | None = None,
+    sources: Sequence[Source] | None = None,
 ) -> ToolSupport:
-    """Inject (or reuse) the runtime and connect to it; no caching here."""
+    """Inject (or reuse) the runtime and connect to it; no caching here. The artifact is
+    `given`, else the first of `sources` that has one (default: this installation's)."""
     from sandbox_tools._version import __version__
 
     started = time.monotonic()
@@ -515,7 +517,9 @@ async def prepare_tool_support(
         )
     with _step("acquire (host)"):
         artifact = (
-            given if given is not None else await asyncio.to_thread(acquire_artifact, recon.arch)
+            given
+            if given is not None
+            else await asyncio.to_thread(acquire_artifact, recon.arch, DEFAULT_FORMAT, sources)
         )
     writes = 0
     with _step("look for a trusted install"):
@@ -595,9 +599,16 @@ class Injector:
     exit every client it opened is closed and every entry dropped.
     """
 
-    def __init__(self, *, persistent: bool = True, artifact: Artifact | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        persistent: bool = True,
+        artifact: Artifact | None = None,
+        sources: Sequence[Source] | None = None,
+    ) -> None:
         self.persistent = persistent
         self.artifact = artifact
+        self.sources = sources
         self._ready: dict[tuple[int, str | None], tuple[Sandbox, ToolSupport]] = {}
         self._locks: dict[tuple[int, str | None], asyncio.Lock] = {}
 
@@ -621,7 +632,7 @@ class Injector:
                     )
                 return entry[1]
             support = await prepare_tool_support(
-                sandbox, user, self.persistent, artifact or self.artifact
+                sandbox, user, self.persistent, artifact or self.artifact, self.sources
             )
             self._ready[key] = (sandbox, support)  # holding `sandbox` pins its id
             return support
@@ -693,6 +704,7 @@ async def open_tool_support(
     persistent: bool = True,
     artifact: Artifact | None = None,
     injector: Injector | None = None,
+    sources: Sequence[Source] | None = None,
 ) -> AsyncIterator[ToolSupport]:
     """The runtime in `sandbox` for the length of the block: injected (or an earlier
     install reused) on entry, its client closed on exit; the runtime's server stays in
@@ -701,7 +713,7 @@ async def open_tool_support(
     if injector is not None:
         yield await injector.tool_support(sandbox, user, artifact=artifact)
         return
-    async with Injector(persistent=persistent, artifact=artifact) as own:
+    async with Injector(persistent=persistent, artifact=artifact, sources=sources) as own:
         yield await own.tool_support(sandbox, user)
 
 
