@@ -131,6 +131,7 @@ class RunningContainer:
         self.options = options
         self._container: Container | None = None
         self._sandbox: DockerSandbox | None = None
+        self._id = self._name = ""
 
     def __enter__(self) -> RunningContainer:
         self.policy.show("run -d", self.image, self.command, self.options)
@@ -138,6 +139,7 @@ class RunningContainer:
             self.image, command=self.command, detach=True, **_owned(dict(self.options))
         )
         self.policy.made(self._container)
+        self._id, self._name = str(self._container.id), str(self._container.name)
         return self
 
     def __exit__(
@@ -158,11 +160,17 @@ class RunningContainer:
 
     @property
     def id(self) -> str:
-        return str(self.container.id)
+        """The container's id, also after the block (for reports)."""
+        if not self._id:
+            raise RuntimeError("the container is made when its `with` block starts")
+        return self._id
 
     @property
     def name(self) -> str:
-        return str(self.container.name)
+        """The container's name, also after the block (for reports)."""
+        if not self._name:
+            raise RuntimeError("the container is made when its `with` block starts")
+        return self._name
 
     @property
     def sandbox(self) -> DockerSandbox:
