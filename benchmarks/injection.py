@@ -18,8 +18,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from sandbox_tools.distro_matrix.docker_backend import DockerBackend
 from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.distro_matrix.runner import EngineRun, resolve_image
 from sandbox_tools.injector.inject import forget_sandbox, runtime_env, tool_support_sandbox
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
@@ -33,8 +33,8 @@ async def main(runs: int, target: str) -> None:
     client = docker_client()
     arch = Arch.parse(os.uname().machine)
     distro = next(d for d in load_matrix().distros if d.name == target)
-    run = EngineRun(ContainerPolicy.from_cascade(), RootfsStore.from_cascade())
-    image, _ = resolve_image(client, distro, arch, run)
+    backend = DockerBackend(client, ContainerPolicy.from_cascade(), RootfsStore.from_cascade())
+    image, _ = backend.resolve_image(distro, arch)
     assert image is not None
     cold, warm_exec, warm_stream, bare = [], [], [], []
     for _ in range(runs):

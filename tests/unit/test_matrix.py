@@ -65,7 +65,7 @@ def test_static_checks_catch_dynamic_and_foreign_binaries(tmp_path: Path) -> Non
 
 
 def test_which_cells_modal_can_run() -> None:
-    from sandbox_tools.distro_matrix.runner import modal_skip
+    from sandbox_tools.distro_matrix.modal_backend import modal_skip
     from sandbox_tools.platforms import Arch
 
     matrix = load_matrix()

@@ -237,7 +237,7 @@ async def _exec_remote_in_container(
     real_image: str | None,
 ) -> int:
     # Imported here: the Docker SDK and the matrix load only for this form of the command.
-    from sandbox_tools.distro_matrix.runner import EngineRun, matrix_image
+    from sandbox_tools.distro_matrix.docker_backend import DockerBackend
     from sandbox_tools.injector.acquire import default_sources
     from sandbox_tools.injector.inject import open_tool_support
     from sandbox_tools.platforms import Arch
@@ -259,10 +259,8 @@ async def _exec_remote_in_container(
     else:
         assert distro is not None
         arch = Arch.parse(os.uname().machine)
-        engine_run = EngineRun(run.containers, run.roots)
-        image, source, target = await asyncio.to_thread(
-            matrix_image, engine, distro, arch, engine_run
-        )
+        backend = DockerBackend(engine, run.containers, run.roots)
+        image, source, target = await asyncio.to_thread(backend.matrix_image, distro, arch)
     with RunningContainer(engine, image, policy=run.containers) as container:
         started = time.monotonic()
         async with open_tool_support(

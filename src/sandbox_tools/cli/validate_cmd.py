@@ -25,12 +25,12 @@ from sandbox_tools.cli.output import (
     print_json,
 )
 from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.distro_matrix.runner import run_matrix, write_reports
+from sandbox_tools.distro_matrix.runner import run_matrix
 from sandbox_tools.distro_matrix.static import static_checks
 from sandbox_tools.errors import ConfigurationError, NothingValidatedError
 from sandbox_tools.platforms import Arch, parse_arches
-from sandbox_tools.sandboxes.engines import connect_engines
-from sandbox_tools.validation import CellResult
+from sandbox_tools.sandboxes.engines import Engine, connect_engines
+from sandbox_tools.validation import CellResult, EngineStatus, write_reports
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
@@ -265,12 +265,22 @@ def validate_command(
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
         # containers go; main() says "interrupted" and exits 130.
         run.containers.tracker.remove_all()
-        write_reports(results, report, junit, artifacts, engines, interrupted=True, static=problems)
+        write_reports(
+            results,
+            report,
+            junit,
+            artifacts,
+            statuses(engines),
+            interrupted=True,
+            static=problems,
+        )
         if as_json:
             print_json(report.read_text())
         raise
     unvalidated = [] if allow_skipped else _unvalidated(outcome, only)
-    write_reports(outcome, report, junit, artifacts, engines, unvalidated, static=problems)
+    write_reports(
+        outcome, report, junit, artifacts, statuses(engines), unvalidated, static=problems
+    )
     counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
     console.print(
         f"[bold]{counts['passed']} passed, {counts['failed']} failed, "
@@ -289,6 +299,10 @@ def validate_command(
             remedy="make the images available (see the skip reasons above), or pass "
             "--allow-skipped if skipping is what you want",
         )
+
+
+def statuses(engines: list[Engine]) -> list[EngineStatus]:
+    return [EngineStatus(e.label, e.kind.value, e.available, e.error) for e in engines]
 
 
 def _unvalidated(results: list[CellResult], only: list[str] | None) -> list[str]:
