@@ -47,11 +47,13 @@ class DockerBackend:
     def resolve_image(self, distro: Distro, arch: Arch) -> tuple[str | None, str]:
         """(image, where it came from) or (None, why the row is skipped)."""
         reasons = []
-        if distro.registry:
+        reference = distro.pull_reference
+        if reference is not None:
             if self.registry_reachable:
                 try:
-                    self.client.images.pull(distro.registry, platform=arch.platform)
-                    return distro.registry, f"registry {distro.registry}"
+                    self.client.images.pull(reference, platform=arch.platform)
+                    pinned = "" if distro.digest else " (not pinned by digest)"
+                    return reference, f"registry {reference}{pinned}"
                 except docker.errors.APIError as exc:
                     self.registry_reachable = False
                     reasons.append(f"registry unreachable ({str(exc.explanation or exc)[:80]})")
