@@ -10,19 +10,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sandbox_tools import protocol
 from sandbox_tools.protocol import INTERNAL_ERROR, INVALID_PARAMS
+from sandbox_tools.runtime import server
 from sandbox_tools.runtime.host_messages import HostMessages
 from sandbox_tools.runtime.jsonrpc import Method, ToolError, dispatch
-from sandbox_tools.runtime.tools.bash_session import controller as bash_controller
+from sandbox_tools.runtime.limits import Limits, LimitsError, caller_response_limit
+from sandbox_tools.runtime.methods import Controllers
+from sandbox_tools.runtime.paths import ServerPaths
 from sandbox_tools.runtime.tools.bash_session import json_rpc_methods as bash_methods
 from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
 from sandbox_tools.runtime.tools.bash_session.tool_types import NewSessionParams
 from sandbox_tools.runtime.tools.exec_remote import json_rpc_methods as exec_methods
-from sandbox_tools.runtime.tools.exec_remote.controller import ExecRemoteController, Limits
+from sandbox_tools.runtime.tools.exec_remote.controller import ExecRemoteController
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
     AckParams,
     PollParams,
@@ -32,6 +37,8 @@ from sandbox_tools.runtime.tools.exec_remote.tool_types import (
 from sandbox_tools.runtime.tools.mcp import json_rpc_methods as mcp_methods
 from sandbox_tools.runtime.tools.mcp.controller import McpController
 from sandbox_tools.runtime.tools.mcp.tool_types import LaunchParams
+from sandbox_tools.runtime.tools.text_editor.controller import TextEditorController
+from sandbox_tools.runtime.tools.text_editor.tool_types import TextEditorParams
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -56,16 +63,16 @@ async def test_exec_remote_job_limit_holds_under_concurrent_starts() -> None:
     """THREAT_MODEL.md, rule 5 ("the runtime wedges": bounded pools): the 32-job limit
     was checked before an await, so 300 concurrent exec_remote_start calls were all
     accepted (300 processes, each allowed an 8 MiB buffer)."""
-    controller = ExecRemoteController()
-    limit = controller.limits.max_jobs
+    limit = 5
+    controller = ExecRemoteController(Limits(max_jobs=limit))
     try:
         results = await asyncio.gather(
-            *(controller.start(StartParams.parse({"command": "sleep 60"})) for _ in range(300)),
+            *(controller.start(StartParams.parse({"command": "sleep 60"})) for _ in range(100)),
             return_exceptions=True,
         )
         started, refused = split(results)
         assert len(started) == limit
-        assert len(refused) == 300 - limit
+        assert len(refused) == 100 - limit
         assert only_limit_errors(refused, f"too many processes: {limit} are running")
     finally:
         await controller.shutdown()
@@ -98,17 +105,17 @@ async def test_bash_session_limit_holds_under_concurrent_starts() -> None:
     """THREAT_MODEL.md, rule 5 (bounded pools): the 16-session limit was checked before
     an await, so 100 concurrent bash_session_new_session calls all started a shell (and
     several got the same name, leaking the shells they replaced)."""
-    controller = BashSessionController()
-    limit = bash_controller.MAX_SESSIONS
+    limit = 4
+    controller = BashSessionController(Limits(max_sessions=limit))
     try:
         results = await asyncio.gather(
-            *(controller.new_session(NewSessionParams.parse({})) for _ in range(100)),
+            *(controller.new_session(NewSessionParams.parse({})) for _ in range(40)),
             return_exceptions=True,
         )
         started, refused = split(results)
         assert len(started) == limit
         assert len({r["session_name"] for r in started}) == limit  # no name given twice
-        assert len(refused) == 100 - limit
+        assert len(refused) == 40 - limit
         assert only_limit_errors(refused, "too many bash sessions")
     finally:
         await controller.shutdown()
@@ -118,16 +125,16 @@ async def test_bash_session_limit_holds_under_concurrent_starts() -> None:
 async def test_mcp_server_limit_holds_under_concurrent_launches() -> None:
     """THREAT_MODEL.md, rule 5 (bounded pools): the 16-server limit was checked before
     an await, so 100 concurrent mcp_launch_server calls were all accepted."""
-    controller = McpController(HostMessages())
-    limit = controller.max_sessions
+    limit = 4
+    controller = McpController(HostMessages(), Limits(max_mcp_sessions=limit))
     params = LaunchParams.parse({"server_params": {"command": "cat"}})
     try:
         results = await asyncio.gather(
-            *(controller.launch(params, False) for _ in range(100)), return_exceptions=True
+            *(controller.launch(params, False) for _ in range(40)), return_exceptions=True
         )
         started, refused = split(results)
         assert len(started) == limit and len(set(started)) == limit
-        assert len(refused) == 100 - limit
+        assert len(refused) == 40 - limit
         assert only_limit_errors(refused, "too many MCP sessions")
         # A launch that fails gives its slot back.
         await controller.kill(started[0])
@@ -162,7 +169,7 @@ async def test_stdin_calls_return_while_unread_input_is_pending() -> None:
     close_stdin waited for it forever. Now write_stdin fails within its bound, saying
     the process is not reading and that nothing of it was sent; close_stdin returns
     at once."""
-    controller = ExecRemoteController(Limits(stdin_write_timeout_s=1.0))
+    controller = ExecRemoteController(Limits(stdin_timeout_s=1.0))
     try:
         start = {"command": "sleep 1000", "input": "x" * TEN_MB, "stdin_open": True}
         pid = (await controller.start(StartParams.parse(start)))["pid"]
@@ -272,3 +279,155 @@ async def test_bash_session_never_answers_an_environment_with_a_traceback(
         assert "data" not in response.get("error", {})
     finally:
         await controller.shutdown()
+
+
+# -- the limits are read once, at server start, and handed to every controller -------------
+
+
+def test_an_empty_environment_gives_the_documented_limits() -> None:
+    """CONFIGURATION.md, "Runtime limits": each variable's row shows its default."""
+    limits = Limits.from_environ({})
+    assert limits == Limits()
+    text = (Path(__file__).parents[2] / "docs" / "CONFIGURATION.md").read_text()
+    rows = text.split("## Runtime limits", 1)[1].split("\n## ", 1)[0].splitlines()
+    documented = {
+        protocol.EXEC_BUFFER_BYTES_ENV: ("8 MiB", limits.exec_buffer_bytes == 8 << 20),
+        protocol.EXEC_RESPONSE_BYTES_ENV: ("2 MiB", limits.exec_response_bytes == 2 << 20),
+        protocol.KILL_GRACE_ENV: ("2 s", limits.kill_grace_s == 2.0),
+        protocol.STDIN_TIMEOUT_ENV: ("30 s", limits.stdin_timeout_s == 30.0),
+        protocol.MAX_JOBS_ENV: ("32", limits.max_jobs == 32),
+        protocol.TEXT_EDITOR_MAX_BYTES_ENV: ("48 MiB", limits.text_editor_max_bytes == 48 << 20),
+        protocol.MAX_SESSIONS_ENV: ("16", limits.max_sessions == 16),
+        protocol.MAX_MCP_SESSIONS_ENV: ("16", limits.max_mcp_sessions == 16),
+    }
+    for name, (shown, default) in documented.items():
+        row = next(line for line in rows if line.endswith(f"| `{name}` |"))
+        assert f"| {shown}" in row and default, (name, row)
+
+
+def test_every_variable_sets_its_limit() -> None:
+    environ = {
+        protocol.EXEC_BUFFER_BYTES_ENV: "1000",
+        protocol.EXEC_RESPONSE_BYTES_ENV: "1e3",
+        protocol.KILL_GRACE_ENV: "0.5",
+        protocol.STDIN_TIMEOUT_ENV: "3",
+        protocol.MAX_JOBS_ENV: "5.9",
+        protocol.TEXT_EDITOR_MAX_BYTES_ENV: "4096",
+        protocol.MAX_SESSIONS_ENV: "2",
+        protocol.MAX_MCP_SESSIONS_ENV: " 7 ",
+    }
+    assert Limits.from_environ(environ) == Limits(
+        exec_buffer_bytes=1000,
+        exec_response_bytes=1000,
+        kill_grace_s=0.5,
+        stdin_timeout_s=3.0,
+        max_jobs=5,
+        text_editor_max_bytes=4096,
+        max_sessions=2,
+        max_mcp_sessions=7,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        (protocol.EXEC_BUFFER_BYTES_ENV, "lots"),
+        (protocol.KILL_GRACE_ENV, "soon"),
+        (protocol.STDIN_TIMEOUT_ENV, ""),
+        (protocol.MAX_JOBS_ENV, "3 jobs"),
+        (protocol.TEXT_EDITOR_MAX_BYTES_ENV, "1.5"),
+        (protocol.TEXT_EDITOR_MAX_BYTES_ENV, "-1"),
+        (protocol.MAX_SESSIONS_ENV, " 4"),
+    ],
+)
+def test_a_bad_value_falls_back_to_the_default_as_it_always_did(name: str, value: str) -> None:
+    """These variables never kept the server from starting: a value that is not a number
+    of their kind was ignored, and still is."""
+    assert Limits.from_environ({name: value}) == Limits()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        (protocol.MAX_MCP_SESSIONS_ENV, "many"),
+        (protocol.MAX_MCP_SESSIONS_ENV, ""),
+        (protocol.EXEC_BUFFER_BYTES_ENV, "inf"),
+        (protocol.MAX_JOBS_ENV, "nan"),
+        (protocol.MAX_SESSIONS_ENV, "\u00b2"),  # a digit to str.isdigit, not to int()
+    ],
+)
+def test_a_value_no_limit_can_be_made_of_is_a_clear_error(name: str, value: str) -> None:
+    """These values ended the server with a traceback; now a LimitsError names the variable."""
+    with pytest.raises(LimitsError, match=f"^{name}={value!r} is not a usable limit"):
+        Limits.from_environ({name: value})
+
+
+@pytest.mark.parametrize(
+    ("value", "limit"),
+    [
+        ("1000", 1000),
+        ("007", 7),
+        ("0", 0),
+        ("", None),
+        ("12a", None),
+        ("-5", None),
+        ("9" * 18, int("9" * 18)),
+        ("9" * 19, None),
+        ("\u00b2", None),
+    ],
+)
+def test_an_exec_callers_response_limit(value: str, limit: int | None) -> None:
+    """Read by each `exec` from its own caller's environment, not by the server."""
+    assert caller_response_limit({protocol.RESPONSE_MAX_BYTES_ENV: value}) == limit
+
+
+def test_the_environment_reaches_the_server_through_limits_from_environ(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run_server reads the limits once, before it serves, and hands them to the server;
+    a value it cannot use is a sentence in the log and exit status 1, not a traceback."""
+    handed: list[Limits] = []
+
+    class Recording:
+        def __init__(self, paths: ServerPaths, limits: Limits) -> None:
+            handed.append(limits)
+
+        async def serve(self) -> None:
+            return None
+
+    monkeypatch.setattr(server, "RuntimeServer", Recording)
+    monkeypatch.setattr(server, "protect_from_oom", lambda: None)
+    paths = ServerPaths("/nonexistent")
+    monkeypatch.setenv(protocol.MAX_JOBS_ENV, "3")
+    monkeypatch.setenv(protocol.MAX_SESSIONS_ENV, "2")
+    assert server.run_server(paths) == 0
+    assert handed == [Limits(max_jobs=3, max_sessions=2)]
+    monkeypatch.setenv(protocol.MAX_MCP_SESSIONS_ENV, "many")
+    assert server.run_server(paths) == 1
+    assert len(handed) == 1
+    logged = capsys.readouterr().err
+    assert f"cannot start: {protocol.MAX_MCP_SESSIONS_ENV}='many' is not a usable" in logged
+    assert "Traceback" not in logged
+
+
+async def test_the_server_hands_one_limits_object_to_every_controller() -> None:
+    limits = Limits(max_jobs=1, max_sessions=1, max_mcp_sessions=1)
+    controllers = Controllers(limits)
+    try:
+        assert controllers.exec_remote.limits is limits
+        assert controllers.bash_session.limits is limits
+        assert controllers.text_editor.limits is limits
+        assert controllers.mcp.limits is limits
+    finally:
+        await controllers.shutdown()
+
+
+async def test_text_editor_refuses_a_file_past_its_limit(tmp_path: Path) -> None:
+    controller = TextEditorController(Limits(text_editor_max_bytes=10))
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.write_text("0123456789")
+    large.write_text("0123456789a")
+    shown = await controller.run(TextEditorParams.parse({"command": "view", "path": str(small)}))
+    assert "0123456789" in shown
+    with pytest.raises(ToolError, match=r"11 bytes, more than text_editor handles \(10\)"):
+        await controller.run(TextEditorParams.parse({"command": "view", "path": str(large)}))

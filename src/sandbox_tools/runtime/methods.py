@@ -10,6 +10,7 @@ from typing import Any
 from sandbox_tools.runtime.build_info import build_info
 from sandbox_tools.runtime.host_messages import HostMessages
 from sandbox_tools.runtime.jsonrpc import Method, Params
+from sandbox_tools.runtime.limits import Limits
 from sandbox_tools.runtime.tools.bash_session import json_rpc_methods as bash_session_methods
 from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
 from sandbox_tools.runtime.tools.exec_remote import json_rpc_methods as exec_remote_methods
@@ -44,14 +45,15 @@ def core_methods(server_dir: str, request_shutdown: Callable[[], None]) -> dict[
 
 
 class Controllers:
-    """The server's state: one controller per tool."""
+    """The server's state: one controller per tool, each bounded by the same `limits`
+    (read once, when the server started)."""
 
-    def __init__(self, lost_jobs_note: str | None = None) -> None:
-        self.exec_remote = ExecRemoteController(lost_jobs_note=lost_jobs_note)
-        self.bash_session = BashSessionController()
-        self.text_editor = TextEditorController()
+    def __init__(self, limits: Limits, lost_jobs_note: str | None = None) -> None:
+        self.exec_remote = ExecRemoteController(limits, lost_jobs_note=lost_jobs_note)
+        self.bash_session = BashSessionController(limits)
+        self.text_editor = TextEditorController(limits)
         self.host_messages = HostMessages()
-        self.mcp = McpController(self.host_messages)
+        self.mcp = McpController(self.host_messages, limits)
         self.http_tunnel = HttpTunnelController(self.host_messages)
 
     async def shutdown(self) -> None:
