@@ -33,6 +33,9 @@ from sandbox_tools.injector.jsonrpc_client import (
 )
 from sandbox_tools.protocol import User
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
+    JOB_STATES,
+    KILLED,
+    RUNNING,
     AckParams,
     PollParams,
     PollResult,
@@ -49,7 +52,6 @@ POLL_SLACK = 15.0
 KILL_TIMEOUT = 5.0
 # Kills sent after their caller was cancelled, kept until done (a task needs a reference).
 _BACKGROUND: set[asyncio.Task[None]] = set()
-_STATES = ("running", "completed", "killed")
 # A timed-out call is ended here this long before the transport's own timeout would end
 # it, so a timeout is always told apart (CallTimeoutError) from other transport failures.
 CALL_GRACE = 1.0
@@ -261,14 +263,14 @@ class ExecRemoteProcess:
                 if result["stderr"]:
                     stderr.add(result["stderr"])
                     batch.append(StderrChunk(result["stderr"]))
-                if result["state"] != "running":
+                if result["state"] != RUNNING:
                     exit_code = result["exit_code"]
                     assert exit_code is not None  # _poll_result checked it for final states
                     self._completed = Completed(
                         exit_code=exit_code,
                         stdout=stdout.value(),
                         stderr=stderr.value(),
-                        killed=result["state"] == "killed",
+                        killed=result["state"] == KILLED,
                     )
                     await self._release()
                     batch.append(self._completed)
@@ -367,7 +369,7 @@ class ExecRemoteProcess:
                 raise
             idle = not result["stdout"] and not result["stderr"]
             elapsed = time.monotonic() - started
-            if result["state"] == "running" and idle and elapsed < wait_ms / 2000:
+            if result["state"] == RUNNING and idle and elapsed < wait_ms / 2000:
                 # A runtime without long polling answered at once: do not spin.
                 await asyncio.sleep(wait_ms / 1000 - elapsed)
             return result
@@ -440,16 +442,17 @@ class ExecRemoteProcess:
 def _poll_result(result: Any) -> PollResult:
     """A poll's result, checked field by field before anything is taken from it."""
     checked = result_fields(result, "exec_remote_poll", seq=int, stdout=str, stderr=str, state=str)
-    if checked["state"] not in _STATES:
+    state = next((s for s in JOB_STATES if s == checked["state"]), None)
+    if state is None:
         raise RuntimeTransportError(f"exec_remote_poll: unknown state {checked['state']!r}")
     exit_code = None
-    if checked["state"] != "running":
+    if state != RUNNING:
         exit_code = result_fields(result, "exec_remote_poll", exit_code=int)["exit_code"]
     return PollResult(
         seq=checked["seq"],
         stdout=checked["stdout"],
         stderr=checked["stderr"],
-        state=checked["state"],
+        state=state,
         exit_code=exit_code,
     )
 
