@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,67 +14,7 @@ import pytest
 
 from sandbox_tools.errors import EngineUnavailableError
 from sandbox_tools.platforms import Arch
-
-SRC = str(Path(__file__).resolve().parent.parent / "src")
-
-
-def peak_rss_mib(pid: int | str = "self") -> float:
-    """Peak resident memory (VmHWM) of a process, MiB: what bounds on memory are checked by."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmHWM for {pid}")
-
-
-@dataclass
-class RuntimeDir:
-    """A private server directory and helpers to drive the runtime CLI from source."""
-
-    path: str
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "SANDBOX_TOOLS_DIR": self.path,
-            "PYTHONPATH": SRC,
-            "SANDBOX_TOOLS_KILL_GRACE": "0.5",
-        }
-
-    def cli(
-        self, *args: str, input: str | None = None, timeout: float = 60
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "sandbox_tools.runtime", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=timeout,
-        )
-
-    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
-        done = self.cli("exec", json.dumps(request))
-        assert done.returncode == 0, done.stderr
-        response: dict[str, Any] = json.loads(done.stdout)
-        return response
-
-    def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        response = self.call(method, params)
-        assert "result" in response, response
-        return response["result"]
-
-    def server_pid(self) -> int | None:
-        try:
-            return int(Path(self.path, "server.pid").read_text())
-        except (OSError, ValueError):
-            return None
-
-    def server_starts(self) -> int:
-        log = Path(self.path, "server.log")
-        return log.read_text().count("server started") if log.exists() else 0
+from tests.support import RuntimeDir
 
 
 @pytest.fixture
@@ -103,19 +38,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "docker_engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
-
-
-def eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Wait until `check()` holds, polling; fail naming `what` after `timeout` seconds.
-
-    Tests wait for conditions, never for a fixed time: a fixed sleep is too short on a
-    loaded machine and wasted on an idle one.
-    """
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.02)
 
 
 # -- the Docker engine, an offline-built image and real artifacts (every test folder) --
@@ -169,7 +91,6 @@ def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
 @pytest.fixture(scope="session")
 def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Artifacts built for real by `tools build` code, one build per (arch, format)."""
-    from pathlib import Path
 
     from sandbox_tools.artifacts import ArtifactFormat
 

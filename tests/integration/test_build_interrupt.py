@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
-from tests.integration.conftest import arches_under_test
+from tests.support import arches_under_test
 
 
 def ctrl_c_as_in_a_terminal() -> None:

@@ -14,7 +14,7 @@ from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, StdioRuntim
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import RunningContainer
-from tests.integration.conftest import arches_under_test, ensure_target_image
+from tests.support import arches_under_test, ensure_target_image
 
 # Cold machines build images here (debootstrap): minutes, not the default 300 s.
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]

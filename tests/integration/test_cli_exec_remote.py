@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tests.conftest import eventually
+from tests.support import eventually
 
 
 def ctrl_c_as_in_a_terminal() -> None:
@@ -90,7 +90,7 @@ def test_distro_and_image_choose_the_container(
     image on the engine (never pulled), and a wrong one is a clear error."""
     import os
 
-    from tests.integration.conftest import arches_under_test
+    from tests.support import arches_under_test
 
     _record, artifact = built_artifacts(arches_under_test()[0])  # type: ignore[operator]
     env = {**os.environ, "SANDBOX_TOOLS_DIST": str(artifact.parent)}

@@ -26,7 +26,7 @@ from sandbox_tools.injector.jsonrpc_client import (
 )
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.conftest import RuntimeDir
+from tests.support import RuntimeDir
 
 
 @pytest.fixture(params=["stdio", "exec"])

@@ -12,7 +12,7 @@ from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.integration.conftest import arches_under_test, ensure_target_image
+from tests.support import arches_under_test, ensure_target_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 

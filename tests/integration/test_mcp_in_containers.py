@@ -31,7 +31,7 @@ from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import RunningContainer
-from tests.integration.conftest import (
+from tests.support import (
     MCP_SERVERS_MOUNT,
     MCP_SITE_MOUNT,
     arches_under_test,

@@ -18,8 +18,8 @@ from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.model_proxy import ModelProxy, forward_to
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.integration.conftest import arches_under_test
 from tests.proxy.upstream import WORDS, FakeUpstream
+from tests.support import arches_under_test
 
 pytest.importorskip("httpx", reason="the [proxy] extra is not installed")
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]

@@ -20,8 +20,7 @@ from sandbox_tools.injector.inject import Injector, reconnoitre
 from sandbox_tools.injector.tool_clients import text_editor
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.conftest import peak_rss_mib
-from tests.integration.conftest import arches_under_test, ensure_target_image
+from tests.support import arches_under_test, ensure_target_image, peak_rss_mib
 
 pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
 

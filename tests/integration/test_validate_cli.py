@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 import pytest
 
 from sandbox_tools.validation import ValidationReport
-from tests.integration.conftest import arches_under_test
+from tests.support import arches_under_test
 
 
 def ctrl_c_as_in_a_terminal() -> None:
