@@ -31,7 +31,6 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sandbox_tools.artifacts import Artifact
 from sandbox_tools.errors import (
@@ -41,7 +40,7 @@ from sandbox_tools.errors import (
     SandboxToolsError,
 )
 from sandbox_tools.injector.acquire import DEFAULT_FORMAT, Source, acquire_artifact
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient, connect_runtime
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient, RuntimeInfo, connect_runtime
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
     CHECK_SCRIPT,
@@ -82,7 +81,7 @@ class ToolSupport:
     client: RuntimeClient
     reused: bool
     writes: int = 0  # files written into the sandbox by this injection (0 when reused)
-    info: dict[str, Any] = field(default_factory=dict)
+    info: RuntimeInfo | None = None  # what the runtime's server said it is, when it started
     user: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0  # how long getting it ready took (probe to first answer)
@@ -571,9 +570,8 @@ async def _start(
         )
     try:
         with _step("first answer (unpack, server start)"):
-            info = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
-        if not isinstance(info, dict):
-            raise SandboxInjectionError(f"{exe} answered runtime_info with {info!r:.200}")
+            answer = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
+        info = RuntimeInfo.parse(answer)
     except SandboxToolsError as exc:
         await client.aclose()
         raise SandboxInjectionError(
@@ -581,10 +579,10 @@ async def _start(
             remedy="Check the sandbox's logs; the runtime's own log is in "
             f"{env[SERVER_DIR_ENV]}/server.log.",
         ) from None
-    if info.get("build_id") != artifact.build_id:
+    if info.build_id != artifact.build_id:
         await client.aclose()
         raise SandboxInjectionError(
-            f"{exe} reports build {str(info.get('build_id'))[:100]}, expected {artifact.build_id}",
+            f"{exe} reports build {info.build_id[:100]}, expected {artifact.build_id}",
             remedy="Remove the stale install directory from the sandbox.",
         )
     return ToolSupport(sandbox, recon, artifact, install_dir, client, False, 0, info, user, env)
