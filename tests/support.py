@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sandbox_tools.platforms import Arch
 
 
@@ -175,3 +177,17 @@ def run_inspect_eval(
     (sample,) = log["samples"]
     assert sample.get("error") is None, sample["error"]
     return sample, log_file
+
+
+# Environments the runtime must refuse as invalid params, naming the key.
+BAD_ENVS = [
+    pytest.param({"A=B": "x"}, "'A=B'", id="equals-in-name"),
+    pytest.param({"": "x"}, "''", id="empty-name"),
+    pytest.param({"A\u0000B": "x"}, "NUL", id="nul-in-name"),
+    # "input" is a stdin field elsewhere, where NUL is allowed: not in an environment.
+    pytest.param({"input": "a\u0000b"}, "'input'", id="nul-in-value"),
+]
+
+
+def request(method: str, params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()

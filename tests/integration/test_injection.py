@@ -123,7 +123,7 @@ async def test_read_only_root_with_only_noexec_mounts_fails_clearly(
             ("/root", "not writable"),
         ):
             assert f"{directory}: {why}" in message, message
-        assert "tmpfs /tmp:exec" in message  # the remedy
+        assert "tmpfs /tmp:exec" in failure.value.remedy  # the remedy, apart from the message
         await forget_sandbox(sandbox)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-GOLDEN = str(Path(__file__).parent / "golden" / "manifest.json")
+GOLDEN = str(Path(__file__).parents[1] / "golden" / "manifest.json")
 
 
 def tools(
