@@ -47,6 +47,7 @@ from sandbox_tools.injector.exec_remote import (
 )
 from sandbox_tools.injector.jsonrpc_client import (
     RuntimeClient,
+    RuntimeInfo,
     StdioRuntimeClient,
     connect_runtime,
 )
@@ -201,7 +202,7 @@ async def _exec_remote_local(command: str, timeout: float | None, server_dir: st
     launch = local_source_runtime(server_dir)
     client = await connect_runtime(LocalSandbox(), launch.command, env=launch.env)
     try:
-        info = await client.call("runtime_info")
+        info = RuntimeInfo.parse(await client.call("runtime_info"))
         pid, completed, elapsed = await _stream(client, command, timeout)
     finally:
         # Whatever ended the run (done, --timeout, Ctrl-C), the server and its processes
@@ -220,8 +221,8 @@ async def _exec_remote_local(command: str, timeout: float | None, server_dir: st
                 ("pid", str(pid)),
                 ("exit code", f"{completed.exit_code}" + (" (killed)" if completed.killed else "")),
                 ("seconds", f"{elapsed:.3f}"),
-                ("runtime", f"{info['version']} build {info['build_id']} on {info['platform']}"),
-                ("server pid", str(info["pid"])),
+                ("runtime", f"{info.version} build {info.build_id} on {info.platform}"),
+                ("server pid", str(info.pid)),
                 ("transport", transport),
             ],
         )

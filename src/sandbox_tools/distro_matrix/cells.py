@@ -17,6 +17,7 @@ from sandbox_tools.distro_matrix.matrix import Distro, Scenario
 from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import open_tool_support
+from sandbox_tools.injector.jsonrpc_client import RuntimeInfo
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.validation import CellResult, CellStatus
@@ -57,9 +58,9 @@ async def _exercise(
 ) -> None:
     async with open_tool_support(sandbox, artifact=artifact) as support:
         client = support.client
-        info = await client.call("runtime_info")
-        if info.get("build_id") != artifact.build_id:
-            raise CheckFailed(f"runtime_info build id {info.get('build_id')}")
+        info = RuntimeInfo.parse(await client.call("runtime_info"))
+        if info.build_id != artifact.build_id:
+            raise CheckFailed(f"runtime_info build id {info.build_id}")
         checks.append("version+runtime_info")
         if not shell:
             return  # the tools below run commands through /bin/sh, which is not there
