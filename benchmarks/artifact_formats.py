@@ -28,10 +28,11 @@ from sandbox_tools.injector.source_runtime import (
     package_parent,
 )
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 
 REQUEST = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "version"})
 

@@ -28,9 +28,10 @@ from rich.table import Table
 
 from sandbox_tools.injector.inject import forget_sandbox, recording_steps, tool_support_sandbox
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
+from sandbox_tools.sandboxes.images import ensure_busybox_image, ensure_image
 
 EXE = "/tmp/st/sandbox-tools"
 VERSION = '{"jsonrpc":"2.0","id":1,"method":"version"}'

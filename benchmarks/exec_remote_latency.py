@@ -36,10 +36,11 @@ from sandbox_tools.injector.source_runtime import (
     package_parent,
 )
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 from sandbox_tools.sandboxes.local import LocalSandbox
 
 # The command's last act is to print the wall-clock time of its exit (same clock as ours:

@@ -28,9 +28,10 @@ from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import connect_engine
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 from sandbox_tools.settings import load_settings
 
 

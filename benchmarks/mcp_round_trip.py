@@ -34,9 +34,10 @@ from rich.table import Table
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 
 ROOT = Path(__file__).parents[1]
 SERVERS = ROOT / "tests" / "mcp_servers"

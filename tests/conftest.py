@@ -62,7 +62,8 @@ def docker_engine() -> Any:
 @pytest.fixture(scope="session")
 def python_image(docker_engine: Any) -> str:
     """Debian bookworm (minbase + python3) for the host's architecture, built offline."""
-    from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+    from sandbox_tools.recipes import RootfsRecipe
+    from sandbox_tools.sandboxes.images import ensure_image
 
     recipe = RootfsRecipe(
         suite="bookworm", arch=Arch.parse(os.uname().machine), include=("python3",)

@@ -143,7 +143,8 @@ DEBIAN_SUITES = {"debian-11": "bullseye", "debian-12": "bookworm", "debian-13": 
 
 
 def ensure_target_image(client: Any, target: str, arch: Arch) -> str:
-    from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
+    from sandbox_tools.recipes import RootfsRecipe
+    from sandbox_tools.sandboxes.images import ensure_busybox_image, ensure_image
 
     if target == "busybox":
         return ensure_busybox_image(client, arch)

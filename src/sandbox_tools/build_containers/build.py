@@ -34,11 +34,7 @@ from sandbox_tools.artifacts import (
     sha256_of,
     write_build_records,
 )
-from sandbox_tools.build_containers.builder import (
-    builder_image_tag,
-    builder_recipe,
-    check_builder_root,
-)
+from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root
 from sandbox_tools.build_containers.lock import (
     FREEZE_LOCK,
     FREEZE_PINS,
@@ -49,7 +45,7 @@ from sandbox_tools.build_containers.lock import (
     ensure_wheelhouse,
 )
 from sandbox_tools.build_containers.package import pack_portable
-from sandbox_tools.build_containers.records import compute_build_id, tree_id
+from sandbox_tools.build_containers.records import builder_recipe, compute_build_id, tree_id
 from sandbox_tools.errors import BuildError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import JSONRPC_VERSION

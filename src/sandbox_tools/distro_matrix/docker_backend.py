@@ -23,10 +23,10 @@ from sandbox_tools.distro_matrix.matrix import (
 )
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
 from sandbox_tools.sandboxes.images import (
-    RootfsRecipe,
     RootfsStore,
     ensure_busybox_image,
     ensure_image,

@@ -284,8 +284,7 @@ def local_dist(where: Settings) -> Path:
 
 def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
     """The build id the sources would produce now: a local artifact is used only if it matches."""
-    from sandbox_tools.build_containers.builder import builder_recipe
-    from sandbox_tools.build_containers.records import compute_build_id
+    from sandbox_tools.build_containers.records import builder_recipe, compute_build_id
 
     return compute_build_id(arch, fmt, builder_recipe(arch).digest)
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker.errors
@@ -33,11 +32,8 @@ from sandbox_tools.artifacts import atomic_output
 from sandbox_tools.cache import cache_root
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import IMAGE_REPOSITORY, RECIPE_FORMAT, RootfsRecipe
 from sandbox_tools.settings import Settings, load_settings
-
-# Bump when the way roots are made changes, so old cache entries are not reused.
-RECIPE_FORMAT = 1
-IMAGE_REPOSITORY = "sandbox-tools/base"
 
 
 @dataclass(frozen=True)
@@ -61,26 +57,6 @@ class RootfsStore:
     def directory(self) -> Path:
         self.cache.mkdir(parents=True, exist_ok=True)
         return self.cache
-
-
-@dataclass(frozen=True, kw_only=True)
-class RootfsRecipe:
-    suite: str
-    arch: Arch
-    include: tuple[str, ...] = ()
-    variant: str = "minbase"
-
-    @property
-    def digest(self) -> str:
-        identity = {"format": RECIPE_FORMAT, **asdict(self), "include": sorted(self.include)}
-        canonical = json.dumps(identity, sort_keys=True, default=str)
-        return hashlib.sha256(canonical.encode()).hexdigest()
-
-    @property
-    def image_tag(self) -> str:
-        extra = "-" + "-".join(sorted(self.include)) if self.include else ""
-        name = f"{self.suite}-{self.arch.value}{extra}"[:80]
-        return f"{IMAGE_REPOSITORY}:{name}-{self.digest[:12]}"
 
 
 def _require_tool(name: str, package: str) -> str:
