@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -210,6 +211,20 @@ def validate_command(
         state = "ready" if each.available else f"[bold red]unavailable[/]: {escape(each.error)}"
         (notes if each.available else console).print(f"engine {escape(each.label)}: {state}")
     results: list[CellResult] = []
+
+    def cells(on_result: Callable[[CellResult], None]) -> list[CellResult]:
+        return asyncio.run(
+            run_matrix(
+                engines,
+                artifacts,
+                matrix,
+                jobs,
+                on_result,
+                containers=run.containers,
+                roots=run.roots,
+            )
+        )
+
     try:
         if notes.is_terminal and not notes.quiet:
             planned = len(artifacts) * len(matrix.distros) * len(matrix.scenarios)
@@ -222,17 +237,7 @@ def validate_command(
                     results.append(result)
                     live.update(_table(results, len(engines), planned, fits))
 
-                outcome = asyncio.run(
-                    run_matrix(
-                        engines,
-                        artifacts,
-                        matrix,
-                        jobs,
-                        show,
-                        containers=run.containers,
-                        roots=run.roots,
-                    )
-                )
+                outcome = cells(show)
         else:
 
             def log(result: CellResult) -> None:
@@ -249,17 +254,7 @@ def validate_command(
                     actions_error(f"validate {result.cell_id}", result.detail)
 
             with actions_group("tools validate: cells"):
-                outcome = asyncio.run(
-                    run_matrix(
-                        engines,
-                        artifacts,
-                        matrix,
-                        jobs,
-                        log,
-                        containers=run.containers,
-                        roots=run.roots,
-                    )
-                )
+                outcome = cells(log)
             console.print(_table(outcome, len(engines)))
     except KeyboardInterrupt:
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
