@@ -22,7 +22,7 @@ from sandbox_tools.injector.acquire import current_build_id
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
 from sandbox_tools.release.publish import ReleaseRequest, publish
-from sandbox_tools.release.targets import GitHubTarget
+from sandbox_tools.release.targets import GitHubTarget, S3Target
 from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
 from tests.release.servers import FaultProxy, GitHubReleasesServer
 
@@ -263,6 +263,23 @@ def github_target(github: GitHubReleasesServer) -> GitHubTarget:
         api_url=github.url,
         web_url=github.url,
     )
+
+
+@pytest.fixture
+def published(fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer) -> Manifest:
+    """The fake release, published for real to S3 (first mirror) and GitHub (second)."""
+    manifest = publish_fake(
+        fake_release,
+        S3Target(
+            bucket=s3.bucket,
+            prefix=f"releases/{__version__}",
+            endpoint_url=s3.endpoint,
+            public_read=True,  # fetch downloads anonymously, as users do
+        ),
+        github_target(github),
+    )
+    github.faults.log.clear()  # from here on the log shows only what fetch asked for
+    return manifest
 
 
 def wheel_cli(release: FakeRelease, out: Path) -> subprocess.CompletedProcess[str]:

@@ -7,15 +7,18 @@
   URL that honours Range).
 - `FaultProxy`: a forwarding proxy that can stall a request (so a test can kill the
   client at an exact point), cut a response short, or flip a byte of one.
+- `SilentServer`, `refused_url`: mirrors that accept and never answer, or refuse.
 
 Faults are switched on by tests; untouched, every server behaves like the real thing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -479,6 +482,42 @@ class _ProxyHandler(_Handler):
             self.wfile.write(data)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+
+# -- mirrors that never answer ------------------------------------------------------------
+
+
+class SilentServer:
+    """Accepts every connection and never answers (a dead proxy, a half-open tunnel): the
+    connections stay open until `stop`. Counts them."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def connections(self) -> int:
+        return len(self.held)
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = self.listener.accept()
+                self.held.append(connection)
+
+    def stop(self) -> None:
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+def refused_url() -> str:
+    """A URL on a loopback port nobody listens on: connecting is refused at once."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 def hold_until(event: threading.Event, timeout: float) -> None:
