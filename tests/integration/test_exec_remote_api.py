@@ -91,7 +91,7 @@ async def test_timeout_kills_and_raises(client: RuntimeClient) -> None:
 
 
 async def _wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a loaded machine: the kill may take a while to land
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert not Path(f"/proc/{pid}").exists(), f"process {pid} survived"

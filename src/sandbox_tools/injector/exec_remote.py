@@ -50,6 +50,9 @@ POLL_SLACK = 15.0
 # Killing (and the cleanup that does it) is bounded: a runtime that does not answer
 # within this long is left as it is, and the caller gets its answer anyway.
 KILL_TIMEOUT = 5.0
+# A kill sent for a cancelled caller runs in the background, where nobody waits for it: it
+# gets the time a loaded machine or a slow runtime may need, so no process is orphaned.
+BACKGROUND_KILL_TIMEOUT = 60.0
 # Kills sent after their caller was cancelled, kept until done (a task needs a reference).
 _BACKGROUND: set[asyncio.Task[None]] = set()
 # A timed-out call is ended here this long before the transport's own timeout would end
@@ -191,9 +194,9 @@ async def _call_retried(
     raise AssertionError("unreachable")
 
 
-async def _bounded(kill: Awaitable[object]) -> None:
+async def _bounded(kill: Awaitable[object], seconds: float = KILL_TIMEOUT) -> None:
     with contextlib.suppress(Exception, asyncio.CancelledError):
-        await asyncio.wait_for(asyncio.shield(kill), KILL_TIMEOUT)
+        await asyncio.wait_for(asyncio.shield(kill), seconds)
 
 
 class ExecRemoteProcess:
@@ -282,9 +285,10 @@ class ExecRemoteProcess:
             if self._completed is None and not self._kill_sent:
                 # The caller was cancelled (an outer deadline): it must not wait for the
                 # kill too, which may take KILL_TIMEOUT against a stuck runtime. The kill
-                # goes on in the background, bounded as ever.
+                # goes on in the background, with the longer background bound.
                 self._kill_sent = True
-                task = asyncio.get_running_loop().create_task(_bounded(self._send_kill()))
+                kill = _bounded(self._send_kill(BACKGROUND_KILL_TIMEOUT), BACKGROUND_KILL_TIMEOUT)
+                task = asyncio.get_running_loop().create_task(kill)
                 _BACKGROUND.add(task)
                 task.add_done_callback(_BACKGROUND.discard)
             raise
@@ -399,10 +403,10 @@ class ExecRemoteProcess:
         self._kill_sent = True
         return await self._send_kill()
 
-    async def _send_kill(self) -> tuple[str, str]:
+    async def _send_kill(self, patience: float = KILL_TIMEOUT) -> tuple[str, str]:
         if self._completed is not None:
             return "", ""
-        timeout = self.options.poll_timeout or KILL_TIMEOUT
+        timeout = self.options.poll_timeout or patience
         result = await _call_retried(
             self.client,
             "exec_remote_kill",
