@@ -183,9 +183,12 @@ def aws_env() -> dict[str, str]:
 
 @pytest.fixture
 def github() -> Iterator[GitHubReleasesServer]:
+    """The GitHub stand-in. Whatever a test does, `tools release` must never have made
+    GitHub create a tag (a release made public while its tag was missing)."""
     server = GitHubReleasesServer(token=TOKEN)
     yield server
     server.stop()
+    assert server.tags_made_by_releases == [], "a release was made public without its tag"
 
 
 @pytest.fixture
@@ -255,7 +258,11 @@ def publish_fake(release: FakeRelease, *targets: Any) -> Manifest:
     return read_manifest(release.dist / MANIFEST_FILE)
 
 
-def github_target(github: GitHubReleasesServer) -> GitHubTarget:
+def github_target(github: GitHubReleasesServer, tagged: bool = True) -> GitHubTarget:
+    """The fake release's GitHub target; `tagged`: its tag is pushed first, as a
+    release that is published (not left a draft) needs."""
+    if tagged:
+        github.push_tag(GITHUB_REPO, f"v{__version__}")
     return GitHubTarget(
         repo=GITHUB_REPO,
         tag=f"v{__version__}",

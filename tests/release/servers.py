@@ -4,7 +4,9 @@
 - `GitHubReleasesServer`: the GitHub REST endpoints `tools release` and `tools fetch` call,
   with GitHub's behaviour where it matters (an upload cut off mid-way leaves a "starter"
   asset, a second asset of the same name is a 422, API downloads redirect to a public
-  URL that honours Range).
+  URL that honours Range, a tag is a git ref that exists only once pushed, and a release
+  that becomes public without its tag makes GitHub create the tag at the default
+  branch's head).
 - `FaultProxy`: a forwarding proxy that can stall a request (so a test can kill the
   client at an exact point), cut a response short, or flip a byte of one.
 - `SilentServer`, `refused_url`: mirrors that accept and never answer, or refuse.
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 HOP_BY_HOP = {
     "connection",
@@ -159,11 +161,19 @@ class Asset:
     data: bytes = b""
 
 
+DEFAULT_BRANCH_HEAD = "d" * 40  # the commit GitHub tags when a release creates its tag
+
+
 class GitHubReleasesServer(_Running):
     def __init__(self, token: str = "test-token") -> None:
         self.token = token
         self.releases: dict[int, dict[str, Any]] = {}
         self.assets: dict[int, Asset] = {}
+        self.tags: dict[tuple[str, str], str] = {}  # (owner/name, tag) -> commit
+        # Tags GitHub made itself because a release was published (or created public)
+        # for a tag that did not exist: on github.com they point at whatever the default
+        # branch's head was, which `tools release` must never cause.
+        self.tags_made_by_releases: list[tuple[str, str]] = []
         self._ids = iter(range(1000, 10**9))
         self.state_lock = threading.Lock()
         super().__init__(_GitHubHandler, Faults())
@@ -196,6 +206,18 @@ class GitHubReleasesServer(_Running):
             "browser_download_url": f"{self.url}/{release['repo']}/releases/download/"
             f"{release['tag']}/{asset.name}",
         }
+
+    def push_tag(self, repo: str, tag: str, commit: str = "c" * 40) -> None:
+        """What `git push origin <tag>` does to the repository."""
+        self.tags[(repo, tag)] = commit
+
+    def made_public(self, release: dict[str, Any], target: str | None = None) -> None:
+        """A release stops being a draft: as on GitHub, a missing tag is created at
+        `target` (target_commitish), else at the default branch's head."""
+        key = (release["repo"], release["tag"])
+        if key not in self.tags:
+            self.tags[key] = target if target and len(target) == 40 else DEFAULT_BRANCH_HEAD
+            self.tags_made_by_releases.append(key)
 
     def uploaded(self, tag: str) -> dict[str, bytes]:
         """Complete assets of the release for `tag`, by name."""
@@ -251,6 +273,7 @@ class _GitHubHandler(_Handler):
     def _route(self, method: str) -> Callable[..., None] | None:
         routes: list[tuple[str, str, Callable[..., None]]] = [
             ("GET", r"/repos/([^/]+/[^/]+)/releases/tags/([^/]+)", self.get_release_by_tag),
+            ("GET", r"/repos/([^/]+/[^/]+)/git/ref/tags/(.+)", self.get_tag_ref),
             ("POST", r"/repos/([^/]+/[^/]+)/releases", self.create_release),
             ("GET", r"/repos/([^/]+/[^/]+)/releases", self.list_releases),
             ("PATCH", r"/repos/([^/]+/[^/]+)/releases/(\d+)", self.update_release),
@@ -300,6 +323,26 @@ class _GitHubHandler(_Handler):
                 return
         self._json(404, {"message": "Not Found"})
 
+    def get_tag_ref(self, repo: str, tag: str) -> None:
+        """GET /repos/{owner}/{repo}/git/ref/tags/{tag}: the ref, or 404 (an exact match,
+        unlike the plural git/refs, which lists refs by prefix)."""
+        if not self._authorised():
+            return
+        tag = unquote(tag)
+        commit = self.gh.tags.get((repo, tag))
+        if commit is None:
+            self._json(404, {"message": "Not Found", "status": "404"})
+            return
+        base = f"{self.gh.url}/repos/{repo}/git"
+        self._json(
+            200,
+            {
+                "ref": f"refs/tags/{tag}",
+                "url": f"{base}/refs/tags/{tag}",
+                "object": {"sha": commit, "type": "commit", "url": f"{base}/commits/{commit}"},
+            },
+        )
+
     def list_releases(self, repo: str) -> None:
         if not self._authorised():
             return
@@ -315,6 +358,8 @@ class _GitHubHandler(_Handler):
             self._json(404, {"message": "Not Found"})
             return
         if "draft" in request:
+            if release.get("draft") and not request["draft"]:
+                self.gh.made_public(release, request.get("target_commitish"))
             release["draft"] = bool(request["draft"])
         self._json(200, self.gh.release_json(release))
 
@@ -336,6 +381,8 @@ class _GitHubHandler(_Handler):
             "name": request.get("name") or request["tag_name"],
             "draft": bool(request.get("draft", False)),
         }
+        if not release["draft"]:
+            self.gh.made_public(release, request.get("target_commitish"))
         self.gh.releases[release["id"]] = release
         self._json(201, self.gh.release_json(release))
 

@@ -253,9 +253,10 @@ def release_command(
         bool,
         typer.Option(
             "--github-draft",
-            help="Upload and verify, but leave the GitHub release a draft: the same command "
-            "without this flag publishes it (e.g. once the tag exists on the commit that "
-            "carries the manifest).",
+            help="Upload and verify, but leave the GitHub release a draft, which needs no "
+            "tag: the same command without this flag publishes it, and refuses unless the "
+            "tag exists (GitHub would create a missing one at the default branch's head). "
+            "An already published release stays published.",
             metavar="",
         ),
     ] = False,
@@ -346,7 +347,7 @@ def release_command(
     for (target, name), actions in _actions(reporter.outcomes).items():
         table.add_row(target, name, ", ".join(actions))
     console.print(table)
-    append_step_summary(_summary(result, reporter.outcomes, dry_run, github_draft))
+    append_step_summary(_summary(result, reporter.outcomes, dry_run))
     if as_json:
         print_json(
             {
@@ -363,11 +364,8 @@ def release_command(
     if dry_run:
         console.print("dry run: nothing was uploaded")
         return
-    if github_draft and any(t.label.startswith("github:") for t in targets):
-        console.print(
-            "the GitHub release is still a draft: run the same command without --github-draft "
-            "to publish it"
-        )
+    for note in result.notes:  # e.g. the GitHub release left a draft, and how to publish it
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
     if package_dir is not None:
         console.print(
             f"wrote {package_dir}/{MANIFEST_FILE}: commit it, so that installs of this "
@@ -383,14 +381,13 @@ def _actions(outcomes: list[tuple[str, str, str]]) -> dict[tuple[str, str], list
 
 
 def _summary(
-    result: ReleaseResult, outcomes: list[tuple[str, str, str]], dry_run: bool, draft: bool
+    result: ReleaseResult, outcomes: list[tuple[str, str, str]], dry_run: bool
 ) -> list[str]:
     """The run's page on GitHub Actions: what was validated, what each target got, and
     the manifest's URLs."""
     verdict = "dry run, nothing uploaded" if dry_run else "published and verified"
-    if draft and not dry_run:
-        verdict += " (the GitHub release is a draft)"
     lines = [f"## tools release {result.manifest.version}: {verdict}", ""]
+    lines += [*(f"- {note}" for note in result.notes), *([""] if result.notes else [])]
     lines += _coverage_markdown(result.coverage)
     lines += ["", "| target | file | result |", "|---|---|---|"]
     for (target, name), actions in _actions(outcomes).items():
