@@ -38,12 +38,13 @@ from sandbox_tools.release.progress import NoProgress, Transfers
 CHUNK = 1 << 16
 HTTP_ATTEMPTS = 5  # per mirror, once it has answered; each resumes where the last stopped
 CONNECT_TIMEOUT = 10.0  # seconds to open the connection
-# Seconds from the request to the first byte of the answer. A mirror that accepts the
-# connection and never answers (a dead proxy, a half-open tunnel) is given up after this,
-# once, and the next source tried: it used to hold each artifact for HTTP_ATTEMPTS x
-# READ_TIMEOUT (five minutes). pip waits 15 s, too.
+# Seconds a server may stay silent (requests has one read timeout for both cases). Before
+# the first byte of its answer: the server is given up at once, without another attempt
+# (it would wait as long again, for every artifact), and the next source is tried; a
+# mirror that accepted the connection and never answered used to hold each artifact for
+# five minutes (5 attempts of 60 s). Mid-transfer: the attempt ends, and the next one
+# resumes from the bytes held. pip waits 15 s too.
 FIRST_BYTE_TIMEOUT = 15.0
-READ_TIMEOUT = 60.0  # seconds of silence mid-transfer before it is resumed
 
 
 class _SourceFailed(Exception):
@@ -199,17 +200,8 @@ def _no_answer(exc: requests.RequestException, url: str) -> str:
 def _cut_short(exc: requests.RequestException) -> str:
     """Why a transfer that had begun stopped, in a few words."""
     if any(isinstance(c, (TimeoutError, socket.timeout)) for c in _causes(exc)):
-        return f"no data for {READ_TIMEOUT:g} s"
+        return f"no data for {FIRST_BYTE_TIMEOUT:g} s"
     return "the connection closed early"
-
-
-def _give_the_body_time(response: requests.Response) -> None:
-    """The answer has begun: from here on the source may pause up to READ_TIMEOUT
-    between blocks (FIRST_BYTE_TIMEOUT bounded only the wait for the answer)."""
-    connection = getattr(response.raw, "connection", None)
-    sock = getattr(connection, "sock", None)
-    if isinstance(sock, socket.socket):
-        sock.settimeout(READ_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -268,7 +260,6 @@ class HttpSource:
             # artifact. The next source is tried now.
             raise _Unanswered(self.url, _no_answer(exc, self.url)) from None
         with response:
-            _give_the_body_time(response)
             resumed = response.status_code == 206 and response.headers.get(
                 "Content-Range", ""
             ).startswith(f"bytes {have}-")
