@@ -20,9 +20,9 @@ from sandbox_tools import __version__
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, artifact_name, write_build_records
 from sandbox_tools.injector.acquire import current_build_id
 from sandbox_tools.platforms import Arch
+from sandbox_tools.publishing.publish import ReleaseRequest, publish
+from sandbox_tools.publishing.targets import GitHubTarget, S3Target
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
-from sandbox_tools.release.publish import ReleaseRequest, publish
-from sandbox_tools.release.targets import GitHubTarget, S3Target
 from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
 from tests.release.servers import FaultProxy, GitHubReleasesServer
 

@@ -17,9 +17,9 @@ from sandbox_tools import __version__
 from sandbox_tools.artifacts import ArtifactFormat, artifact_name
 from sandbox_tools.errors import ReleaseRefusedError
 from sandbox_tools.platforms import Arch
+from sandbox_tools.publishing.publish import ReleaseRequest, publish
+from sandbox_tools.publishing.targets import S3Target
 from sandbox_tools.release.manifest import MANIFEST_FILE, SUMS_FILE, read_manifest
-from sandbox_tools.release.publish import ReleaseRequest, publish
-from sandbox_tools.release.targets import S3Target
 from tests.release.conftest import (
     GITHUB_REPO,
     TOKEN,
@@ -362,7 +362,7 @@ def test_the_s3_region_comes_from_the_environment_or_the_bucket(
 ) -> None:
     """Issue 18: the region was hard-coded to us-east-1 and written into the manifest's
     public URLs whatever the bucket's real region."""
-    from sandbox_tools.release.targets import _bucket_region
+    from sandbox_tools.publishing.targets import _bucket_region
 
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
     target = S3Target(bucket="releases", prefix="p")

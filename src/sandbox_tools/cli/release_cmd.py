@@ -40,8 +40,11 @@ from sandbox_tools.cli.output import (
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import checkout_root
 from sandbox_tools.platforms import parse_arches
+from sandbox_tools.publishing.coverage import Coverage
+from sandbox_tools.publishing.publish import ReleaseRequest, ReleaseResult, publish
+from sandbox_tools.publishing.targets import release_targets
+from sandbox_tools.publishing.wheel import build_wheel
 from sandbox_tools.release.bundle import bundle_name, create_bundle
-from sandbox_tools.release.coverage import Coverage
 from sandbox_tools.release.fetch import fetch, sources_for
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
@@ -50,9 +53,6 @@ from sandbox_tools.release.manifest import (
     published_dir,
     read_manifest,
 )
-from sandbox_tools.release.publish import ReleaseRequest, ReleaseResult, publish
-from sandbox_tools.release.targets import release_targets
-from sandbox_tools.release.wheel import build_wheel
 
 STATE_STYLE = {"passed": "green", "partly skipped": "yellow", "skipped": "yellow"}
 

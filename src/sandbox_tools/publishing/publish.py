@@ -43,7 +43,8 @@ from sandbox_tools.errors import (
     ReleaseVerificationError,
 )
 from sandbox_tools.platforms import Arch
-from sandbox_tools.release.coverage import Coverage, coverage, resolve_required
+from sandbox_tools.publishing.coverage import Coverage, coverage, resolve_required
+from sandbox_tools.publishing.targets import PublishConflict, Target, TargetError
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
     PUBLISHED_DIR,
@@ -54,7 +55,6 @@ from sandbox_tools.release.manifest import (
     write_release_files,
 )
 from sandbox_tools.release.progress import NoProgress, Transfers
-from sandbox_tools.release.targets import PublishConflict, Target, TargetError
 from sandbox_tools.validation import ValidationReport
 
 RELEASED_FORMAT = ArtifactFormat.PORTABLE
