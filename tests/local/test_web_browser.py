@@ -22,6 +22,7 @@ import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,7 +42,7 @@ from sandbox_tools.runtime.tools.web_browser.tool_types import (
     SessionParams,
     TypeParams,
 )
-from tests.support import request
+from tests.support import RuntimeDir, eventually, request
 
 pytestmark = pytest.mark.skipif(
     not os.access(DEFAULT_BROWSER, os.X_OK),
@@ -406,3 +407,21 @@ async def test_a_missing_browser_is_a_tool_error_that_says_what_to_install() -> 
     info = await controller.info()
     assert info["installed"] is False and info["running"] is False
     await controller.shutdown()
+
+
+def test_the_runtime_server_serves_the_browser_and_kills_it_when_it_stops(
+    tmp_path: Path, site: str
+) -> None:
+    """Through the real CLI and server: the methods are on the wire, and `stop-server`
+    (the server's shutdown) kills the browser's whole process group."""
+    runtime = RuntimeDir(str(tmp_path / "server"))
+    try:
+        name = runtime.result("web_new_session", {"headful": False})["session_name"]
+        page = runtime.result("web_go", {"session_name": name, "url": site})
+        assert page["error"] is None and "Welcome" in page["web_at"]
+        pid = runtime.result("browser_info")["pid"]
+        assert isinstance(pid, int) and group_members(pid)
+    finally:
+        stopped = runtime.cli("stop-server")
+    assert stopped.returncode == 0, stopped.stderr
+    eventually(lambda: not group_members(pid), "the browser's process group to be gone")
