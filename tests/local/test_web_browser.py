@@ -309,6 +309,28 @@ async def test_a_browser_killed_mid_call_is_a_tool_error_and_the_next_call_start
     assert (await browser.info())["pid"] not in (None, before)
 
 
+async def test_a_crashed_page_is_an_error_and_its_session_starts_again(
+    browser: WebBrowserController, site: str
+) -> None:
+    """A renderer that dies (chrome://crash kills it as out-of-memory would) answers
+    nothing more: its calls fail at once instead of waiting for the call timeout."""
+    session = await new_session(browser)
+    await go(browser, session, site)
+    pid = (await browser.info())["pid"]
+    started = time.monotonic()
+    crashed = await go(browser, session, "chrome://crash")
+    assert crashed["error"] is not None
+    for _ in range(3):  # a call racing the crash's news fails too (aborted, or crashed)
+        result = await go(browser, session, site)
+        if result["error"] is None:
+            break
+        await asyncio.sleep(0.2)
+    assert result["error"] is None
+    element(result["web_at"], "heading", "Welcome")
+    assert time.monotonic() - started < 10
+    assert (await browser.info())["pid"] == pid  # one page crashed, not the browser
+
+
 async def test_a_hung_browser_is_stopped_after_the_call_timeout(site: str) -> None:
     controller = WebBrowserController(Limits(browser_call_timeout_s=2.0))
     try:

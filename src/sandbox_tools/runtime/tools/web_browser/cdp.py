@@ -53,7 +53,7 @@ class _Reader(asyncio.Protocol):
         self.connection._received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.connection._lost("its DevTools pipe closed (the browser exited or crashed)")
+        self.connection.fail("its DevTools pipe closed (the browser exited or crashed)")
 
 
 class CdpConnection:
@@ -63,7 +63,8 @@ class CdpConnection:
         self._splitter = FrameSplitter(max_frame_bytes)
         self._on_event = on_event
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        # Calls waiting for their answer, with the page session each was sent to.
+        self._pending: dict[int, tuple[str | None, asyncio.Future[dict[str, Any]]]] = {}
         self._writer: asyncio.WriteTransport | None = None
         self._reader: asyncio.ReadTransport | None = None
         self.failure: str | None = None  # why the connection is unusable, once it is
@@ -91,21 +92,21 @@ class CdpConnection:
             raise BrowserFailed(self.failure or "it is not connected")
         message_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[message_id] = future
+        self._pending[message_id] = (session_id, future)
         try:
             self._writer.write(encode_command(message_id, method, params, session_id))
             return await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
-            self._lost(f"it did not answer {method} within {timeout:g} s")
+            self.fail(f"it did not answer {method} within {timeout:g} s")
             raise BrowserFailed(f"it did not answer {method} within {timeout:g} s") from None
         except (BrokenPipeError, ConnectionResetError):
-            self._lost("its DevTools pipe closed (the browser exited or crashed)")
+            self.fail("its DevTools pipe closed (the browser exited or crashed)")
             raise BrowserFailed(self.failure or "its pipe closed") from None
         finally:
             self._pending.pop(message_id, None)
 
     def close(self) -> None:
-        self._lost("it was stopped")
+        self.fail("it was stopped")
         for transport in (self._writer, self._reader):
             if transport is not None:
                 with contextlib.suppress(Exception):
@@ -117,7 +118,7 @@ class CdpConnection:
             for frame in frames:
                 self._deliver(parse_frame(frame))
         except CdpFramingError as exc:
-            self._lost(str(exc))
+            self.fail(str(exc))
             if self._reader is not None:
                 self._reader.close()
 
@@ -125,7 +126,7 @@ class CdpConnection:
         if message.id is None:
             self._on_event(message)
             return
-        future = self._pending.get(message.id)
+        _, future = self._pending.get(message.id, (None, None))
         if future is None or future.done():
             return  # the answer to a call that already gave up
         if message.error is not None:
@@ -133,10 +134,20 @@ class CdpConnection:
         else:
             future.set_result(message.result or {})
 
-    def _lost(self, reason: str) -> None:
+    def fail(self, reason: str) -> BrowserFailed:
+        """Mark the connection unusable (the first reason sticks), fail every call still
+        waiting, and return the error to raise for `reason`."""
         if self.failure is None:
             self.failure = reason
         self.lost.set()
-        for future in self._pending.values():
+        for _, future in self._pending.values():
             if not future.done():
                 future.set_exception(BrowserFailed(self.failure))
+        return BrowserFailed(reason)
+
+    def fail_page(self, session_id: str, reason: str) -> None:
+        """A page's renderer died: the calls sent to it will never be answered, so they
+        fail now as the page's error (the browser itself is fine)."""
+        for target, future in self._pending.values():
+            if target == session_id and not future.done():
+                future.set_exception(CdpCommandError(reason))

@@ -79,6 +79,8 @@ class _Tab:
     committed: int = 0  # main frame now shows a new document
     content_loaded: int = 0  # DOMContentLoaded
     same_document: int = 0  # a fragment or history.pushState navigation
+    crashed: str | None = None  # why its renderer died, once it did
+    crash_told: bool = False  # an answer already said so
     rendered: PageText | None = None
 
 
@@ -288,8 +290,13 @@ class WebBrowserController:
         self._busy += 1
         try:
             return await work()
-        except BrowserFailed as exc:
-            await self._stop_browser(f"the browser failed ({exc.reason})")
+        except BrowserFailed:
+            # Only a browser whose connection failed is stopped: by the time a call
+            # that failed on an old browser gets here, another call may have started a
+            # healthy new one.
+            browser = self._browser
+            if browser is not None and browser.connection.failure is not None:
+                await self._stop_browser(f"the browser failed ({browser.connection.failure})")
             raise
         finally:
             self._busy -= 1
@@ -315,9 +322,15 @@ class WebBrowserController:
                     text = await self._render(tab)
                     url = await self._url(tab)
                 except (PageError, CdpCommandError) as exc:
-                    return self._answer(
-                        await self._url_or_blank(session), None, "encountered error", str(exc)
-                    )
+                    error = str(exc)
+                    if session.tab is not None and session.tab.crashed is not None:
+                        session.tab.crash_told = True
+                        error = (
+                            f"{session.tab.crashed}; the session starts again on a blank page "
+                            "at its next call"
+                        )
+                    url = await self._url_or_blank(session)
+                    return self._answer(url, None, "encountered error", error)
                 return self._answer(url, text.main_content, text.tree, None)
 
             return await self._using(run)
@@ -333,7 +346,15 @@ class WebBrowserController:
             or self._browser.connection.failure is not None
             or session.generation != self._generation
             or session.tab is None
+            or session.tab.crashed is not None
         ):
+            if session.tab is not None and session.tab.crashed is not None:
+                if not session.tab.crash_told:
+                    session.lost_pages = (
+                        f"{session.tab.crashed}; the session starts again on a blank page: "
+                        "open a URL with web_go"
+                    )
+                await self._forget_context(session, dispose=True)
             if session.generation >= 0 and session.lost_pages is None:
                 session.lost_pages = (
                     "this session's pages were lost: "
@@ -351,7 +372,7 @@ class WebBrowserController:
         context = await self._browser_call("Target.createBrowserContext", {})
         context_id = context.get("browserContextId")
         if not isinstance(context_id, str):
-            raise BrowserFailed("it created a browser context without an id")
+            raise self._broken("it created a browser context without an id")
         session.context_id = context_id
         session.generation = self._generation
         self._by_context[context_id] = session
@@ -366,7 +387,7 @@ class WebBrowserController:
         )
         target_id = target.get("targetId")
         if not isinstance(target_id, str):
-            raise BrowserFailed("it created a tab without an id")
+            raise self._broken("it created a tab without an id")
         session.tab = await self._attach(session, target_id)
 
     async def _attach(self, session: _Session, target_id: str) -> _Tab:
@@ -375,10 +396,11 @@ class WebBrowserController:
         )
         cdp_session = attached.get("sessionId")
         if not isinstance(cdp_session, str):
-            raise BrowserFailed("it attached to a tab without a session id")
+            raise self._broken("it attached to a tab without a session id")
         tab = _Tab(target_id, cdp_session)
         self._by_cdp_session[cdp_session] = (session, tab)
         await self._call("Page.enable", {}, tab)
+        await self._call("Inspector.enable", {}, tab)  # for Inspector.targetCrashed
         # Node ids in the accessibility tree stay the same between two calls only while
         # the domain is enabled: a click names an id from the previous answer.
         await self._call("Accessibility.enable", {}, tab)
@@ -462,6 +484,13 @@ class WebBrowserController:
 
     # -- DevTools plumbing ---------------------------------------------------------------
 
+    def _broken(self, reason: str) -> BrowserFailed:
+        """The browser answered something it never should: it is not to be trusted with
+        more calls (the caller raises what this returns)."""
+        if self._browser is None:
+            return BrowserFailed(reason)
+        return self._browser.connection.fail(reason)
+
     async def _browser_call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if self._browser is None:
             raise BrowserFailed(self._stopped_because or "it is not running")
@@ -472,6 +501,8 @@ class WebBrowserController:
     async def _call(self, method: str, params: dict[str, Any], tab: _Tab) -> dict[str, Any]:
         if self._browser is None:
             raise BrowserFailed(self._stopped_because or "it is not running")
+        if tab.crashed is not None:
+            raise PageError(tab.crashed)
         return await self._browser.connection.call(
             method, params, session_id=tab.cdp_session, timeout=self.limits.browser_call_timeout_s
         )
@@ -481,10 +512,16 @@ class WebBrowserController:
         if method == "Target.targetCreated":
             self._maybe_follow(params.get("targetInfo"))
             return
+        if method == "Target.targetCrashed":
+            self._crashed(params)
+            return
         found = self._by_cdp_session.get(message.session_id or "")
         if found is None:
             return
         session, tab = found
+        if method == "Inspector.targetCrashed":
+            self._crashed({"targetId": tab.target_id, "status": "crashed"})
+            return
         frame = params.get("frameId")
         main = frame == tab.target_id
         if method == "Page.frameStartedLoading" and main:
@@ -507,6 +544,19 @@ class WebBrowserController:
             return
         session.changed.set()
 
+    def _crashed(self, params: dict[str, Any]) -> None:
+        """A tab's renderer died (out of memory, a crash): its session hears it at once
+        instead of waiting for calls that cannot be answered."""
+        status = params.get("status")
+        for session, tab in self._by_cdp_session.values():
+            if tab.target_id == params.get("targetId") and tab.crashed is None:
+                tab.crashed = "the page crashed" + (
+                    f" ({status})" if isinstance(status, str) and status != "crashed" else ""
+                )
+                session.changed.set()
+                if self._browser is not None:
+                    self._browser.connection.fail_page(tab.cdp_session, tab.crashed)
+
     def _maybe_follow(self, info: Any) -> None:
         """A tab a session's page opened becomes that session's current tab."""
         if not isinstance(info, dict) or info.get("type") != "page" or not info.get("openerId"):
@@ -518,6 +568,12 @@ class WebBrowserController:
 
         async def follow() -> None:
             tab = await self._attach(session, target_id)
+            # The new tab may have loaded before we were attached to hear it do so.
+            check = "location.href !== 'about:blank' && document.readyState !== 'loading'"
+            loaded = await self._call("Runtime.evaluate", {"expression": check}, tab)
+            result = loaded.get("result")
+            if isinstance(result, dict) and result.get("value") is True:
+                tab.content_loaded += 1
             session.tab = tab
             session.tabs_opened += 1
             session.changed.set()
@@ -549,6 +605,8 @@ class WebBrowserController:
     async def _wait(self, session: _Session, done: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while not done():
+            if session.tab is not None and session.tab.crashed is not None:
+                raise PageError(session.tab.crashed)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
@@ -718,7 +776,7 @@ class WebBrowserController:
         return ""
 
     async def _url_or_blank(self, session: _Session) -> str:
-        if session.tab is None:
+        if session.tab is None or session.tab.crashed is not None:
             return ""
         with contextlib.suppress(CdpCommandError):
             return await self._url(session.tab)
