@@ -291,3 +291,14 @@ def test_png_size_reads_the_header_and_refuses_what_is_not_a_png() -> None:
     assert png_size(header + (1080).to_bytes(4, "big") + b"\x08\x06") == (1280, 1080)
     with pytest.raises(NotPng):
         png_size(b"GIF89a" + b"\x00" * 30)
+
+
+def test_a_large_frame_in_many_reads_is_found_once_whole() -> None:
+    splitter = FrameSplitter(10_000_000)
+    frame = b'{"id":1,"result":{"x":"' + b"a" * 5_000_000 + b'"}}'
+    data = frame + b"\x00"
+    found: list[bytes] = []
+    for offset in range(0, len(data), 65_536):
+        found += splitter.feed(data[offset : offset + 65_536])
+    assert found == [frame]
+    assert splitter.feed(b'{"id":2}\x00') == [b'{"id":2}']
