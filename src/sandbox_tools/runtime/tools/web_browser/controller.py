@@ -259,9 +259,7 @@ class WebBrowserController:
             "version": version,
             "running": browser is not None,
             "pid": browser.pid if browser else None,
-            "uid": (browser.identity.uid if browser.identity.uid is not None else None)
-            if browser
-            else None,
+            "uid": browser.identity.uid if browser else None,
             "sessions": len(self._sessions),
         }
 
@@ -298,6 +296,10 @@ class WebBrowserController:
             if browser is not None and browser.connection.failure is not None:
                 await self._stop_browser(f"the browser failed ({browser.connection.failure})")
             raise
+        except (PageError, CdpCommandError) as exc:
+            # Outside a page action's answer (opening a session, a screenshot), what the
+            # page or the browser refused is still an expected failure, said plainly.
+            raise ToolError(str(exc)) from None
         finally:
             self._busy -= 1
             self._last_used = time.monotonic()
