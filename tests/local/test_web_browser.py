@@ -273,6 +273,23 @@ async def test_two_sessions_keep_their_pages_and_cookies_apart(
     assert "cookie is []" in (await go(browser, second, f"{site}/cookie"))["web_at"]
 
 
+async def test_sessions_work_at_once_and_their_number_is_bounded(site: str) -> None:
+    controller = WebBrowserController(Limits(max_browser_sessions=3))
+    try:
+        names = [await new_session(controller) for _ in range(3)]
+        with pytest.raises(ToolError, match="too many browser sessions"):
+            await new_session(controller)
+        pages = ["/", "/next", "/js"]
+        results = await asyncio.gather(
+            *(go(controller, name, site + page) for name, page in zip(names, pages, strict=True))
+        )
+        assert [r["web_url"] for r in results] == [site + page for page in pages]
+        await controller.close_session(SessionParams.parse({"session_name": names[0]}))
+        await new_session(controller)  # a closed session frees its place
+    finally:
+        await controller.shutdown()
+
+
 async def test_a_pages_failure_is_in_error_not_a_protocol_error(
     browser: WebBrowserController, site: str
 ) -> None:
@@ -397,6 +414,22 @@ async def test_a_call_as_uid_1000_runs_the_browser_as_1000_with_a_private_profil
     await browser.shutdown()
     assert group_members(pid) == []  # shutdown killed the whole group
     assert not os.path.exists(profile)
+
+
+@pytest.mark.security
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as uid 1000 needs a root server")
+async def test_one_browser_never_serves_two_identities_at_once(
+    browser: WebBrowserController, site: str
+) -> None:
+    """THREAT_MODEL.md, "The web browser": a session for root is refused while the
+    browser runs as uid 1000 for another, so no page of one reaches the other's rights."""
+    agent = await new_session(browser, user="1000")
+    with pytest.raises(ToolError, match="cannot also act as"):
+        await new_session(browser, user="0")
+    await browser.close_session(SessionParams.parse({"session_name": agent}))
+    root = await new_session(browser, user="0")  # once the first user's sessions are gone
+    assert (await go(browser, root, site))["error"] is None
+    assert (await browser.info())["uid"] is None  # the server's own identity
 
 
 async def test_the_wire_methods_answer_as_inspects_host_expects(
