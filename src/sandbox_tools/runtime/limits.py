@@ -19,9 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sandbox_tools.protocol import (
+    BROWSER_CALL_TIMEOUT_ENV,
+    BROWSER_ENV,
+    BROWSER_IDLE_TIMEOUT_ENV,
+    BROWSER_TREE_MAX_CHARS_ENV,
     EXEC_BUFFER_BYTES_ENV,
     EXEC_RESPONSE_BYTES_ENV,
     KILL_GRACE_ENV,
+    MAX_BROWSER_SESSIONS_ENV,
     MAX_JOBS_ENV,
     MAX_MCP_SESSIONS_ENV,
     MAX_SESSIONS_ENV,
@@ -30,6 +35,10 @@ from sandbox_tools.protocol import (
     STDIN_TIMEOUT_ENV,
     TEXT_EDITOR_MAX_BYTES_ENV,
 )
+
+# The browser web_browser starts: Debian's Chromium headless shell, where the browser
+# add-on is not installed yet. The one place to change when the add-on's launcher moves in.
+DEFAULT_BROWSER = "/usr/lib/chromium/chromium-headless-shell"
 
 
 class LimitsError(ValueError):
@@ -58,6 +67,20 @@ class Limits:
     max_sessions: int = 16
     # MCP servers at once.
     max_mcp_sessions: int = 16
+    # web_browser: the browser's executable (BROWSER_ENV), which is not a limit but is read
+    # with them, once, so every session of one server drives the same browser.
+    browser: str = DEFAULT_BROWSER
+    # A browser nobody called for this long is stopped (its sessions start again on a
+    # blank page at their next call), so an idle sandbox does not hold its memory.
+    browser_idle_timeout_s: float = 600.0
+    # Every DevTools command, and every wait for a page to load; past it the page's load
+    # is an error, and a browser that does not answer a command is stopped as hung.
+    browser_call_timeout_s: float = 30.0
+    # The accessibility tree's text in one answer; past it the tree is cut at a line
+    # and its last line says how many elements were left out.
+    browser_tree_max_chars: int = 100_000
+    # Browser sessions (one browser context each) at once.
+    max_browser_sessions: int = 16
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Limits:
@@ -77,6 +100,19 @@ class Limits:
             ),
             max_sessions=_digits(environ, MAX_SESSIONS_ENV, default.max_sessions),
             max_mcp_sessions=_integer(environ, MAX_MCP_SESSIONS_ENV, default.max_mcp_sessions),
+            browser=environ.get(BROWSER_ENV) or default.browser,
+            browser_idle_timeout_s=_number(
+                environ, BROWSER_IDLE_TIMEOUT_ENV, default.browser_idle_timeout_s
+            ),
+            browser_call_timeout_s=_number(
+                environ, BROWSER_CALL_TIMEOUT_ENV, default.browser_call_timeout_s
+            ),
+            browser_tree_max_chars=_digits(
+                environ, BROWSER_TREE_MAX_CHARS_ENV, default.browser_tree_max_chars
+            ),
+            max_browser_sessions=_digits(
+                environ, MAX_BROWSER_SESSIONS_ENV, default.max_browser_sessions
+            ),
         )
 
 

@@ -20,6 +20,8 @@ from sandbox_tools.runtime.tools.mcp import json_rpc_methods as mcp_methods
 from sandbox_tools.runtime.tools.mcp.controller import McpController
 from sandbox_tools.runtime.tools.text_editor import json_rpc_methods as text_editor_methods
 from sandbox_tools.runtime.tools.text_editor.controller import TextEditorController
+from sandbox_tools.runtime.tools.web_browser import json_rpc_methods as web_browser_methods
+from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 
 
 def core_methods(server_dir: str, request_shutdown: Callable[[], None]) -> dict[str, Method]:
@@ -55,12 +57,14 @@ class Controllers:
         self.host_messages = HostMessages()
         self.mcp = McpController(self.host_messages, limits)
         self.http_tunnel = HttpTunnelController(self.host_messages)
+        self.web_browser = WebBrowserController(limits)
 
     async def shutdown(self) -> None:
         self.host_messages.stop()
         await self.mcp.shutdown()
         await self.exec_remote.shutdown()
         await self.bash_session.shutdown()
+        await self.web_browser.shutdown()
 
 
 def all_methods(
@@ -74,4 +78,5 @@ def all_methods(
         **mcp_methods.methods(controllers.mcp),
         **controllers.host_messages.methods(),
         **controllers.http_tunnel.methods(),
+        **web_browser_methods.methods(controllers.web_browser),
     }
