@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from sandbox_tools.protocol import (
     HOP_BY_HOP_HEADERS,
     HOST_MESSAGE_HTTP_CANCEL,
     HOST_MESSAGE_HTTP_REQUEST,
+    json_cost,
+    json_values,
     tunnel_headers_too_many,
 )
 
@@ -60,6 +63,16 @@ MAX_BODY_CALL_BYTES = 1024 * 1024  # body bytes per call to the runtime
 MAX_PENDING = 256
 MAX_HELD_BYTES = 128 * 1024 * 1024
 PLACEHOLDER_KEY = "sandbox-tools-proxy"  # SDKs insist on a key; the host holds the real one
+# The methods a model API is called with. Others are refused before any handler: TRACE
+# (and TRACK) make an upstream echo the request, the host's credentials included, back
+# to the agent; CONNECT asks for a tunnel.
+ALLOWED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# JSON values a request body may hold for `ProxyRequest.json()` (a long conversation
+# with its tools is thousands); past this, parsing alone would cost the host gigabytes.
+MAX_REQUEST_JSON_VALUES = 200_000
+# Refusals logged in full per proxy; after that, one line a minute says how many more.
+REFUSALS_LOGGED = 5
+REFUSAL_SUMMARY_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,16 @@ class ProxyRequest:
         return next((v for k, v in self.headers if k.lower() == lowered), None)
 
     def json(self) -> Any:
-        """The body parsed as JSON; ValueError if it is not."""
+        """The body parsed as JSON; ValueError if it is not, ProxyRequestRefused (413) if
+        it holds more values than a model request needs (parsing it would cost far more
+        host memory than its bytes)."""
+        values = json_values(self.body)
+        if values > MAX_REQUEST_JSON_VALUES:
+            raise ProxyRequestRefused(
+                f"the request body holds about {values} JSON values (at most "
+                f"{MAX_REQUEST_JSON_VALUES})",
+                status=413,
+            )
         return json.loads(self.body)
 
 
@@ -185,6 +207,8 @@ def _request_from(params: Mapping[str, Any]) -> ProxyRequest:
         raise ProxyRequestRefused(f"the request has {too_many}")
     if len(method) > 32 or not _TOKEN.fullmatch(method):
         raise ProxyRequestRefused(f"the request method {method[:40]!r} is not an HTTP token")
+    if method not in ALLOWED_METHODS:
+        raise ProxyRequestRefused(f"the method {method} is not one a model API takes", status=405)
     for name, value in headers:
         if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\x00"):
             raise ProxyRequestRefused(f"the request header {name[:40]!r} is malformed")
@@ -219,7 +243,8 @@ class ModelProxy:
         self._process: ExecRemoteProcess | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.ended: str | None = None  # why the in-sandbox proxy ended while in use
-        self._held = 0  # bytes of requests held by pending tasks
+        self._held = 0  # what requests held by pending tasks may cost, in bytes
+        self._refusals = _Throttled(log, "model proxy")
 
     @property
     def base_url(self) -> str:
@@ -346,18 +371,19 @@ class ModelProxy:
         try:
             parsed = _request_from(params)
         except ProxyRequestRefused as exc:
-            log.warning("model proxy: refused a request from the sandbox: %s", exc)
+            self._refusals.warn(f"refused a request from the sandbox: {exc}")
             request = exc
         else:
             request = parsed
-            held = len(parsed.body) + sum(len(k) + len(v) for k, v in parsed.headers)
+            # Counted as what it may cost parsed, not its bytes: dense JSON grows tenfold.
+            held = json_cost(parsed.body) + sum(len(k) + len(v) for k, v in parsed.headers)
             if self._held + held > MAX_HELD_BYTES:
                 request = ProxyRequestRefused(
-                    f"the host holds {self._held} bytes of requests already (at most "
-                    f"{MAX_HELD_BYTES}); retry later",
+                    f"the host holds requests that may cost {self._held} bytes already, "
+                    f"and this one {held} (at most {MAX_HELD_BYTES} together); retry later",
                     status=503,
                 )
-                log.warning("model proxy: %s", request)
+                self._refusals.warn(str(request))
                 held = 0
         self._held += held
         task = asyncio.create_task(self._serve(request_id, request))
@@ -384,7 +410,7 @@ class ModelProxy:
             except asyncio.CancelledError:
                 raise
             except ProxyRequestRefused as exc:
-                log.warning("model proxy: refused %s: %s", request_id, exc)
+                self._refusals.warn(f"refused {request_id}: {exc}")
                 response = refusal(str(exc), exc.status)
             except Exception as exc:
                 log.exception("model proxy handler failed")
@@ -433,11 +459,23 @@ class ModelProxy:
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(64)
 
         async def produce() -> None:
+            # The end mark is put only when the body ended or failed: a producer cancelled
+            # because the agent hung up must not wait on a full queue nobody reads.
             try:
                 async for chunk in body:
                     await queue.put(chunk)
-            finally:
+            except asyncio.CancelledError:
+                raise
+            except Exception:
                 await queue.put(None)
+                raise
+            finally:
+                # The upstream's connection is released now, not when the collector runs.
+                aclose = getattr(body, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(aclose())
+            await queue.put(None)
 
         producer = asyncio.create_task(produce())
         try:
@@ -483,6 +521,36 @@ ROUTING_HEADERS = {
     "x-real-ip",
     "x-envoy-original-path",
 }
+
+
+class _Throttled:
+    """Warnings about what a sandbox sends, bounded: the first few in full, then a count
+    at most once a minute. A refusal per request would let an agent fill the host's log
+    and every sample's transcript (inspect keeps each record)."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self.log = logger
+        self.what = what
+        self.count = 0
+        self.unsaid = 0
+        self.said_at = 0.0
+
+    def warn(self, message: str) -> None:
+        self.count += 1
+        if self.count <= REFUSALS_LOGGED:
+            self.log.warning("%s: %s", self.what, message)
+            self.said_at = time.monotonic()
+            return
+        self.unsaid += 1
+        if time.monotonic() - self.said_at >= REFUSAL_SUMMARY_SECONDS:
+            self.log.warning(
+                "%s: %d more refusals since the last line (the latest: %s)",
+                self.what,
+                self.unsaid,
+                message,
+            )
+            self.unsaid = 0
+            self.said_at = time.monotonic()
 
 
 def refusal(reason: str, status: int = 400) -> ProxyResponse:
@@ -553,6 +621,10 @@ class forward_to:
         return url
 
     async def __call__(self, request: ProxyRequest) -> ProxyResponse:
+        if request.method not in ALLOWED_METHODS:  # checked on arrival too; this handler may
+            raise ProxyRequestRefused(  # also be given requests made elsewhere
+                f"the method {request.method[:40]} is not one a model API takes", status=405
+            )
         url = self.upstream_url(request.path)
         forwarded = [
             (k, v)
