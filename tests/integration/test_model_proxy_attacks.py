@@ -196,7 +196,7 @@ async def test_an_abandoned_stream_gives_its_slot_and_its_upstream_back(
         async with ModelProxy(runtime, handler, port=port, max_concurrent=2, timeout=5) as proxy:
             agents = []
             for _ in range(2):
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                _reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 writer.write(b"POST /v1/stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
                 await writer.drain()
                 agents.append(writer)

@@ -178,8 +178,15 @@ def origin_form_path(target: str) -> str:
             raise ProxyRequestRefused(
                 f"the request path {path[:80]!r} is not UTF-8 once decoded"
             ) from None
-        if decoded in (".", ".."):
+        if decoded in (".", "..") or not decoded.strip(". \t"):
+            # `...` and `..%20` too: some upstream stacks trim them into `..`.
             raise ProxyRequestRefused(f"the request path {path[:80]!r} has a dot segment")
+        if not decoded.isascii() or "?" in decoded or "#" in decoded:
+            # Full-width dots, zero-width spaces, or a query or fragment smuggled into the
+            # path: an upstream may normalise them into something else; no API needs them.
+            raise ProxyRequestRefused(
+                f"the request path {path[:80]!r} decodes to a character no API path needs"
+            )
         if ";" in segment or _DECODED_FORBIDDEN.search(decoded):
             raise ProxyRequestRefused(
                 f"the request path {path[:80]!r} holds a path parameter, an encoded "
