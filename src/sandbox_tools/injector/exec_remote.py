@@ -138,7 +138,10 @@ class ExecRemoteOptions:
 
 
 class _Tail:
-    """Keeps the newest `limit` characters of a stream."""
+    """Keeps the newest `limit` characters of a stream. Small pieces are joined to the last
+    one, so a process printing two bytes a poll costs its characters, not an object each."""
+
+    JOIN_BELOW = 64 * 1024
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -146,7 +149,10 @@ class _Tail:
         self._size = 0
 
     def add(self, text: str) -> None:
-        self._parts.append(text)
+        if self._parts and len(self._parts[-1]) + len(text) <= self.JOIN_BELOW:
+            self._parts[-1] += text
+        else:
+            self._parts.append(text)
         self._size += len(text)
         while self._size - len(self._parts[0]) >= self.limit:
             self._size -= len(self._parts.popleft())
