@@ -1,4 +1,4 @@
-"""Where a cold injection's time goes, step by step (a benchmark, not a test; issue 16).
+"""Where a cold injection's time goes, step by step (a benchmark, not a test).
 
 For each target (Debian 12, a libc-free busybox image, Debian with a read-only root and
 an exec tmpfs), N fresh containers:

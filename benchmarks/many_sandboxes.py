@@ -1,4 +1,4 @@
-"""Many sandboxes from one host (a benchmark, not a test; issue 16).
+"""Many sandboxes from one host (a benchmark, not a test).
 
 For each N: N fresh Debian containers, injected concurrently (persistent channel), then a
 steady mix of tool calls in all of them for a fixed time (exec_remote of `true`, a

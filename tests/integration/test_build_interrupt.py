@@ -1,4 +1,4 @@
-"""Ctrl-C during `tools build` (issue 18): it once kept building to the end, then printed
+"""Ctrl-C during `tools build`: it once kept building to the end, then printed
 `KeyboardInterrupt()` and left an artifact without its record. Now it stops at once: the
 builder container is removed, nothing half-made stays in the output, one line, exit 130."""
 
@@ -73,7 +73,7 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
 def test_a_rebuild_from_a_cleared_cache_gives_the_same_bytes(
     docker_engine: Any, built_artifacts: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 17: the build id's claim made true. The same sources and locks, rebuilt with
+    """The build id's claim made true. The same sources and locks, rebuilt with
     a cleared cache (wheels downloaded again and checked against their pinned hashes, a
     fresh freeze directory, a fresh output), give byte-identical artifacts. The builder
     root is the one thing kept: it is pinned by its lock, checked whenever it is made."""

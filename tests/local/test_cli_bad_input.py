@@ -1,4 +1,4 @@
-"""Issue 18: bad input anywhere gets one clear line and a documented exit code, never a
+"""Bad input anywhere gets one clear line and a documented exit code, never a
 traceback; an unexpected error is one line, exit 70, with the traceback only on request."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _codes(text: str) -> set[int]:
 
 
 def test_every_exit_code_is_in_help_and_in_the_cli_reference(tmp_path: Path) -> None:
-    """Issue 18: the codes a script may see are listed where its author looks."""
+    """The codes a script may see are listed where its author looks."""
     from sandbox_tools import errors
     from sandbox_tools.cli import app as cli
 

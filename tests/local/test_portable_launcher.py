@@ -401,7 +401,7 @@ else:
 def test_stdio_starts_the_server_alongside_and_hands_over_the_start_lock(
     launcher: Path, tmp_path: Path
 ) -> None:
-    """Issue 16: the first `stdio` starts the server and the bridge side by side; the start
+    """The first `stdio` starts the server and the bridge side by side; the start
     lock stays held for the bridge so that no other client starts a second server."""
     artifact = echo_server_artifact(launcher, tmp_path, loader=STDIO_LOADER)
     run = tmp_path / "run"

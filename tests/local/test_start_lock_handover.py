@@ -1,4 +1,4 @@
-"""The bridge's side of the launcher's early server start (issue 16), with a real server.
+"""The bridge's side of the launcher's early server start, with a real server.
 
 The launcher starts the server and hands the `stdio` bridge the start lock it holds; the
 bridge waits for that server instead of starting one and then releases the lock. A

@@ -165,7 +165,7 @@ def test_crash_after_second_upload_then_rerun_completes(
     faults.hold_after = None
     faults.release_hold.set()
     if where == "github":
-        # A dry run changes nothing remotely: the leftover half-upload stays (issue 18),
+        # A dry run changes nothing remotely: the leftover half-upload stays,
         # and the interrupted release is still a draft nobody can download from.
         dry = run_tools(*args, "--dry-run")
         assert dry.returncode == 0, dry.stderr + dry.stdout
@@ -225,7 +225,7 @@ def test_dry_run_uploads_nothing(
     assert len(urls) == 4 and all(u.startswith((s3.endpoint, github.url)) for u in urls)
     assert s3_objects(s3) == {}
     assert github.releases == {} and github.faults.uploads == 0
-    # Nothing changes locally either (issue 18): no manifest or SHA256SUMS in dist/.
+    # Nothing changes locally either: no manifest or SHA256SUMS in dist/.
     assert not (fake_release.dist / MANIFEST_FILE).exists()
     assert not (fake_release.dist / SUMS_FILE).exists()
 
@@ -233,7 +233,7 @@ def test_dry_run_uploads_nothing(
 def test_quiet_keeps_the_result_and_drops_the_progress(
     fake_release: FakeRelease, s3: S3Server
 ) -> None:
-    """Issue 18: the global --quiet silences progress lines, never the result table."""
+    """The global --quiet silences progress lines, never the result table."""
     args = (*release_args(fake_release, s3), "--dry-run")
     loud, hushed = run_tools(*args), run_tools("--quiet", *args)
     assert loud.returncode == hushed.returncode == 0, loud.stderr + hushed.stderr
@@ -246,7 +246,7 @@ def test_quiet_keeps_the_result_and_drops_the_progress(
 def test_where_to_publish_can_come_from_the_project_settings(
     fake_release: FakeRelease, s3: S3Server, tmp_path: Path
 ) -> None:
-    """Issue 17: release settings in [tool.sandbox-tools]; a flag still wins over them."""
+    """Release settings in [tool.sandbox-tools]; a flag still wins over them."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "pyproject.toml").write_text(
@@ -330,7 +330,7 @@ def test_refuses_bytes_that_were_not_validated(fake_release: FakeRelease, s3: S3
     fake_release.report.write_text(json.dumps(report))
     assert "validation failed for" in refusal(fake_release, s3)
 
-    fake_release.report.write_text("[]")  # once a traceback (issue 18)
+    fake_release.report.write_text("[]")  # once a traceback
     assert "is not a `tools validate` report" in refusal(fake_release, s3)
 
     fake_release.report.unlink()
@@ -360,7 +360,7 @@ def test_refuses_outside_a_checkout(
 def test_the_s3_region_comes_from_the_environment_or_the_bucket(
     s3: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 18: the region was hard-coded to us-east-1 and written into the manifest's
+    """The region was hard-coded to us-east-1 and written into the manifest's
     public URLs whatever the bucket's real region."""
     from sandbox_tools.publishing.targets import _bucket_region
 

@@ -158,7 +158,7 @@ def test_offline_injector_uses_what_tools_fetch_placed(
 def test_wheel_refuses_a_manifest_missing_a_platform(
     fake_release: FakeRelease, tmp_path: Path
 ) -> None:
-    """Issue 18: the wheel promises every platform offline; one missing failed only later,
+    """The wheel promises every platform offline; one missing failed only later,
     at injection on that platform."""
     assert run_tools("manifest", "write", "--dist", str(fake_release.dist)).returncode == 0
     manifest_file = fake_release.dist / "manifest.json"

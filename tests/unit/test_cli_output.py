@@ -1,4 +1,4 @@
-"""What the CLI prints for CI (issue 18): GitHub Actions groups and annotations for builds."""
+"""What the CLI prints for CI: GitHub Actions groups and annotations for builds."""
 
 from __future__ import annotations
 

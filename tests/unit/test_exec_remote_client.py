@@ -16,7 +16,7 @@ def test_tail_under_limit_keeps_everything() -> None:
 
 
 def test_the_host_builds_requests_the_runtime_parses() -> None:
-    """One spelling of each key (issue 17): what the host sends parses back to itself."""
+    """One spelling of each key: what the host sends parses back to itself."""
     from sandbox_tools.runtime.tools.exec_remote.tool_types import (
         AckParams,
         PollParams,

@@ -69,6 +69,6 @@ def test_which_cells_modal_can_run() -> None:
     ],
 )
 def test_a_bad_matrix_row_is_one_sentence(toml: str, words: str) -> None:
-    """Issue 17: a misspelled key was a TypeError traceback from Distro(**row)."""
+    """A misspelled key was a TypeError traceback from Distro(**row)."""
     with pytest.raises(ConfigurationError, match=re.escape(words)):
         load_matrix(toml)

@@ -1,4 +1,4 @@
-"""The settings cascade (issue 17): defaults -> [tool.sandbox-tools] -> environment -> flags."""
+"""The settings cascade: defaults -> [tool.sandbox-tools] -> environment -> flags."""
 
 from __future__ import annotations
 

@@ -305,7 +305,7 @@ _VERIFY_AND_MOVE = (
 
 @functools.lru_cache(maxsize=4)
 def _artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
-    """One copy of an artifact's bytes shared by every injection (issue 16: 64 sandboxes
+    """One copy of an artifact's bytes shared by every injection (64 sandboxes
     injected at once held 64 copies). The key changes when the file does; the bytes are
     verified in the sandbox against `sha256` either way."""
     return path.read_bytes()
@@ -457,7 +457,7 @@ async def _runtime_env_for(
     return env
 
 
-# Where cold injection time goes (issue 16): when a recorder is active (benchmarks), each
+# Where cold injection time goes: when a recorder is active (benchmarks), each
 # step's wall time is added to it; otherwise this costs nothing.
 _STEPS: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
     "injection_steps", default=None
