@@ -55,6 +55,9 @@ def free_port() -> int:
 
 
 async def raw_http(port: int, request: bytes, timeout: float = 60) -> bytes:
+    """One request to the in-sandbox proxy, as the agent's own client sends it: `Host: x`
+    stands for the proxy's own address, which every SDK sends (the host refuses others)."""
+    request = request.replace(b"Host: x\r\n", b"Host: 127.0.0.1:%d\r\n" % port)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     await writer.drain()
@@ -197,7 +200,10 @@ async def test_an_abandoned_stream_gives_its_slot_and_its_upstream_back(
             agents = []
             for _ in range(2):
                 _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(b"POST /v1/stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+                writer.write(
+                    b"POST /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: 2\r\n\r\n{}"
+                    % port
+                )
                 await writer.drain()
                 agents.append(writer)
             await asyncio.sleep(10)  # past the proxy's 5 s timeout: both are cut off
@@ -234,3 +240,37 @@ async def test_refusals_cannot_fill_the_hosts_log(
             assert answer.startswith(b"HTTP/1.1 400")
     refusals = [r for r in caplog.records if "model proxy" in r.getMessage()]
     assert len(refusals) == REFUSALS_LOGGED, [r.getMessage() for r in refusals]
+
+
+async def test_a_web_page_cannot_spend_the_hosts_credentials(
+    runtime: Runtime, runtime_dir: RuntimeDir
+) -> None:
+    """THREAT_MODEL.md rule 4: a page the agent's browser opens (any page on the web, in
+    an outside attack a form it submitted by itself) posted to the in-sandbox proxy and
+    the host answered with its credentials. A browser marks what a page sends (Origin,
+    Sec-Fetch-*) and names the page's host; SDKs do neither. Such requests get 403 and
+    never reach the handler; a DNS-rebound Host is refused the same way."""
+    reached: list[str] = []
+
+    async def handler(request: ProxyRequest) -> ProxyResponse:
+        reached.append(request.header("host") or "")
+        return ProxyResponse.json({"ok": True})
+
+    port = free_port()
+    page = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+        b"Origin: http://203.0.113.1\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}"
+    )
+    fetch_mode = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+        b"Sec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: navigate\r\nContent-Length: 2\r\n\r\n{}"
+    )
+    post = b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 2\r\n\r\n{}"
+    rebound = post.replace(b"%s", b"evil.example")
+    sdk = post.replace(b"%s", b"localhost")
+    async with ModelProxy(runtime, handler, port=port, timeout=30):
+        for request in (page, fetch_mode, rebound):
+            answer = await raw_http(port, request % port)
+            assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+        assert (await raw_http(port, sdk % port)).startswith(b"HTTP/1.1 200")
+    assert reached == [f"localhost:{port}"]

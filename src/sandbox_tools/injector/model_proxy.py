@@ -70,6 +70,12 @@ ALLOWED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "O
 # JSON values a request body may hold for `ProxyRequest.json()` (a long conversation
 # with its tools is thousands); past this, parsing alone would cost the host gigabytes.
 MAX_REQUEST_JSON_VALUES = 200_000
+# Headers a browser adds to what a page sends and SDKs never do: a page the agent opens
+# (or any page, through a form the agent's browser submits) must not spend the host's
+# credentials. The Host must name the proxy itself, which also stops DNS rebinding.
+BROWSER_HEADERS = frozenset(
+    {"origin", "sec-fetch-site", "sec-fetch-mode", "sec-fetch-dest", "sec-fetch-user"}
+)
 # Refusals logged in full per proxy; after that, one line a minute says how many more.
 REFUSALS_LOGGED = 5
 REFUSAL_SUMMARY_SECONDS = 60.0
@@ -384,14 +390,16 @@ class ModelProxy:
             request = parsed
             # Counted as what it may cost parsed, not its bytes: dense JSON grows tenfold.
             held = json_cost(parsed.body) + sum(len(k) + len(v) for k, v in parsed.headers)
-            if self._held + held > MAX_HELD_BYTES:
-                request = ProxyRequestRefused(
+            refused = self._from_a_page(parsed)
+            if refused is None and self._held + held > MAX_HELD_BYTES:
+                refused = ProxyRequestRefused(
                     f"the host holds requests that may cost {self._held} bytes already, "
                     f"and this one {held} (at most {MAX_HELD_BYTES} together); retry later",
                     status=503,
                 )
-                self._refusals.warn(str(request))
-                held = 0
+            if refused is not None:
+                self._refusals.warn(f"refused a request from the sandbox: {refused}")
+                request, held = refused, 0
         self._held += held
         task = asyncio.create_task(self._serve(request_id, request))
         self._tasks[request_id] = task
@@ -401,6 +409,22 @@ class ModelProxy:
             self._held -= held
 
         task.add_done_callback(done)
+
+    def _from_a_page(self, request: ProxyRequest) -> ProxyRequestRefused | None:
+        """A 403 for a request that a web page sent rather than the agent's own client."""
+        browser = sorted({k.lower() for k, _ in request.headers} & BROWSER_HEADERS)
+        if browser:
+            return ProxyRequestRefused(
+                f"the request carries {', '.join(browser)}: a web page sent it", status=403
+            )
+        host = (request.header("host") or "").lower()
+        mine = {f"{name}:{self.port}" for name in ("127.0.0.1", "localhost", "[::1]")}
+        if host not in mine:
+            return ProxyRequestRefused(
+                f"the request's Host {host[:80]!r} is not this proxy's ({self.base_url})",
+                status=403,
+            )
+        return None
 
     async def _on_cancel(self, params: dict[str, Any]) -> None:
         task = self._tasks.get(str(params.get("request_id")))
