@@ -33,6 +33,7 @@ from sandbox_tools.runtime.tools.web_browser.tool_types import (
     ScrollParams,
     SessionParams,
 )
+from tests.support import RuntimeDir, eventually
 
 pytestmark = [
     pytest.mark.skipif(
@@ -340,3 +341,26 @@ async def test_identities_that_differ_only_in_groups_do_not_share_a_browser(
             await new_session(controller, user={"uid": 1000, "gid": 1000, "groups": [1000]})
     finally:
         await controller.shutdown()
+
+
+def test_profiles_a_killed_server_left_are_removed_by_the_next_server(
+    tmp_path: Path, site: str
+) -> None:
+    """THREAT_MODEL.md, "The web browser" (a private profile, removed when the browser
+    stops): a server killed with SIGKILL cannot remove its browser's profile; the next
+    server does, from the list it keeps in its directory."""
+    runtime = RuntimeDir(str(tmp_path / "server"))
+    try:
+        name = runtime.result("web_new_session", {"headful": False})["session_name"]
+        assert runtime.result("web_go", {"session_name": name, "url": site})["error"] is None
+        pid = runtime.result("browser_info")["pid"]
+        profile = profile_of(pid)
+        server = runtime.server_pid()
+        assert server is not None
+        os.kill(server, signal.SIGKILL)
+        eventually(lambda: not os.path.exists(f"/proc/{pid}/cmdline"), "the browser to exit")
+        assert os.path.isdir(profile)  # nobody removed it
+        runtime.result("version")  # the next server
+        eventually(lambda: not os.path.exists(profile), "the leftover profile to be removed")
+    finally:
+        runtime.cli("stop-server")

@@ -20,7 +20,10 @@ import asyncio
 import base64
 import contextlib
 import itertools
+import json
+import os
 import secrets
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -69,6 +72,10 @@ STOP_LOADING_S = 5.0
 SHUTDOWN_REMOVAL_S = 10.0
 # Commands that start a navigation: one the page does not answer is stopped, not reset.
 _NAVIGATIONS = ("Page.navigate", "Page.reload", "Page.navigateToHistoryEntry")
+# In the server's directory: the profiles not yet removed, so a server killed before it
+# removed them has the next server remove them.
+PROFILES_FILE = "browser-profiles.json"
+_PROFILE_PREFIX = "sandbox-tools-browser-"
 
 
 T = TypeVar("T")
@@ -121,8 +128,12 @@ class _Before:
 
 
 class WebBrowserController:
-    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, state_directory: str | None = None) -> None:
         self.limits = limits  # read once by the server (Limits.from_environ)
+        self._profiles_file = (
+            os.path.join(state_directory, PROFILES_FILE) if state_directory else None
+        )
+        self._profiles: dict[str, Identity] = {}  # not yet removed
         self._browser: chromium.BrowserProcess | None = None
         self._generation = 0
         self._stopped_because: str | None = None
@@ -137,6 +148,7 @@ class WebBrowserController:
         self._idle_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._removals: set[asyncio.Task[None]] = set()
+        self._sweep_leftovers()
 
     # -- methods -------------------------------------------------------------------------
 
@@ -455,6 +467,8 @@ class WebBrowserController:
                 )
                 self._generation += 1
                 self._stopped_because = None
+                self._profiles[self._browser.profile_dir] = identity
+                self._record_profiles()
                 self._in_background(self._wake_when_lost(self._browser))
                 if self._idle_task is None or self._idle_task.done():
                     self._idle_task = asyncio.create_task(self._stop_when_idle())
@@ -470,8 +484,60 @@ class WebBrowserController:
             session.tab = None
             session.context_id = None
         removal = await chromium.stop(browser)
+        self._track_removal(removal, browser.profile_dir)
+
+    def _track_removal(self, removal: asyncio.Task[None], profile: str) -> None:
+        def removed(task: asyncio.Task[None]) -> None:
+            self._removals.discard(task)
+            if not task.cancelled() and not os.path.lexists(profile):
+                self._profiles.pop(profile, None)
+                self._record_profiles()
+
         self._removals.add(removal)
-        removal.add_done_callback(self._removals.discard)
+        removal.add_done_callback(removed)
+
+    def _record_profiles(self) -> None:
+        """Write the profiles not yet removed into the server's directory (replaced
+        whole, so a server killed mid-write leaves the old list or the new one)."""
+        if self._profiles_file is None:
+            return
+        entries = [
+            {"path": path, "uid": who.uid, "gid": who.gid, "groups": who.groups}
+            for path, who in self._profiles.items()
+        ]
+        partial = self._profiles_file + ".new"
+        with contextlib.suppress(OSError):
+            with open(partial, "w", encoding="utf-8") as handle:
+                json.dump(entries, handle)
+            os.replace(partial, self._profiles_file)
+
+    def _sweep_leftovers(self) -> None:
+        """Remove the profiles a server killed before it could (SIGKILL, a crash) left,
+        each as the identity its browser ran as, never following a link."""
+        if self._profiles_file is None:
+            return
+        try:
+            with open(self._profiles_file, encoding="utf-8") as handle:
+                entries = json.load(handle)
+            loop = asyncio.get_running_loop()
+        except (OSError, ValueError, RuntimeError):
+            return
+        base = os.path.join(tempfile.gettempdir(), _PROFILE_PREFIX)
+        for entry in entries if isinstance(entries, list) else []:
+            path = entry.get("path") if isinstance(entry, dict) else None
+            uid, gid, groups = (entry.get(k) for k in ("uid", "gid", "groups"))
+            if (
+                not isinstance(path, str)
+                or not path.startswith(base)
+                or "/" in path[len(base) :]
+                or not all(isinstance(i, int) or i is None for i in (uid, gid))
+                or not (groups is None or all(isinstance(g, int) for g in groups))
+            ):
+                continue
+            identity = Identity(uid, gid, groups, None, None)
+            self._profiles[path] = identity
+            removal = loop.create_task(chromium.remove_profile(path, identity))
+            self._track_removal(removal, path)
 
     async def _wake_when_lost(self, browser: chromium.BrowserProcess) -> None:
         """When the browser's pipe closes (or it is found broken), every session waiting
