@@ -79,7 +79,9 @@ async def runtime(
 
 
 async def raw_http(port: int, request: bytes) -> bytes:
-    """One request to the in-sandbox proxy, as the agent's own client sends it."""
+    """One request to the in-sandbox proxy, as the agent's own client sends it: `Host: x`
+    stands for the proxy's own address, which every SDK sends (the host refuses others)."""
+    request = request.replace(b"Host: x\r\n", b"Host: 127.0.0.1:%d\r\n" % port)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     await writer.drain()
@@ -123,7 +125,12 @@ async def test_the_sandbox_cannot_send_the_hosts_credentials_anywhere_else(
                 ):
                     head = await attacker.call(
                         "http_tunnel_open",
-                        {"method": "GET", "path": path, "headers": [], "body": ""},
+                        {
+                            "method": "GET",
+                            "path": path,
+                            "headers": [["Host", f"127.0.0.1:{port}"]],
+                            "body": "",
+                        },
                         timeout=60,
                     )
                     body = await attacker.call(

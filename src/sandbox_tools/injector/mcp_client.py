@@ -54,7 +54,7 @@ from pydantic import ValidationError
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient
-from sandbox_tools.protocol import HOST_MESSAGE_MCP, User
+from sandbox_tools.protocol import HOST_MESSAGE_MCP, MAX_SERVER_MESSAGE_VALUES, User
 from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, session_params
 
 log = logging.getLogger(__name__)
@@ -63,13 +63,6 @@ log = logging.getLogger(__name__)
 DEFAULT_REQUEST_TIMEOUT = 600.0
 KILL_TIMEOUT = 30.0
 
-# A message the server sends on its own (a request or a notification) holds at most this
-# many JSON values. The transport parses up to MAX_JSON_VALUES (a million), but the SDK's
-# pydantic models cost far more: a sampling request of a million values held ~400 MiB of
-# the host and 7.7 s of its event loop once validated. 50,000 values is still 10,000
-# sampling messages; a bigger request is answered with an error, a bigger notification
-# dropped, before the SDK sees either.
-MAX_SERVER_MESSAGE_VALUES = 50_000
 # Messages of one session the host refused or dropped (too big, or not valid for the
 # SDK): past this many the server is broken or hostile, and the session is ended.
 MAX_DROPPED_MESSAGES = 1000
