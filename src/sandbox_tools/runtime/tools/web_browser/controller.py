@@ -68,6 +68,9 @@ SCREENSHOT_MAX_BYTES = 16 * 1024 * 1024
 IDLE_CHECK_S = 5.0
 # A page that did not answer gets this long to stop loading before it is reset.
 STOP_LOADING_S = 5.0
+# After a page missed its deadline, how long the browser itself has to answer before it
+# is called hung (Browser.getVersion needs no page: a few ms even for a busy browser).
+HEALTH_CHECK_S = 10.0
 # How long the server's shutdown waits for the profile's removal.
 SHUTDOWN_REMOVAL_S = 10.0
 # Commands that start a navigation: one the page does not answer is stopped, not reset.
@@ -614,7 +617,13 @@ class WebBrowserController:
                 )
                 return
         # Raises BrowserFailed (and marks the connection failed) if the browser is hung.
-        await self._browser_call("Browser.getVersion", {})
+        if self._browser is None:
+            raise BrowserFailed(self._stopped_because or "it is not running")
+        await self._browser.connection.call(
+            "Browser.getVersion",
+            {},
+            timeout=min(self.limits.browser_call_timeout_s, HEALTH_CHECK_S),
+        )
         if tab.crashed is None:
             tab.crashed = str(exc)
             for session, known in self._by_cdp_session.values():
