@@ -247,9 +247,16 @@ def kill_group(browser: BrowserProcess) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
         return
-    with contextlib.suppress(OSError):
+    try:
         signal.pidfd_send_signal(browser.pidfd, signal.SIGKILL)
+        leader_was_there = True  # unreaped: its pid, the group's number, was ours
+    except OSError:
+        leader_was_there = False
     uid = browser.identity.uid if browser.identity.uid is not None else os.getuid()
+    if not leader_was_there and uid == os.getuid():
+        # The group's number may be anyone's by now, and a process of our own uid in it
+        # may be one of the server's (a job of exec_remote): leave it.
+        return
     for pid in _group_members(pgid, uid):
         if pid == pgid:
             continue  # the leader's pid: signalled through its own pidfd above

@@ -606,6 +606,10 @@ class WebBrowserController:
             await self._page_timed_out(tab, exc)
             raise
 
+    @property
+    def _stop_loading_s(self) -> float:
+        return min(self.limits.browser_call_timeout_s, STOP_LOADING_S)
+
     async def _page_timed_out(self, tab: _Tab, exc: PageTimeout) -> None:
         """A page did not answer: a navigation is stopped and the page kept; otherwise (or
         if it does not stop) the page is reset, its session starting again on a blank
@@ -613,7 +617,7 @@ class WebBrowserController:
         if exc.method in _NAVIGATIONS and self._browser is not None:
             with contextlib.suppress(CdpCommandError):
                 await self._browser.connection.call(
-                    "Page.stopLoading", {}, session_id=tab.cdp_session, timeout=STOP_LOADING_S
+                    "Page.stopLoading", {}, session_id=tab.cdp_session, timeout=self._stop_loading_s
                 )
                 return
         # Raises BrowserFailed (and marks the connection failed) if the browser is hung.
@@ -792,7 +796,10 @@ class WebBrowserController:
             if tab is not None and tab.crashed is None and self._browser is not None:
                 with contextlib.suppress(CdpCommandError, BrowserFailed):
                     await self._browser.connection.call(
-                        "Page.stopLoading", {}, session_id=tab.cdp_session, timeout=STOP_LOADING_S
+                        "Page.stopLoading",
+                        {},
+                        session_id=tab.cdp_session,
+                        timeout=self._stop_loading_s,
                     )
             if required:
                 raise PageError(f"the page did not finish loading within {timeout:g} s")
