@@ -15,6 +15,7 @@ import posixpath
 from pathlib import Path
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat
+from sandbox_tools.build_containers.elf import ElfError, glibc_version, is_elf, read_elf
 from sandbox_tools.build_containers.package import (
     METADATA_ENTRY,
     PayloadError,
@@ -22,7 +23,6 @@ from sandbox_tools.build_containers.package import (
     read_payload,
 )
 from sandbox_tools.build_containers.records import tree_id
-from sandbox_tools.distro_matrix.elf import ElfError, glibc_version, is_elf, read_elf
 from sandbox_tools.platforms import Arch
 
 MAX_ARTIFACT_BYTES = 15 * 1000 * 1000
