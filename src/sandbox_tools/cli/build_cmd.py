@@ -148,7 +148,10 @@ def build_command(
         bool, typer.Option("--all", help="Build every architecture.", metavar="")
     ] = False,
     fmt: Annotated[
-        ArtifactFormat, typer.Option("--format", help="Artifact format.")
+        ArtifactFormat,
+        typer.Option(
+            "--format", help="The runtime's format: portable or staticx (tar.xz: --with-browser)."
+        ),
     ] = ArtifactFormat.PORTABLE,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("dist"),
     verbose: Annotated[
