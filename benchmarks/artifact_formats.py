@@ -28,10 +28,11 @@ from sandbox_tools.injector.source_runtime import (
     package_parent,
 )
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.recipes import RootfsRecipe
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 
 REQUEST = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "version"})
 
@@ -68,8 +69,8 @@ async def main(runs: int, dist: Path) -> None:
     for column in ("artifact", "format", "size", "gzip -9"):
         sizes.add_column(column)
 
-    with running_container(client, image, volumes=mounts) as container:
-        sandbox = DockerSandbox(container, client)
+    with RunningContainer(client, image, volumes=mounts) as container:
+        sandbox = container.sandbox
         rows: list[tuple[str, list[float]]] = []
         rows.append(("bare `true` (the floor)", await per_call_ms(sandbox, ["true"], {}, runs)))
         for record in sorted(records, key=lambda r: r.format):

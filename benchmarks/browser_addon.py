@@ -33,11 +33,15 @@ from sandbox_tools.build_containers.browser import (
 )
 from sandbox_tools.build_containers.tree_archive import XZ_PIECE
 from sandbox_tools.platforms import Arch, parse_arches
+from sandbox_tools.sandboxes.containers import ContainerPolicy
 from sandbox_tools.sandboxes.engines import docker_client
+from sandbox_tools.sandboxes.images import RootfsStore
+
+ROOTS, CONTAINERS = RootfsStore.from_cascade(), ContainerPolicy.from_cascade()
 
 
 def _timed_build(arch: Arch, out: Path, cold: bool) -> tuple[float, Path]:
-    cached = built_browser_cache(browser_build_id(arch))
+    cached = built_browser_cache(browser_build_id(arch), ROOTS)
     aside = cached.with_suffix(".aside")
     if cold and cached.exists():
         cached.replace(aside)
@@ -45,7 +49,7 @@ def _timed_build(arch: Arch, out: Path, cold: bool) -> tuple[float, Path]:
         stale.unlink()
     try:
         started = time.monotonic()
-        record = build_browser(docker_client(), arch, out, lambda _: None)
+        record = build_browser(docker_client(), arch, out, lambda _: None, ROOTS, CONTAINERS)
         return time.monotonic() - started, out / record.name
     finally:
         if aside.exists():

@@ -1,4 +1,4 @@
-"""Where a cold injection's time goes, step by step (a benchmark, not a test; issue 16).
+"""Where a cold injection's time goes, step by step (a benchmark, not a test).
 
 For each target (Debian 12, a libc-free busybox image, Debian with a read-only root and
 an exec tmpfs), N fresh containers:
@@ -28,10 +28,10 @@ from rich.table import Table
 
 from sandbox_tools.injector.inject import forget_sandbox, recording_steps, tool_support_sandbox
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.recipes import RootfsRecipe
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
+from sandbox_tools.sandboxes.images import ensure_busybox_image, ensure_image
 
 EXE = "/tmp/st/sandbox-tools"
 VERSION = '{"jsonrpc":"2.0","id":1,"method":"version"}'
@@ -49,8 +49,8 @@ def targets(client: Any, arch: Arch) -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 async def injection_steps(client: Any, image: str, options: dict[str, Any]) -> dict[str, float]:
-    with running_container(client, image, **options) as container:
-        sandbox = DockerSandbox(container, client)
+    with RunningContainer(client, image, **options) as container:
+        sandbox = container.sandbox
         started = time.perf_counter()
         with recording_steps() as steps:
             support = await tool_support_sandbox(sandbox)
@@ -63,8 +63,8 @@ async def injection_steps(client: Any, image: str, options: dict[str, Any]) -> d
 async def runtime_phases(
     client: Any, image: str, options: dict[str, Any], artifact: Path
 ) -> dict[str, float]:
-    with running_container(client, image, **options) as container:
-        sandbox = DockerSandbox(container, client)
+    with RunningContainer(client, image, **options) as container:
+        sandbox = container.sandbox
         # Through exec, not the engine's archive API: that refuses a read-only root's tmpfs.
         write = f"mkdir -p /tmp/st && cat > {EXE} && chmod 755 {EXE}"
         await sandbox.exec(["sh", "-c", write], input=artifact.read_bytes())

@@ -36,11 +36,11 @@ from sandbox_tools.injector.source_runtime import (
     package_parent,
 )
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.base import Sandbox
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 from sandbox_tools.sandboxes.local import LocalSandbox
 
 # The command's last act is to print the wall-clock time of its exit (same clock as ours:
@@ -151,8 +151,8 @@ async def main(runs: int) -> None:
     )
     image = ensure_image(client, recipe)
     mounts = {str(package_parent()): {"bind": SOURCE_MOUNT, "mode": "ro"}}
-    with running_container(client, image, volumes=mounts) as container:
-        sandbox = DockerSandbox(container, client)
+    with RunningContainer(client, image, volumes=mounts) as container:
+        sandbox = container.sandbox
         launch = mounted_source_runtime()
         await bench_target(
             "docker",

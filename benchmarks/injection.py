@@ -18,13 +18,13 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from sandbox_tools.distro_matrix.docker_backend import DockerBackend
 from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.distro_matrix.runner import resolve_image
 from sandbox_tools.injector.inject import forget_sandbox, runtime_env, tool_support_sandbox
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
+from sandbox_tools.sandboxes.images import RootfsStore
 
 VERSION = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "version"})
 
@@ -33,12 +33,13 @@ async def main(runs: int, target: str) -> None:
     client = docker_client()
     arch = Arch.parse(os.uname().machine)
     distro = next(d for d in load_matrix().distros if d.name == target)
-    image, _ = resolve_image(client, distro, arch, {})
+    backend = DockerBackend(client, ContainerPolicy.from_cascade(), RootfsStore.from_cascade())
+    image, _ = backend.resolve_image(distro, arch)
     assert image is not None
     cold, warm_exec, warm_stream, bare = [], [], [], []
     for _ in range(runs):
-        with running_container(client, image) as container:
-            sandbox = DockerSandbox(container, client)
+        with RunningContainer(client, image) as container:
+            sandbox = container.sandbox
             started = time.perf_counter()
             support = await tool_support_sandbox(sandbox, persistent=False)
             await support.client.call("version")

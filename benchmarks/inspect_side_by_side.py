@@ -35,8 +35,9 @@ from sandbox_tools.inspect.dropin import (
     as_inspect_dev_runtime,
 )
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 
 TASK = textwrap.dedent(
     """

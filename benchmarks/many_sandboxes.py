@@ -1,4 +1,4 @@
-"""Many sandboxes from one host (a benchmark, not a test; issue 16).
+"""Many sandboxes from one host (a benchmark, not a test).
 
 For each N: N fresh Debian containers, injected concurrently (persistent channel), then a
 steady mix of tool calls in all of them for a fixed time (exec_remote of `true`, a
@@ -24,15 +24,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sandbox_tools import settings
 from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.recipes import RootfsRecipe
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import connect_engine
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
+from sandbox_tools.settings import load_settings
 
 
 def host_cost() -> tuple[float, int, int]:
@@ -72,14 +72,14 @@ def containers(engines: list[tuple[Any, str]], n: int) -> Iterator[list[tuple[An
     """N running containers dealt round-robin across the engines, with their clients."""
     with contextlib.ExitStack() as stack:
         yield [
-            (client, stack.enter_context(running_container(client, image)))
+            (client, stack.enter_context(RunningContainer(client, image)))
             for client, image in (engines[i % len(engines)] for i in range(n))
         ]
 
 
 async def run(n: int, seconds: float, engines: list[tuple[Any, str]]) -> dict[str, Any]:
     with containers(engines, n) as boxes:
-        sandboxes = [DockerSandbox(box, client) for client, box in boxes]
+        sandboxes = [box.sandbox for _, box in boxes]
         started = time.perf_counter()
         threads: list[int] = []
         sampler = asyncio.create_task(most_threads(time.monotonic() + 3600, threads))
@@ -118,13 +118,13 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["SANDBOX_TOOLS_DIST"] = str(args.dist.resolve())
     recipe = RootfsRecipe(suite="bookworm", arch=Arch.parse(os.uname().machine))
+    limit = load_settings().engine_concurrency  # this script is an entry point
     engines = []
     for spec in args.engine or ["default"]:
-        engine = connect_engine(spec)
+        engine = connect_engine(spec, limit)
         if not engine.available:
             raise SystemExit(f"engine {spec}: {engine.error}")
         engines.append((engine.client, ensure_image(engine.client, recipe)))
-    limit = settings.current().engine_concurrency
     title = f"many sandboxes on {len(engines)} engine(s), {args.seconds:g} s of steady calls"
     table = Table(title=f"{title}, at most {limit} execs at once per engine")
     columns = ["N", "inject all (s)", "calls/s"]

@@ -34,10 +34,10 @@ from rich.table import Table
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.recipes import RootfsRecipe
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 
 ROOT = Path(__file__).parents[1]
 SERVERS = ROOT / "tests" / "mcp_servers"
@@ -102,7 +102,7 @@ async def local(runs: int) -> list[float]:
 
 
 async def ours(container: Any, client: Any, persistent: bool, runs: int) -> list[float]:
-    sandbox = DockerSandbox(container, client)
+    sandbox = container.sandbox
     support = await tool_support_sandbox(sandbox, persistent=persistent)
     try:
         async with (
@@ -167,7 +167,7 @@ def main() -> None:
         str(SERVERS): {"bind": "/opt/mcp-servers", "mode": "ro"},
     }
     results: dict[str, list[float]] = {"local stdio server (floor)": asyncio.run(local(args.runs))}
-    with running_container(client, image, volumes=volumes) as container:
+    with RunningContainer(client, image, volumes=volumes) as container:
         results["ours, persistent channel"] = asyncio.run(ours(container, client, True, args.runs))
         results["ours, exec per call"] = asyncio.run(ours(container, client, False, args.runs))
     results["inspect's mcp_server_sandbox, its runtime"] = inspects(image, site, args.runs)

@@ -28,10 +28,10 @@ from rich.table import Table
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.model_proxy import ModelProxy, forward_to
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.recipes import RootfsRecipe
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
-from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+from sandbox_tools.sandboxes.images import ensure_image
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,7 +57,7 @@ async def direct(upstream: FakeUpstream, runs: int) -> dict[str, list[float]]:
 async def through_proxy(
     container: Any, client: Any, upstream: FakeUpstream, persistent: bool, runs: int
 ) -> dict[str, list[float]]:
-    sandbox = DockerSandbox(container, client)
+    sandbox = container.sandbox
     support = await tool_support_sandbox(sandbox, persistent=persistent)
     try:
         async with ModelProxy(support, forward_to(upstream.url)):
@@ -79,7 +79,7 @@ async def measure(runs: int) -> dict[str, dict[str, list[float]]]:
     results: dict[str, dict[str, list[float]]] = {}
     async with FakeUpstream(delay=0.0) as upstream:
         results["direct from the host (floor)"] = await direct(upstream, runs)
-        with running_container(client, image, volumes=volumes, network_mode="none") as box:
+        with RunningContainer(client, image, volumes=volumes, network_mode="none") as box:
             results["proxy, persistent channel"] = await through_proxy(
                 box, client, upstream, True, runs
             )

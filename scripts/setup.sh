@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent machine setup for sandbox-tools on Debian/Ubuntu:
 #   - system packages: a Docker engine, QEMU user emulation + binfmt (arm64 containers),
-#     debootstrap (offline base images), musl-tools (the static launcher);
+#     debootstrap (offline base images), musl-tools (the static launcher),
+#     chromium-headless-shell (the web browser tool's local tests);
 #   - a running Docker engine (started in the background when none answers);
 #   - .venv with the package and its dev tools.
 # Safe to rerun: every step checks first and does nothing when already done.
@@ -19,6 +20,10 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v update-binfmts >/dev/null || missing+=(binfmt-support)
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+# The web browser tool's tests on this machine (tests/local/test_web_browser.py) drive
+# Debian's Chromium headless shell, the browser the tool starts by default; container
+# tests will use the browser add-on instead.
+[ -x /usr/lib/chromium/chromium-headless-shell ] || missing+=(chromium-headless-shell)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   $SUDO apt-get update -qq

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,67 +14,7 @@ import pytest
 
 from sandbox_tools.errors import EngineUnavailableError
 from sandbox_tools.platforms import Arch
-
-SRC = str(Path(__file__).resolve().parent.parent / "src")
-
-
-def peak_rss_mib(pid: int | str = "self") -> float:
-    """Peak resident memory (VmHWM) of a process, MiB: what bounds on memory are checked by."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmHWM for {pid}")
-
-
-@dataclass
-class RuntimeDir:
-    """A private server directory and helpers to drive the runtime CLI from source."""
-
-    path: str
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "SANDBOX_TOOLS_DIR": self.path,
-            "PYTHONPATH": SRC,
-            "SANDBOX_TOOLS_KILL_GRACE": "0.5",
-        }
-
-    def cli(
-        self, *args: str, input: str | None = None, timeout: float = 60
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "sandbox_tools.runtime", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=timeout,
-        )
-
-    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
-        done = self.cli("exec", json.dumps(request))
-        assert done.returncode == 0, done.stderr
-        response: dict[str, Any] = json.loads(done.stdout)
-        return response
-
-    def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        response = self.call(method, params)
-        assert "result" in response, response
-        return response["result"]
-
-    def server_pid(self) -> int | None:
-        try:
-            return int(Path(self.path, "server.pid").read_text())
-        except (OSError, ValueError):
-            return None
-
-    def server_starts(self) -> int:
-        log = Path(self.path, "server.log")
-        return log.read_text().count("server started") if log.exists() else 0
+from tests.support import RuntimeDir
 
 
 @pytest.fixture
@@ -105,19 +40,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.docker)
 
 
-def eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Wait until `check()` holds, polling; fail naming `what` after `timeout` seconds.
-
-    Tests wait for conditions, never for a fixed time: a fixed sleep is too short on a
-    loaded machine and wasted on an idle one.
-    """
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.02)
-
-
 # -- the Docker engine, an offline-built image and real artifacts (every test folder) --
 
 
@@ -140,7 +62,8 @@ def docker_engine() -> Any:
 @pytest.fixture(scope="session")
 def python_image(docker_engine: Any) -> str:
     """Debian bookworm (minbase + python3) for the host's architecture, built offline."""
-    from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_image
+    from sandbox_tools.recipes import RootfsRecipe
+    from sandbox_tools.sandboxes.images import ensure_image
 
     recipe = RootfsRecipe(
         suite="bookworm", arch=Arch.parse(os.uname().machine), include=("python3",)
@@ -151,9 +74,17 @@ def python_image(docker_engine: Any) -> str:
 def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
     from sandbox_tools.build_containers.build import BuildRequest, build
     from sandbox_tools.cli.build_cmd import PlainReporter
+    from sandbox_tools.sandboxes.containers import ContainerPolicy
     from sandbox_tools.sandboxes.engines import Engine
+    from sandbox_tools.sandboxes.images import RootfsStore
 
-    request = BuildRequest(arches=(arch,), format=fmt, out_dir=out)
+    request = BuildRequest(
+        arches=(arch,),
+        format=fmt,
+        out_dir=out,
+        roots=RootfsStore.from_cascade(),
+        containers=ContainerPolicy.from_cascade(),
+    )
     (record,) = build([Engine("default", client)], request, PlainReporter(verbose=False))
     return record, out / record.name
 
@@ -161,7 +92,6 @@ def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
 @pytest.fixture(scope="session")
 def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Artifacts built for real by `tools build` code, one build per (arch, format)."""
-    from pathlib import Path
 
     from sandbox_tools.artifacts import ArtifactFormat
 
@@ -183,13 +113,16 @@ def built_browser(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) 
     from pathlib import Path
 
     from sandbox_tools.build_containers.browser import build_browser
+    from sandbox_tools.sandboxes.containers import ContainerPolicy
+    from sandbox_tools.sandboxes.images import RootfsStore
 
     out = Path(tmp_path_factory.mktemp("dist-browser"))
     cache: dict[Arch, Any] = {}
+    roots, containers = RootfsStore.from_cascade(), ContainerPolicy.from_cascade()
 
     def get(arch: Arch) -> Any:
         if arch not in cache:
-            record = build_browser(docker_engine, arch, out, lambda _: None)
+            record = build_browser(docker_engine, arch, out, lambda _: None, roots, containers)
             cache[arch] = record, out / record.name
         return cache[arch]
 

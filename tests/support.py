@@ -1,5 +1,7 @@
-"""Helpers shared by test folders: running the real `inspect eval` and `tools --help` as a
-user would, in a child process. Plain functions (not fixtures), imported by name."""
+"""The one module of helpers and fakes the test folders share, imported by name (plain
+functions and classes; fixtures stay in the conftests, which import from here): running
+the real `inspect eval` and `tools --help` as a user would, a private runtime server
+directory, waiting for a side effect, the architectures and target images under test."""
 
 from __future__ import annotations
 
@@ -7,15 +9,28 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from sandbox_tools.platforms import Arch
+
 
 def inspect_eval(
-    directory: Path, task_file: str, *options: str, env: dict[str, str], json_log: bool = True
+    directory: Path,
+    task_file: str,
+    *options: str,
+    env: dict[str, str],
+    json_log: bool = True,
+    timeout: float = 1200,
 ) -> subprocess.CompletedProcess[str]:
-    """`inspect eval TASK_FILE OPTIONS` from the task's directory, logs under `logs/`
-    (JSON, so tests read them without inspect; `json_log=False`: inspect's default)."""
+    """`inspect eval TASK_FILE OPTIONS` in a child process, from the task's directory
+    (inspect globs task paths relative to it), logs under `logs/` (JSON, so tests read
+    them without inspect; `json_log=False`: inspect's default), plain display."""
     log_format = ["--log-format", "json"] if json_log else []
     return subprocess.run(
         [sys.executable, "-m", "inspect_ai", "eval", task_file, *options, *log_format,
@@ -24,7 +39,7 @@ def inspect_eval(
         text=True,
         cwd=directory,
         env={**os.environ, "INSPECT_LOG_DIR": str(directory / "logs"), **env},
-        timeout=1200,
+        timeout=timeout,
     )  # fmt: skip
 
 
@@ -46,3 +61,134 @@ def cli_help(*command: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, "COLUMNS": "250"},
         timeout=60,
     )
+
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def peak_rss_mib(pid: int | str = "self") -> float:
+    """Peak resident memory (VmHWM) of a process, MiB: what bounds on memory are checked by."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+@dataclass
+class RuntimeDir:
+    """A private server directory and helpers to drive the runtime CLI from source."""
+
+    path: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SANDBOX_TOOLS_DIR": self.path,
+            "PYTHONPATH": SRC,
+            "SANDBOX_TOOLS_KILL_GRACE": "0.5",
+        }
+
+    def cli(
+        self, *args: str, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sandbox_tools.runtime", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+        )
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+        done = self.cli("exec", json.dumps(request))
+        assert done.returncode == 0, done.stderr
+        response: dict[str, Any] = json.loads(done.stdout)
+        return response
+
+    def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        response = self.call(method, params)
+        assert "result" in response, response
+        return response["result"]
+
+    def server_pid(self) -> int | None:
+        try:
+            return int(Path(self.path, "server.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def server_starts(self) -> int:
+        log = Path(self.path, "server.log")
+        return log.read_text().count("server started") if log.exists() else 0
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    """Wait until `check()` holds, polling; fail naming `what` after `timeout` seconds.
+
+    Tests wait for conditions, never for a fixed time: a fixed sleep is too short on a
+    loaded machine and wasted on an idle one.
+    """
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what}")
+        time.sleep(0.02)
+
+
+# Offline-buildable targets: Debian releases from debootstrap, and a libc-free busybox.
+DEBIAN_SUITES = {"debian-11": "bullseye", "debian-12": "bookworm", "debian-13": "trixie"}
+
+
+def ensure_target_image(client: Any, target: str, arch: Arch) -> str:
+    from sandbox_tools.recipes import RootfsRecipe
+    from sandbox_tools.sandboxes.images import ensure_busybox_image, ensure_image
+
+    if target == "busybox":
+        return ensure_busybox_image(client, arch)
+    return ensure_image(client, RootfsRecipe(suite=DEBIAN_SUITES[target], arch=arch))
+
+
+def arches_under_test() -> list[Arch]:
+    """The host's architecture; arm64 too with SANDBOX_TOOLS_TEST_ARM64=1 (QEMU, slow)."""
+    arches = [Arch.parse(os.uname().machine)]
+    if os.environ.get("SANDBOX_TOOLS_TEST_ARM64") == "1" and Arch.ARM64 not in arches:
+        arches.append(Arch.ARM64)
+    return arches
+
+
+MCP_SITE_MOUNT = "/opt/mcp-site"
+
+
+MCP_SERVERS_MOUNT = "/opt/mcp-servers"
+
+
+def run_inspect_eval(
+    task_file: Path, *options: str, env: dict[str, str], timeout: float = 900
+) -> tuple[dict[str, Any], Path]:
+    """A real `inspect eval` of `task_file` (see `inspect_eval`). Returns the one sample,
+    asserted to have run without error, and its log file."""
+    done = inspect_eval(task_file.parent, task_file.name, *options, env=env, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (log_file,) = (task_file.parent / "logs").glob("*.json")
+    log = json.loads(log_file.read_text())
+    assert log["status"] == "success", log.get("error")
+    (sample,) = log["samples"]
+    assert sample.get("error") is None, sample["error"]
+    return sample, log_file
+
+
+# Environments the runtime must refuse as invalid params, naming the key.
+BAD_ENVS = [
+    pytest.param({"A=B": "x"}, "'A=B'", id="equals-in-name"),
+    pytest.param({"": "x"}, "''", id="empty-name"),
+    pytest.param({"A\u0000B": "x"}, "NUL", id="nul-in-name"),
+    # "input" is a stdin field elsewhere, where NUL is allowed: not in an environment.
+    pytest.param({"input": "a\u0000b"}, "'input'", id="nul-in-value"),
+]
+
+
+def request(method: str, params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()

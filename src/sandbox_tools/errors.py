@@ -2,6 +2,9 @@
 
 The CLI catches `SandboxToolsError` once and prints `message` and `remedy`
 without a traceback; anything else escaping is a bug and keeps its traceback.
+`str()` of an error is its message alone, so code that wraps one error in another
+never repeats a remedy; where no CLI renders the two apart (a sample's transcript,
+inspect's prerequisite error) `explained()` joins them once.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ class SandboxToolsError(Exception):
         self.remedy = remedy if remedy is not None else self.default_remedy
 
     def __str__(self) -> str:
-        return f"{self.message}. {self.remedy}" if self.remedy else self.message
+        return self.message
+
+    def explained(self) -> str:
+        """The message, then the remedy: for readers the CLI does not print to."""
+        if not self.remedy:
+            return self.message
+        return f"{self.message.rstrip('.')}. {self.remedy}"
 
 
 class ConfigurationError(SandboxToolsError):
@@ -78,19 +87,24 @@ class RuntimeRpcError(SandboxToolsError):
     exit_code = 7
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"runtime error {code}: {message}", remedy="")
+        super().__init__(self.text(code, message), remedy="")
         self.code = code
         self.data = data
 
+    @staticmethod
+    def text(code: int, message: str) -> str:
+        return f"runtime error {code}: {message}"
+
 
 class ToolError(RuntimeRpcError):
-    """A tool's expected failure (-32099): show `message` to the model, it can act on it."""
+    """A tool's expected failure (-32099): its one text is the tool's message, shown to
+    the model as is (it can act on it)."""
 
     exit_code = 8
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(code, message, data)
-        self.message = message
+    @staticmethod
+    def text(code: int, message: str) -> str:
+        return message
 
 
 class BuildError(SandboxToolsError):

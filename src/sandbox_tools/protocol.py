@@ -120,6 +120,33 @@ HOP_BY_HOP_HEADERS = frozenset(
 )
 
 SOCKET_NAME = "server.sock"
+
+# The runtime's environment variables, named once here: the host sets some of them
+# (the injector puts SERVER_DIR_ENV inside its install directory) and the C launcher
+# repeats the ones it reads or sets (tests/unit/test_portable_launcher.py checks it).
 SERVER_DIR_ENV = "SANDBOX_TOOLS_DIR"
 # Exported by the portable launcher: its own path, how the runtime starts itself again.
 LAUNCHER_SELF_ENV = "SANDBOX_TOOLS_SELF"
+# The launcher's start lock, handed to the `stdio` bridge it starts beside the server.
+START_LOCK_FD_ENV = "SANDBOX_TOOLS_START_LOCK_FD"
+# A caller's RESPONSE_MAX_BYTES_ENV travels (as RESPONSE_LIMIT_OPTION) only when it is at
+# most this many ASCII digits: it then fits a signed 64-bit integer on both sides.
+RESPONSE_LIMIT_MAX_DIGITS = 18
+
+# The runtime's limits (CONFIGURATION.md, "Runtime limits"), read once when the server
+# starts (runtime/limits.py) and handed to the tools.
+EXEC_BUFFER_BYTES_ENV = "SANDBOX_TOOLS_EXEC_BUFFER_BYTES"
+EXEC_RESPONSE_BYTES_ENV = "SANDBOX_TOOLS_EXEC_RESPONSE_BYTES"
+KILL_GRACE_ENV = "SANDBOX_TOOLS_KILL_GRACE"
+STDIN_TIMEOUT_ENV = "SANDBOX_TOOLS_STDIN_TIMEOUT"
+MAX_JOBS_ENV = "SANDBOX_TOOLS_MAX_JOBS"
+TEXT_EDITOR_MAX_BYTES_ENV = "SANDBOX_TOOLS_TEXT_EDITOR_MAX_BYTES"
+MAX_SESSIONS_ENV = "SANDBOX_TOOLS_MAX_SESSIONS"
+MAX_MCP_SESSIONS_ENV = "SANDBOX_TOOLS_MAX_MCP_SESSIONS"
+# The web browser tool: the browser it starts (the add-on's launcher, or any Chromium
+# headless shell), and its bounds.
+BROWSER_ENV = "SANDBOX_TOOLS_BROWSER"
+BROWSER_IDLE_TIMEOUT_ENV = "SANDBOX_TOOLS_BROWSER_IDLE_TIMEOUT"
+BROWSER_CALL_TIMEOUT_ENV = "SANDBOX_TOOLS_BROWSER_CALL_TIMEOUT"
+BROWSER_TREE_MAX_CHARS_ENV = "SANDBOX_TOOLS_BROWSER_TREE_MAX_CHARS"
+MAX_BROWSER_SESSIONS_ENV = "SANDBOX_TOOLS_MAX_BROWSER_SESSIONS"

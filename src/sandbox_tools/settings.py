@@ -2,8 +2,10 @@
 
 defaults -> `[tool.sandbox-tools]` in the nearest pyproject.toml (from the working
 directory up) -> `SANDBOX_TOOLS_*` environment variables -> command-line flags (the CLI
-applies those last, with `dataclasses.replace`). The environment is a parameter, so
-tests pass a dict; an unknown key in the table gets a "did you mean", a bad value a
+applies those last, with `with_flags`). The cascade runs once per invocation (the CLI's
+root callback) or per library entry point, and the result is passed down as a value:
+nothing below reads the environment or a process-wide override. The environment is a
+parameter, so tests pass a dict; an unknown key in the table gets a "did you mean", a bad value a
 sentence naming where it came from. Every setting is listed in docs/CONFIGURATION.md, generated
 from `SETTINGS` and checked by a test.
 
@@ -31,6 +33,7 @@ else:  # pragma: no cover
 
 TABLE = "sandbox-tools"  # [tool.sandbox-tools]
 DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_ENGINE_CONCURRENCY = 32
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ SETTINGS: tuple[Setting, ...] = (
         "the injector never fetches; it uses bundled, cached or locally built artifacts",
     ),
     Setting(
-        "engine-concurrency", "SANDBOX_TOOLS_ENGINE_CONCURRENCY", _positive, 32,
+        "engine-concurrency", "SANDBOX_TOOLS_ENGINE_CONCURRENCY", _positive,
+        DEFAULT_ENGINE_CONCURRENCY,
         "execs (and file copies) one process runs at once against one Docker engine; "
         "more wait their turn",
     ),
@@ -161,7 +165,7 @@ class Settings:
     dist: Path | None = None
     cache: Path | None = None
     offline: bool = False
-    engine_concurrency: int = 32
+    engine_concurrency: int = DEFAULT_ENGINE_CONCURRENCY
     keep_containers: bool = False
     debian_mirror: str = DEFAULT_DEBIAN_MIRROR
     debug: bool = False
@@ -242,28 +246,9 @@ def _parse(setting: Setting, raw: Any, where: str) -> Any:
         raise ConfigurationError(f"{where}: {exc}", remedy=setting.doc) from None
 
 
-def current() -> Settings:
-    """The settings as they stand now (environment read at each call; the table cached)."""
-    return dataclasses.replace(load_settings(), **_overrides)
-
-
-_overrides: dict[str, Any] = {}
-
-
 def with_flags(resolved: Settings, flags: Mapping[str, Any]) -> Settings:
     """The last step of the cascade for one command: the flags given (not None) win."""
-    return dataclasses.replace(resolved, **{k: v for k, v in flags.items() if v is not None})
-
-
-def reset_overrides() -> None:
-    """Each CLI invocation starts from the cascade alone (several run in one test process)."""
-    _overrides.clear()
-
-
-def override(**flags: Any) -> None:
-    """Command-line flags: the last step of the cascade, for this process."""
-    names = {f.name for f in dataclasses.fields(Settings)}
-    unknown = set(flags) - names
+    unknown = set(flags) - {f.name for f in dataclasses.fields(Settings)}
     if unknown:
         raise ValueError(f"no such settings: {', '.join(sorted(unknown))}")
-    _overrides.update(flags)
+    return dataclasses.replace(resolved, **{k: v for k, v in flags.items() if v is not None})

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import datetime
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import Artifact, TextEnum, atomic_write
@@ -182,3 +184,59 @@ class ValidationReport:
             tool_version=str(data.get("tool_version", "")),
             created=str(data.get("created", "")),
         )
+
+
+def write_reports(
+    results: list[CellResult],
+    json_path: Path,
+    junit_path: Path,
+    artifacts: list[Artifact],
+    engines: Sequence[EngineStatus] = (),
+    unvalidated: Sequence[str] = (),
+    interrupted: bool = False,
+    static: Mapping[str, list[str]] | None = None,
+) -> None:
+    """The JSON report and its JUnit form, side by side. `unvalidated`: what was asked
+    for but had no passing cell; it makes the run fail. `static`: what each artifact's
+    static checks found (a finding fails the run)."""
+    report = ValidationReport(
+        artifacts=[replace(a, path=None, provenance=None) for a in artifacts],
+        results=results,
+        engines=list(engines),
+        unvalidated=list(unvalidated),
+        interrupted=interrupted,
+        static={name: list(found) for name, found in (static or {}).items()},
+    )
+    report.dump(json_path)
+    summary = report.summary
+    static_failures = sum(bool(found) for found in report.static.values())
+    suite = ElementTree.Element(
+        "testsuite",
+        name="sandbox-tools validate",
+        tests=str(len(results) + len(report.static)),
+        failures=str(summary["failed"] + static_failures),
+        skipped=str(summary["skipped"]),
+    )
+    for name, found in report.static.items():
+        case = ElementTree.SubElement(
+            suite, "testcase", classname=name, name="static checks", time="0.00"
+        )
+        if found:
+            text = "; ".join(found)
+            ElementTree.SubElement(case, "failure", message=text[:200]).text = text
+    for result in results:
+        case = ElementTree.SubElement(
+            suite,
+            "testcase",
+            classname=result.artifact,
+            name=result.cell_id,
+            time=f"{result.seconds:.2f}",
+        )
+        if result.status is CellStatus.FAILED:
+            ElementTree.SubElement(
+                case, "failure", message=result.detail[:200]
+            ).text = result.detail
+        elif result.status is CellStatus.SKIPPED:
+            ElementTree.SubElement(case, "skipped", message=result.detail)
+    junit_path.parent.mkdir(parents=True, exist_ok=True)
+    ElementTree.ElementTree(suite).write(junit_path, encoding="utf-8", xml_declaration=True)

@@ -106,3 +106,22 @@ def test_the_link_check_sees_what_is_wrong(tmp_path: Path) -> None:
         "../../elsewhere.md: leaves the repository",
         "https://example.com: leaves the repository (write it as text, not a link)",
     ]
+
+
+TEST_NAME = re.compile(r"`(test_[a-z0-9_]+)`")
+TEST_FILE = re.compile(r"`(tests/[A-Za-z0-9_/.]+\.py)`")
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
+def test_every_test_a_document_names_exists(document: Path) -> None:
+    """THREAT_MODEL.md and the closing tables name the tests that defend each rule; a
+    renamed or moved test must not leave the doc pointing at nothing."""
+    text = document.read_text()
+    defined = {
+        match
+        for path in (ROOT / "tests").rglob("test_*.py")
+        for match in re.findall(r"def (test_[a-z0-9_]+)", path.read_text())
+    }
+    missing = sorted(set(TEST_NAME.findall(text)) - defined)
+    missing += [p for p in sorted(set(TEST_FILE.findall(text))) if not (ROOT / p).is_file()]
+    assert not missing, f"{document.name} names tests that do not exist: {missing}"

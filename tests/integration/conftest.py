@@ -3,21 +3,20 @@ and a real `inspect eval` in a child process (the engine and images: tests/conft
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from sandbox_tools.platforms import Arch
+from tests.support import MCP_SERVERS_MOUNT, MCP_SITE_MOUNT
 
 
 @pytest.fixture
 def python_container(docker_engine: Any, python_image: str) -> Iterator[Any]:
     from sandbox_tools.injector.source_runtime import SOURCE_MOUNT, package_parent
-    from sandbox_tools.sandboxes.containers import running_container
+    from sandbox_tools.sandboxes.containers import RunningContainer
 
-    with running_container(
+    with RunningContainer(
         docker_engine,
         python_image,
         volumes={str(package_parent()): {"bind": SOURCE_MOUNT, "mode": "ro"}},
@@ -36,30 +35,6 @@ async def client(runtime_dir: Any) -> Any:
     runtime_client = StdioRuntimeClient(LocalSandbox(), launch.command, env=launch.env)
     yield runtime_client
     await runtime_client.aclose()
-
-
-# Offline-buildable targets: Debian releases from debootstrap, and a libc-free busybox.
-DEBIAN_SUITES = {"debian-11": "bullseye", "debian-12": "bookworm", "debian-13": "trixie"}
-
-
-def ensure_target_image(client: Any, target: str, arch: Arch) -> str:
-    from sandbox_tools.sandboxes.images import RootfsRecipe, ensure_busybox_image, ensure_image
-
-    if target == "busybox":
-        return ensure_busybox_image(client, arch)
-    return ensure_image(client, RootfsRecipe(suite=DEBIAN_SUITES[target], arch=arch))
-
-
-def arches_under_test() -> list[Arch]:
-    """The host's architecture; arm64 too with SANDBOX_TOOLS_TEST_ARM64=1 (QEMU, slow)."""
-    arches = [Arch.parse(os.uname().machine)]
-    if os.environ.get("SANDBOX_TOOLS_TEST_ARM64") == "1" and Arch.ARM64 not in arches:
-        arches.append(Arch.ARM64)
-    return arches
-
-
-MCP_SITE_MOUNT = "/opt/mcp-site"
-MCP_SERVERS_MOUNT = "/opt/mcp-servers"
 
 
 def _host_site(requirement: str) -> Any:
@@ -131,42 +106,3 @@ def mcp_volumes(mcp_site: Any) -> dict[str, dict[str, str]]:
         str(mcp_site): {"bind": MCP_SITE_MOUNT, "mode": "ro"},
         str(servers): {"bind": MCP_SERVERS_MOUNT, "mode": "ro"},
     }
-
-
-def run_inspect_eval(
-    task_file: Any, *options: str, env: dict[str, str], timeout: float = 900
-) -> tuple[dict[str, Any], Any]:
-    """A real `inspect eval` of `task_file` in a child process (JSON log, plain display),
-    run from the task's directory (inspect globs task paths relative to it). Returns the
-    one sample, asserted to have run without error, and its log file."""
-    import json
-    import subprocess
-    import sys
-
-    logs = task_file.parent / "logs"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "inspect_ai",
-            "eval",
-            task_file.name,
-            *options,
-            "--log-format",
-            "json",
-            "--display",
-            "plain",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "INSPECT_LOG_DIR": str(logs), **env},
-        cwd=task_file.parent,
-        timeout=timeout,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (log_file,) = logs.glob("*.json")
-    log = json.loads(log_file.read_text())
-    assert log["status"] == "success", log.get("error")
-    (sample,) = log["samples"]
-    assert sample.get("error") is None, sample["error"]
-    return sample, log_file

@@ -14,7 +14,7 @@ from sandbox_tools.injector.jsonrpc_client import RuntimeClient, StdioRuntimeCli
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session
 from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.conftest import RuntimeDir
+from tests.support import RuntimeDir
 
 
 @pytest.fixture

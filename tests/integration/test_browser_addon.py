@@ -21,10 +21,9 @@ from sandbox_tools.artifacts import Artifact, ArtifactKind, sha256_of
 from sandbox_tools.build_containers.tree_archive import read_archive
 from sandbox_tools.distro_matrix.static import browser_static_checks, static_checks
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.images import ensure_busybox_image
-from tests.integration.conftest import arches_under_test
+from tests.support import arches_under_test
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
@@ -86,7 +85,7 @@ async def test_the_add_on_renders_a_page_in_busybox_without_libc(
     arch = HOST_ARCH
     _, path = built_browser(arch)
     image = ensure_busybox_image(docker_engine, arch)
-    with running_container(
+    with RunningContainer(
         docker_engine,
         image,
         platform=arch.platform,
@@ -96,7 +95,7 @@ async def test_the_add_on_renders_a_page_in_busybox_without_libc(
         user="1000:1000",
         environment={"HOME": "/tmp"},
     ) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+        sandbox = container.sandbox
         unpacked = await sandbox.exec(
             ["sh", "-c", "mkdir /tmp/browser && xz -d | tar -x -C /tmp/browser"],
             input=path.read_bytes(),

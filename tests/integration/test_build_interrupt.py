@@ -1,4 +1,4 @@
-"""Ctrl-C during `tools build` (issue 18): it once kept building to the end, then printed
+"""Ctrl-C during `tools build`: it once kept building to the end, then printed
 `KeyboardInterrupt()` and left an artifact without its record. Now it stops at once: the
 builder container is removed, nothing half-made stays in the output, one line, exit 130."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
-from tests.integration.conftest import arches_under_test
+from tests.support import arches_under_test
 
 
 def ctrl_c_as_in_a_terminal() -> None:
@@ -73,21 +73,29 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
 def test_a_rebuild_from_a_cleared_cache_gives_the_same_bytes(
     docker_engine: Any, built_artifacts: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 17: the build id's claim made true. The same sources and locks, rebuilt with
+    """The build id's claim made true. The same sources and locks, rebuilt with
     a cleared cache (wheels downloaded again and checked against their pinned hashes, a
     fresh freeze directory, a fresh output), give byte-identical artifacts. The builder
     root is the one thing kept: it is pinned by its lock, checked whenever it is made."""
     from sandbox_tools.build_containers.build import BuildRequest, NullReporter, build
     from sandbox_tools.cache import cache_root
+    from sandbox_tools.sandboxes.containers import ContainerPolicy
     from sandbox_tools.sandboxes.engines import Engine
+    from sandbox_tools.sandboxes.images import RootfsStore
+    from sandbox_tools.settings import DEFAULT_DEBIAN_MIRROR, load_settings
 
     arch = Arch.parse(os.uname().machine)
     first, _ = built_artifacts(arch)
     cleared = tmp_path / "cache"
     cleared.mkdir()
-    (cleared / "roots").symlink_to(cache_root() / "roots")
-    monkeypatch.setenv("SANDBOX_TOOLS_CACHE", str(cleared))
-    request = BuildRequest(arches=(arch,), format=first.format, out_dir=tmp_path / "again")
+    (cleared / "roots").symlink_to(cache_root(load_settings()) / "roots")
+    request = BuildRequest(
+        arches=(arch,),
+        format=first.format,
+        out_dir=tmp_path / "again",
+        roots=RootfsStore(cleared, DEFAULT_DEBIAN_MIRROR),
+        containers=ContainerPolicy(),
+    )
     (second,) = build([Engine("default", docker_engine)], request, NullReporter())
     assert (cleared / "wheelhouse").is_dir()  # the wheels really came again
     assert (second.build_id, second.sha256, second.size) == (

@@ -13,9 +13,8 @@ from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, StdioRuntimeClient
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.integration.conftest import arches_under_test, ensure_target_image
+from sandbox_tools.sandboxes.containers import RunningContainer
+from tests.support import arches_under_test, ensure_target_image
 
 # Cold machines build images here (debootstrap): minutes, not the default 300 s.
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -29,8 +28,8 @@ async def test_artifact_serves_real_tool_calls(
 ) -> None:
     record, artifact = built_artifacts(arch)
     image = ensure_target_image(docker_engine, target, arch)
-    with running_container(docker_engine, image, platform=arch.platform) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, image, platform=arch.platform) as container:
+        sandbox = container.sandbox
         install = f"/tmp/st-{user}"
         prepared = await sandbox.exec(["sh", "-c", f"mkdir -p {install} && chown {user} {install}"])
         assert prepared.returncode == 0, prepared.stderr
@@ -72,8 +71,8 @@ async def test_staticx_format_stays_buildable(
     record, artifact = built_artifacts(arch, ArtifactFormat.STATICX)
     assert record.name.endswith(".staticx") and record.format == "staticx"
     image = ensure_target_image(docker_engine, target, arch)
-    with running_container(docker_engine, image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, image) as container:
+        sandbox = container.sandbox
         exe = "/opt/sandbox-tools.staticx"
         await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
         client = ExecRuntimeClient(sandbox, [exe])
@@ -93,8 +92,8 @@ async def test_large_requests_and_responses_through_the_built_artifact(
     arch = arches_under_test()[0]
     _, artifact = built_artifacts(arch)
     image = ensure_target_image(docker_engine, "debian-12", arch)
-    with running_container(docker_engine, image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, image) as container:
+        sandbox = container.sandbox
         exe = "/opt/st/sandbox-tools"
         await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
         client = (ExecRuntimeClient if transport == "exec" else StdioRuntimeClient)(sandbox, [exe])
@@ -133,8 +132,8 @@ async def test_another_user_cannot_prepare_the_server_directory_first(
     arch = arches_under_test()[0]
     _record, artifact = built_artifacts(arch)
     image = ensure_target_image(docker_engine, "debian-12", arch)
-    with running_container(docker_engine, image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, image) as container:
+        sandbox = container.sandbox
         assert (await sandbox.exec(["sh", "-c", "mkdir -m 755 /opt/st /tmp/shared"])).success
         exe = "/opt/st/sandbox-tools"
         await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)

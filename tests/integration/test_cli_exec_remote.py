@@ -1,4 +1,4 @@
-"""`tools exec-remote` on this machine (issue 18): stdout carries only the command's own
+"""`tools exec-remote` on this machine: stdout carries only the command's own
 output (the summary goes to stderr), and a timeout or Ctrl-C leaves neither the command
 nor the runtime server running."""
 
@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tests.conftest import eventually
+from tests.support import eventually
 
 
 def ctrl_c_as_in_a_terminal() -> None:
@@ -86,11 +86,11 @@ def test_ctrl_c_leaves_nothing_running() -> None:
 def test_distro_and_image_choose_the_container(
     docker_engine: object, python_image: str, built_artifacts: object, tmp_path: Path
 ) -> None:
-    """Issue 18: --image took only matrix names. Now --distro takes those, --image a real
+    """--image took only matrix names. Now --distro takes those, --image a real
     image on the engine (never pulled), and a wrong one is a clear error."""
     import os
 
-    from tests.integration.conftest import arches_under_test
+    from tests.support import arches_under_test
 
     _record, artifact = built_artifacts(arches_under_test()[0])  # type: ignore[operator]
     env = {**os.environ, "SANDBOX_TOOLS_DIST": str(artifact.parent)}

@@ -15,13 +15,12 @@ from sandbox_tools.injector.jsonrpc_client import (
     connect_runtime,
 )
 from sandbox_tools.injector.source_runtime import mounted_source_runtime
-from sandbox_tools.sandboxes.docker import DockerSandbox
 
 pytestmark = pytest.mark.docker
 
 
 async def test_exec_with_stdin_env_cwd_user(docker_engine: Any, python_container: Any) -> None:
-    sandbox = DockerSandbox(python_container, docker_engine)
+    sandbox = python_container.sandbox
     out = await sandbox.exec(
         ["sh", "-c", "cat; echo $X; pwd; id -u"],
         input=b"piped\n",
@@ -37,7 +36,7 @@ async def test_exec_with_stdin_env_cwd_user(docker_engine: Any, python_container
 
 
 async def test_write_and_read_file_round_trip(docker_engine: Any, python_container: Any) -> None:
-    sandbox = DockerSandbox(python_container, docker_engine)
+    sandbox = python_container.sandbox
     payload = bytes(range(256)) * 4096  # 1 MiB of every byte value
     await sandbox.write_file("/tmp/blob.bin", payload, mode=0o600)
     assert await sandbox.read_file("/tmp/blob.bin") == payload
@@ -51,7 +50,7 @@ async def test_write_and_read_file_round_trip(docker_engine: Any, python_contain
 async def test_exec_remote_into_a_container(
     docker_engine: Any, python_container: Any, transport: type
 ) -> None:
-    sandbox = DockerSandbox(python_container, docker_engine)
+    sandbox = python_container.sandbox
     launch = mounted_source_runtime()
     client = transport(sandbox, launch.command, env=launch.env)
     try:
@@ -83,7 +82,7 @@ async def test_exec_remote_into_a_container(
 async def test_connect_runtime_prefers_the_persistent_channel(
     docker_engine: Any, python_container: Any
 ) -> None:
-    sandbox = DockerSandbox(python_container, docker_engine)
+    sandbox = python_container.sandbox
     launch = mounted_source_runtime()
     client = await connect_runtime(sandbox, launch.command, env=launch.env)
     try:

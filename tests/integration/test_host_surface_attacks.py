@@ -33,8 +33,8 @@ from sandbox_tools.injector.jsonrpc_client import (
 from sandbox_tools.injector.model_proxy import ModelProxy, ProxyResponse, forward_to
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.conftest import RuntimeDir
 from tests.proxy.upstream import RecordingListener
+from tests.support import RuntimeDir
 
 pytest.importorskip("httpx", reason="the [proxy] extra is not installed")
 mcp = pytest.importorskip("mcp", reason="the [mcp] extra is not installed")

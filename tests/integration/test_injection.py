@@ -10,9 +10,9 @@ import pytest
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
-from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.integration.conftest import arches_under_test, ensure_target_image
+from tests.support import arches_under_test, ensure_target_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -33,14 +33,14 @@ def debian_image(docker_engine: Any) -> str:
 async def test_second_call_reuses_without_writing(
     docker_engine: Any, debian_image: str, dist_env: Any
 ) -> None:
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         first = await tool_support_sandbox(sandbox)
         assert (first.reused, first.writes) == (False, 2)
-        assert first.info["build_id"] == dist_env.build_id
+        assert first.info is not None and first.info.build_id == dist_env.build_id
         await first.aclose()
         await forget_sandbox(sandbox)  # a new host process: only what is in the sandbox counts
-        second = await tool_support_sandbox(DockerSandbox(container, docker_engine))
+        second = await tool_support_sandbox(DockerSandbox(container.container, docker_engine))
         assert (second.reused, second.writes, second.install_dir) == (True, 0, first.install_dir)
         result = await exec_remote(second.client, "echo reused", stream=False)
         assert result.stdout == "reused\n"
@@ -51,8 +51,8 @@ async def test_second_call_reuses_without_writing(
 async def test_concurrent_first_calls_inject_once(
     docker_engine: Any, debian_image: str, dist_env: Any
 ) -> None:
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         handles = await asyncio.gather(*(tool_support_sandbox(sandbox) for _ in range(5)))
         assert all(handle is handles[0] for handle in handles)
         listing = await sandbox.exec(["sh", "-c", "ls -d /opt/sandbox-tools/*/"])
@@ -65,8 +65,8 @@ async def test_foreign_install_directory_is_not_trusted(
     docker_engine: Any, debian_image: str, dist_env: Any
 ) -> None:
     tag = dist_env.build_id.removeprefix("sha256:")[:16]
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         # uid 1000 owns /opt/sandbox-tools and planted a look-alike install in it.
         planted = f"/opt/sandbox-tools/sandbox-tools-{tag}"
         script = (
@@ -90,10 +90,10 @@ async def test_foreign_install_directory_is_not_trusted(
 async def test_read_only_root_with_exec_tmpfs_succeeds(
     docker_engine: Any, debian_image: str, dist_env: Any
 ) -> None:
-    with running_container(
+    with RunningContainer(
         docker_engine, debian_image, read_only=True, tmpfs={"/tmp": "exec,mode=1777"}
     ) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+        sandbox = container.sandbox
         support = await tool_support_sandbox(sandbox)
         assert support.install_dir.startswith("/tmp/")  # streamed through exec: no upload
         result = await exec_remote(support.client, "touch /etc/x 2>&1; echo done", stream=False)
@@ -105,13 +105,13 @@ async def test_read_only_root_with_exec_tmpfs_succeeds(
 async def test_read_only_root_with_only_noexec_mounts_fails_clearly(
     docker_engine: Any, debian_image: str, dist_env: Any
 ) -> None:
-    with running_container(
+    with RunningContainer(
         docker_engine,
         debian_image,
         read_only=True,
         tmpfs={"/tmp": "noexec,mode=1777", "/var/tmp": "noexec,mode=1777"},
     ) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+        sandbox = container.sandbox
         with pytest.raises(SandboxInjectionError) as failure:
             await tool_support_sandbox(sandbox)
         message = str(failure.value)
@@ -123,7 +123,7 @@ async def test_read_only_root_with_only_noexec_mounts_fails_clearly(
             ("/root", "not writable"),
         ):
             assert f"{directory}: {why}" in message, message
-        assert "tmpfs /tmp:exec" in message  # the remedy
+        assert "tmpfs /tmp:exec" in failure.value.remedy  # the remedy, apart from the message
         await forget_sandbox(sandbox)
 
 
@@ -132,13 +132,13 @@ async def test_a_failed_install_leaves_nothing_behind(
 ) -> None:
     """Issue path: an install that fails half way (here the tmpfs is too small for the
     artifact) removes the directory it made, so that retries do not pile up copies."""
-    with running_container(
+    with RunningContainer(
         docker_engine,
         debian_image,
         read_only=True,
         tmpfs={"/tmp": "exec,mode=1777,size=1m", "/var/tmp": "noexec,mode=1777"},
     ) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+        sandbox = container.sandbox
         with pytest.raises(SandboxInjectionError) as failure:
             await tool_support_sandbox(sandbox)
         assert "/tmp/sandbox-tools-" in str(failure.value)
@@ -169,10 +169,10 @@ async def test_injection_without_any_shell(docker_engine: Any, dist_env: Any) ->
     from sandbox_tools.sandboxes.images import ensure_busybox_image
 
     image = ensure_busybox_image(docker_engine, arches_under_test()[0], applets=False)
-    with running_container(
+    with RunningContainer(
         docker_engine, image, command=["/.sleeper/busybox", "sleep", "infinity"]
     ) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+        sandbox = container.sandbox
         assert (await sandbox.exec(["sh", "-c", "true"])).returncode != 0  # really no shell
         support = await tool_support_sandbox(sandbox)
         assert not support.recon.has_shell and "no shell" in support.recon.notes[0]
@@ -194,8 +194,8 @@ async def test_the_block_form_and_options_a_second_call_cannot_change(
     from sandbox_tools.errors import ConfigurationError
     from sandbox_tools.injector.inject import open_tool_support
 
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         async with open_tool_support(sandbox) as support:
             result = await exec_remote(support.client, "echo block", stream=False)
             assert result.stdout == "block\n"

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
-from tests.integration.conftest import run_inspect_eval
+from tests.support import run_inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 

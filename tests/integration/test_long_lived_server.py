@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SRC, RuntimeDir
+from tests.support import SRC, RuntimeDir
 
 
 def cli(

@@ -31,7 +31,7 @@ from sandbox_tools.injector.jsonrpc_client import (  # noqa: E402
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client  # noqa: E402
 from sandbox_tools.injector.source_runtime import local_source_runtime  # noqa: E402
 from sandbox_tools.sandboxes.local import LocalSandbox  # noqa: E402
-from tests.conftest import RuntimeDir  # noqa: E402
+from tests.support import RuntimeDir  # noqa: E402
 
 DEMO = str(Path(__file__).parents[1] / "mcp_servers" / "demo_server.py")
 SERVER = StdioServerParameters(command=sys.executable, args=[DEMO])

@@ -30,9 +30,8 @@ from sandbox_tools.errors import ToolError
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import running_container
-from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.integration.conftest import (
+from sandbox_tools.sandboxes.containers import RunningContainer
+from tests.support import (
     MCP_SERVERS_MOUNT,
     MCP_SITE_MOUNT,
     arches_under_test,
@@ -75,8 +74,8 @@ async def test_a_fastmcp_server_in_a_container_through_the_built_runtime(
         answer = TextContent(type="text", text="from the host")
         return CreateMessageResult(role="assistant", content=answer, model="host")
 
-    with running_container(docker_engine, python_image, volumes=mcp_volumes) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, python_image, volumes=mcp_volumes) as container:
+        sandbox = container.sandbox
         support = await tool_support_sandbox(sandbox, persistent=persistent)
         try:
             async with (
@@ -126,8 +125,8 @@ async def test_a_missing_command_on_a_libc_free_image_is_a_clear_error(
     docker_engine: Any, dist_env: Any
 ) -> None:
     image = ensure_target_image(docker_engine, "busybox", arches_under_test()[0])
-    with running_container(docker_engine, image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, image) as container:
+        sandbox = container.sandbox
         support = await tool_support_sandbox(sandbox)
         try:
             with pytest.raises(ToolError, match="'my-mcp-server' not found"):

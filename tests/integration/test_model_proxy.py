@@ -16,10 +16,10 @@ import pytest
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.model_proxy import ModelProxy, forward_to
-from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.integration.conftest import arches_under_test
 from tests.proxy.upstream import WORDS, FakeUpstream
+from tests.support import arches_under_test
 
 pytest.importorskip("httpx", reason="the [proxy] extra is not installed")
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -35,10 +35,10 @@ async def sandbox(
     monkeypatch.setenv("SANDBOX_TOOLS_DIST", str(path.parent))
     clients = Path(__file__).parents[1] / "proxy"
     volumes = {str(clients): {"bind": "/opt/proxy", "mode": "ro"}}
-    with running_container(
+    with RunningContainer(
         docker_engine, python_image, volumes=volumes, network_mode="none"
     ) as container:
-        box = DockerSandbox(container, docker_engine)
+        box = container.sandbox
         yield box
         await forget_sandbox(box)
 
@@ -169,10 +169,10 @@ async def test_the_official_openai_sdk_in_the_sandbox_talks_to_an_inspect_model(
         str(clients): {"bind": "/opt/proxy", "mode": "ro"},
         str(openai_site): {"bind": "/opt/openai-site", "mode": "ro"},
     }
-    with running_container(
+    with RunningContainer(
         docker_engine, python_image, volumes=volumes, network_mode="none"
     ) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+        sandbox = container.sandbox
         support = await tool_support_sandbox(sandbox)
         try:
             async with ModelProxy(support, inspect_model_handler(model)) as proxy:

@@ -38,11 +38,8 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterato
         yield Subject(LocalSandbox(), str(tmp_path), os.geteuid() == 0)
         return
     if kind == "docker":
-        from sandbox_tools.sandboxes.docker import DockerSandbox
-
         container = request.getfixturevalue("python_container")
-        engine = request.getfixturevalue("docker_engine")
-        sandbox = DockerSandbox(container, engine)
+        sandbox = container.sandbox
         scratch = f"/tmp/conformance-{uuid.uuid4().hex[:8]}"
         await sandbox.exec(["mkdir", "-p", scratch])
         yield Subject(sandbox, scratch, True)

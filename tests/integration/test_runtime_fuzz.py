@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sandbox_tools.injector.source_runtime import mounted_source_runtime
-from sandbox_tools.sandboxes.docker import DockerSandbox
 
 pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
 
@@ -105,7 +104,7 @@ def check_response(line: bytes) -> dict[str, Any]:
 async def test_fuzzed_requests_through_stdio_and_exec(
     docker_engine: Any, python_container: Any
 ) -> None:
-    sandbox = DockerSandbox(python_container, docker_engine)
+    sandbox = python_container.sandbox
     launch = mounted_source_runtime()
     env = {**launch.env, "SANDBOX_TOOLS_DIR": "/tmp/fuzz"}
     stream = await sandbox.open_stream([*launch.command, "stdio"], env=env)

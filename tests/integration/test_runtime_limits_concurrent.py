@@ -17,7 +17,7 @@ from sandbox_tools.errors import ToolError
 from sandbox_tools.injector.jsonrpc_client import StdioRuntimeClient
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.conftest import RuntimeDir
+from tests.support import RuntimeDir
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RuntimeDir, eventually
+from tests.support import RuntimeDir, eventually
 
 
 def wait_for_state(rt: RuntimeDir, pid: int, ack: int = 0, timeout: float = 20) -> dict:

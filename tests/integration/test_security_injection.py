@@ -18,10 +18,9 @@ from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import Injector, reconnoitre
 from sandbox_tools.injector.tool_clients import text_editor
-from sandbox_tools.sandboxes.containers import running_container
+from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.conftest import peak_rss_mib
-from tests.integration.conftest import arches_under_test, ensure_target_image
+from tests.support import arches_under_test, ensure_target_image, peak_rss_mib
 
 pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
 
@@ -92,10 +91,10 @@ async def test_forged_markers_before_a_genuine_install_are_not_reused(
     tag = tag_of(artifact)
     # Read-only root with an exec /tmp: /tmp is the only place root can install, so the
     # planted directory sits exactly where a genuine install would go.
-    with running_container(
+    with RunningContainer(
         docker_engine, debian_image, read_only=True, tmpfs={"/tmp": "exec,mode=1777"}
     ) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+        sandbox = container.sandbox
         await as_agent(sandbox, forged_install(f"/tmp/sandbox-tools-{tag}", artifact))
         await as_agent(sandbox, forged_install(f"/tmp/sandbox-tools-{tag}-x", artifact))
         async with Injector(artifact=artifact) as injector:
@@ -123,10 +122,10 @@ async def test_after_a_genuine_install_the_agent_cannot_take_its_place(
     """Rules 1 and 2: once root installed at the exact name, the agent can neither write
     into it nor plant a forged install that root would prefer; reuse checks the digest."""
     tag = tag_of(artifact)
-    with running_container(
+    with RunningContainer(
         docker_engine, debian_image, read_only=True, tmpfs={"/tmp": "exec,mode=1777"}
     ) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+        sandbox = container.sandbox
         async with Injector(artifact=artifact) as injector:
             first = await injector.tool_support(sandbox)
             assert first.install_dir == f"/tmp/sandbox-tools-{tag}"
@@ -170,8 +169,8 @@ async def test_planted_symlinks_fifos_and_a_huge_marker_change_nothing(
     predictable probe name, FIFOs where we used to read, and a 400 MB marker: no file of
     the agent's choosing changes, the injection neither hangs nor grows the host."""
     tag = tag_of(artifact)
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         await as_root(sandbox, "chmod 1777 /opt && cp /etc/issue /etc/issue.orig")
         plant = (
             "for d in /tmp /var/tmp /dev/shm; do "
@@ -209,8 +208,8 @@ async def test_a_shell_that_floods_is_cut_off_and_the_host_stays_small(
 ) -> None:
     """Rule 3, a malicious image: its sh prints forever. The probe is cut at its byte cap
     with a typed error; so is any other exec; the host's memory stays bounded."""
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         await as_root(
             sandbox,
             "printf '#!/bin/dash\\nexec yes flood\\n' > /usr/bin/sh.x && "
@@ -236,8 +235,8 @@ async def test_a_shell_that_never_exits_fails_the_probe_within_its_timeout(
     docker_engine: Any, debian_image: str
 ) -> None:
     """Rule 3, a malicious image: its sh never exits; the probe ends at its timeout."""
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         await as_root(
             sandbox,
             "printf '#!/bin/dash\\nexec sleep infinity\\n' > /usr/bin/sh.x "
@@ -255,8 +254,8 @@ async def test_exec_remote_timeout_holds_when_the_server_is_stopped(
     """Rule 3: SIGSTOP of the runtime server during exec_remote(timeout=...): the call
     returns with TimeoutError within its deadline plus the bounded kill, on both
     transports; the caller's own wait_for is never needed."""
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         for persistent in (True, False):
             async with Injector(artifact=artifact, persistent=persistent) as injector:
                 support = await injector.tool_support(sandbox)
@@ -281,8 +280,8 @@ async def test_user_injection_for_another_user(
 ) -> None:
     """Rule: drop privileges first. A runtime for uid 1000 next to root's: root installs
     and unpacks; uid 1000 gets its own server directory; its tools run as uid 1000."""
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         async with Injector(artifact=artifact) as injector:
             agent = await injector.tool_support(sandbox, user="1000:1000")
             root = await injector.tool_support(sandbox)
@@ -308,8 +307,8 @@ async def test_user_injection_refused_when_the_installer_is_not_root(
                 kwargs["user"] = "1000:1000"
             return await super().exec(cmd, *args, **kwargs)
 
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = AsAgent(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = AsAgent(container.container, docker_engine)
         async with Injector(artifact=artifact, persistent=False) as injector:
             with pytest.raises(SandboxInjectionError, match=r"installed .* by uid 1000"):
                 await injector.tool_support(sandbox, user="0")
@@ -322,10 +321,10 @@ async def test_a_recreated_container_gets_a_fresh_handle(
     name never gets the dead handle of the old one."""
     name = "sandbox-tools-recreated"
     async with Injector(artifact=artifact) as injector:
-        with running_container(docker_engine, debian_image, name=name) as container:
-            first = await injector.tool_support(DockerSandbox(container, docker_engine))
-        with running_container(docker_engine, debian_image, name=name) as container:
-            sandbox = DockerSandbox(container, docker_engine)
+        with RunningContainer(docker_engine, debian_image, name=name) as container:
+            first = await injector.tool_support(DockerSandbox(container.container, docker_engine))
+        with RunningContainer(docker_engine, debian_image, name=name) as container:
+            sandbox = container.sandbox
             second = await injector.tool_support(sandbox)
             assert second is not first
             assert (await exec_remote(second.client, "echo alive", stream=False)).stdout == (
@@ -340,8 +339,8 @@ async def test_an_endless_line_on_the_persistent_stream_is_refused(
     sends 70 MB without a newline fails with a typed error, and the host stays bounded."""
     from sandbox_tools.sandboxes.base import StreamLineTooLong
 
-    with running_container(docker_engine, debian_image) as container:
-        sandbox = DockerSandbox(container, docker_engine)
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
         stream = await sandbox.open_stream(
             ["sh", "-c", "head -c 70000000 /dev/zero; sleep 60"], env=None
         )

@@ -19,7 +19,7 @@ from sandbox_tools.runtime.tools.bash_session.tool_types import (
     InteractParams,
     NewSessionParams,
 )
-from tests.conftest import RuntimeDir, eventually
+from tests.support import RuntimeDir, eventually
 
 pytestmark = pytest.mark.security
 

@@ -19,7 +19,7 @@ import pytest
 from sandbox_tools.errors import ToolError
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient
 from sandbox_tools.injector.tool_clients import text_editor
-from tests.conftest import RuntimeDir, peak_rss_mib
+from tests.support import RuntimeDir, peak_rss_mib
 
 pytestmark = pytest.mark.security
 

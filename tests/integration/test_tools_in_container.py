@@ -12,14 +12,13 @@ from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, connect_runtime
 from sandbox_tools.injector.source_runtime import mounted_source_runtime
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
-from sandbox_tools.sandboxes.docker import DockerSandbox
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture
 async def client(docker_engine: Any, python_container: Any) -> AsyncIterator[RuntimeClient]:
-    sandbox = DockerSandbox(python_container, docker_engine)
+    sandbox = python_container.sandbox
     setup = await sandbox.exec(
         ["sh", "-c", "useradd -m -u 1000 agent && install -d -o agent /home/agent/work"]
     )

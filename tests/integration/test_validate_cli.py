@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 import pytest
 
 from sandbox_tools.validation import ValidationReport
-from tests.integration.conftest import arches_under_test
+from tests.support import arches_under_test
 
 
 def ctrl_c_as_in_a_terminal() -> None:
@@ -107,7 +107,7 @@ def test_static_checks_refuse_a_broken_artifact(built_artifacts: Any, tmp_path: 
 def test_validate_never_goes_green_having_validated_nothing(
     built_artifacts: Any, tmp_path: Path
 ) -> None:
-    """Issue 18: `--only ubuntu` with the registry unreachable exited 0 with a report saying
+    """`--only ubuntu` with the registry unreachable exited 0 with a report saying
     "passed": true; an early error left the previous green report in place."""
     arch = arches_under_test()[0]
     _record, artifact = built_artifacts(arch)
@@ -139,7 +139,7 @@ def test_validate_never_goes_green_having_validated_nothing(
 def test_ctrl_c_writes_a_partial_report_and_leaves_no_containers(
     docker_engine: Any, built_artifacts: Any, tmp_path: Path
 ) -> None:
-    """Issue 18: validate exited 130 silently with no report (and the previous one left)."""
+    """Validate exited 130 silently with no report (and the previous one left)."""
 
     arch = arches_under_test()[0]
     _record, artifact = built_artifacts(arch)

@@ -90,9 +90,9 @@ def run_in(venv: Path, args: list[str], env: dict[str, str]) -> subprocess.Compl
 
 @pytest.fixture
 def container(docker_engine: Any, python_image: str) -> Iterator[str]:
-    from sandbox_tools.sandboxes.containers import running_container
+    from sandbox_tools.sandboxes.containers import RunningContainer
 
-    with running_container(docker_engine, python_image) as running:
+    with RunningContainer(docker_engine, python_image) as running:
         yield running.name
 
 

@@ -64,7 +64,9 @@ def main() -> None:
         print(json.dumps({"results": results, "seconds": time.monotonic() - started}))
     elif scenario == "disconnect":
         raw = socket.create_connection(("127.0.0.1", PORT))
-        raw.sendall(b"POST /v1/endless HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        raw.sendall(
+            b"POST /v1/endless HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: 0\r\n\r\n" % PORT
+        )
         first = raw.recv(4096)
         raw.close()
         print(json.dumps({"first": first.decode(errors="replace")[:200]}))

@@ -20,9 +20,9 @@ from sandbox_tools import __version__
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, artifact_name, write_build_records
 from sandbox_tools.injector.acquire import current_build_id
 from sandbox_tools.platforms import Arch
+from sandbox_tools.publishing.publish import ReleaseRequest, publish
+from sandbox_tools.publishing.targets import GitHubTarget, S3Target
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
-from sandbox_tools.release.publish import ReleaseRequest, publish
-from sandbox_tools.release.targets import GitHubTarget
 from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
 from tests.release.servers import FaultProxy, GitHubReleasesServer
 
@@ -183,9 +183,12 @@ def aws_env() -> dict[str, str]:
 
 @pytest.fixture
 def github() -> Iterator[GitHubReleasesServer]:
+    """The GitHub stand-in. Whatever a test does, `tools release` must never have made
+    GitHub create a tag (a release made public while its tag was missing)."""
     server = GitHubReleasesServer(token=TOKEN)
     yield server
     server.stop()
+    assert server.tags_made_by_releases == [], "a release was made public without its tag"
 
 
 @pytest.fixture
@@ -255,7 +258,11 @@ def publish_fake(release: FakeRelease, *targets: Any) -> Manifest:
     return read_manifest(release.dist / MANIFEST_FILE)
 
 
-def github_target(github: GitHubReleasesServer) -> GitHubTarget:
+def github_target(github: GitHubReleasesServer, tagged: bool = True) -> GitHubTarget:
+    """The fake release's GitHub target; `tagged`: its tag is pushed first, as a
+    release that is published (not left a draft) needs."""
+    if tagged:
+        github.push_tag(GITHUB_REPO, f"v{__version__}")
     return GitHubTarget(
         repo=GITHUB_REPO,
         tag=f"v{__version__}",
@@ -263,6 +270,23 @@ def github_target(github: GitHubReleasesServer) -> GitHubTarget:
         api_url=github.url,
         web_url=github.url,
     )
+
+
+@pytest.fixture
+def published(fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer) -> Manifest:
+    """The fake release, published for real to S3 (first mirror) and GitHub (second)."""
+    manifest = publish_fake(
+        fake_release,
+        S3Target(
+            bucket=s3.bucket,
+            prefix=f"releases/{__version__}",
+            endpoint_url=s3.endpoint,
+            public_read=True,  # fetch downloads anonymously, as users do
+        ),
+        github_target(github),
+    )
+    github.faults.log.clear()  # from here on the log shows only what fetch asked for
+    return manifest
 
 
 def wheel_cli(release: FakeRelease, out: Path) -> subprocess.CompletedProcess[str]:

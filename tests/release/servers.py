@@ -4,24 +4,29 @@
 - `GitHubReleasesServer`: the GitHub REST endpoints `tools release` and `tools fetch` call,
   with GitHub's behaviour where it matters (an upload cut off mid-way leaves a "starter"
   asset, a second asset of the same name is a 422, API downloads redirect to a public
-  URL that honours Range).
+  URL that honours Range, a tag is a git ref that exists only once pushed, and a release
+  that becomes public without its tag makes GitHub create the tag at the default
+  branch's head).
 - `FaultProxy`: a forwarding proxy that can stall a request (so a test can kill the
   client at an exact point), cut a response short, or flip a byte of one.
+- `SilentServer`, `refused_url`: mirrors that accept and never answer, or refuse.
 
 Faults are switched on by tests; untouched, every server behaves like the real thing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 HOP_BY_HOP = {
     "connection",
@@ -156,11 +161,19 @@ class Asset:
     data: bytes = b""
 
 
+DEFAULT_BRANCH_HEAD = "d" * 40  # the commit GitHub tags when a release creates its tag
+
+
 class GitHubReleasesServer(_Running):
     def __init__(self, token: str = "test-token") -> None:
         self.token = token
         self.releases: dict[int, dict[str, Any]] = {}
         self.assets: dict[int, Asset] = {}
+        self.tags: dict[tuple[str, str], str] = {}  # (owner/name, tag) -> commit
+        # Tags GitHub made itself because a release was published (or created public)
+        # for a tag that did not exist: on github.com they point at whatever the default
+        # branch's head was, which `tools release` must never cause.
+        self.tags_made_by_releases: list[tuple[str, str]] = []
         self._ids = iter(range(1000, 10**9))
         self.state_lock = threading.Lock()
         super().__init__(_GitHubHandler, Faults())
@@ -193,6 +206,18 @@ class GitHubReleasesServer(_Running):
             "browser_download_url": f"{self.url}/{release['repo']}/releases/download/"
             f"{release['tag']}/{asset.name}",
         }
+
+    def push_tag(self, repo: str, tag: str, commit: str = "c" * 40) -> None:
+        """What `git push origin <tag>` does to the repository."""
+        self.tags[(repo, tag)] = commit
+
+    def made_public(self, release: dict[str, Any], target: str | None = None) -> None:
+        """A release stops being a draft: as on GitHub, a missing tag is created at
+        `target` (target_commitish), else at the default branch's head."""
+        key = (release["repo"], release["tag"])
+        if key not in self.tags:
+            self.tags[key] = target if target and len(target) == 40 else DEFAULT_BRANCH_HEAD
+            self.tags_made_by_releases.append(key)
 
     def uploaded(self, tag: str) -> dict[str, bytes]:
         """Complete assets of the release for `tag`, by name."""
@@ -248,6 +273,7 @@ class _GitHubHandler(_Handler):
     def _route(self, method: str) -> Callable[..., None] | None:
         routes: list[tuple[str, str, Callable[..., None]]] = [
             ("GET", r"/repos/([^/]+/[^/]+)/releases/tags/([^/]+)", self.get_release_by_tag),
+            ("GET", r"/repos/([^/]+/[^/]+)/git/ref/tags/(.+)", self.get_tag_ref),
             ("POST", r"/repos/([^/]+/[^/]+)/releases", self.create_release),
             ("GET", r"/repos/([^/]+/[^/]+)/releases", self.list_releases),
             ("PATCH", r"/repos/([^/]+/[^/]+)/releases/(\d+)", self.update_release),
@@ -297,6 +323,26 @@ class _GitHubHandler(_Handler):
                 return
         self._json(404, {"message": "Not Found"})
 
+    def get_tag_ref(self, repo: str, tag: str) -> None:
+        """GET /repos/{owner}/{repo}/git/ref/tags/{tag}: the ref, or 404 (an exact match,
+        unlike the plural git/refs, which lists refs by prefix)."""
+        if not self._authorised():
+            return
+        tag = unquote(tag)
+        commit = self.gh.tags.get((repo, tag))
+        if commit is None:
+            self._json(404, {"message": "Not Found", "status": "404"})
+            return
+        base = f"{self.gh.url}/repos/{repo}/git"
+        self._json(
+            200,
+            {
+                "ref": f"refs/tags/{tag}",
+                "url": f"{base}/refs/tags/{tag}",
+                "object": {"sha": commit, "type": "commit", "url": f"{base}/commits/{commit}"},
+            },
+        )
+
     def list_releases(self, repo: str) -> None:
         if not self._authorised():
             return
@@ -312,6 +358,8 @@ class _GitHubHandler(_Handler):
             self._json(404, {"message": "Not Found"})
             return
         if "draft" in request:
+            if release.get("draft") and not request["draft"]:
+                self.gh.made_public(release, request.get("target_commitish"))
             release["draft"] = bool(request["draft"])
         self._json(200, self.gh.release_json(release))
 
@@ -333,6 +381,8 @@ class _GitHubHandler(_Handler):
             "name": request.get("name") or request["tag_name"],
             "draft": bool(request.get("draft", False)),
         }
+        if not release["draft"]:
+            self.gh.made_public(release, request.get("target_commitish"))
         self.gh.releases[release["id"]] = release
         self._json(201, self.gh.release_json(release))
 
@@ -479,6 +529,42 @@ class _ProxyHandler(_Handler):
             self.wfile.write(data)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+
+# -- mirrors that never answer ------------------------------------------------------------
+
+
+class SilentServer:
+    """Accepts every connection and never answers (a dead proxy, a half-open tunnel): the
+    connections stay open until `stop`. Counts them."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def connections(self) -> int:
+        return len(self.held)
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = self.listener.accept()
+                self.held.append(connection)
+
+    def stop(self) -> None:
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+def refused_url() -> str:
+    """A URL on a loopback port nobody listens on: connecting is refused at once."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 def hold_until(event: threading.Event, timeout: float) -> None:

@@ -25,6 +25,7 @@ from sandbox_tools.injector.acquire import (
 )
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import Manifest, manifest_from_records
+from sandbox_tools.settings import Settings
 from tests.release.conftest import FakeRelease
 
 
@@ -37,7 +38,7 @@ def installed_from_git(
         Cache(cache, manifest),
         Mirrors(cache, manifest, offline),
         Dist(dist),
-        Build(dist, enabled=False),
+        Build(dist, enabled=False, where=Settings()),
     ]
 
 

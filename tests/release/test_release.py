@@ -13,14 +13,16 @@ from typing import Any
 
 import pytest
 
+from sandbox_tools import __version__
 from sandbox_tools.artifacts import ArtifactFormat, artifact_name
 from sandbox_tools.errors import ReleaseRefusedError
 from sandbox_tools.platforms import Arch
+from sandbox_tools.publishing.publish import ReleaseRequest, publish
+from sandbox_tools.publishing.targets import S3Target
 from sandbox_tools.release.manifest import MANIFEST_FILE, SUMS_FILE, read_manifest
-from sandbox_tools.release.publish import ReleaseRequest, publish
-from sandbox_tools.release.targets import S3Target
 from tests.release.conftest import (
     GITHUB_REPO,
+    TOKEN,
     FakeRelease,
     S3Server,
     git,
@@ -29,10 +31,15 @@ from tests.release.conftest import (
     tools_env,
     write_validate_report,
 )
-from tests.release.servers import FaultProxy, GitHubReleasesServer, hold_until
+from tests.release.servers import (
+    DEFAULT_BRANCH_HEAD,
+    FaultProxy,
+    GitHubReleasesServer,
+    hold_until,
+)
 
-TAG = "v" + __import__("sandbox_tools").__version__
-PREFIX = "releases/" + __import__("sandbox_tools").__version__
+TAG = f"v{__version__}"
+PREFIX = f"releases/{__version__}"
 
 
 def published_files(release: FakeRelease) -> dict[str, bytes]:
@@ -59,6 +66,7 @@ def s3_objects(s3: S3Server) -> dict[str, bytes]:
 def test_round_trip_to_s3_and_github(
     fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
 ) -> None:
+    github.push_tag(GITHUB_REPO, TAG)
     # Public-read is asked for explicitly: it is off by default (new buckets disable ACLs).
     result = run_tools(*release_args(fake_release, s3, github), "--s3-public-read")
     assert result.returncode == 0, result.stderr + result.stdout
@@ -88,6 +96,7 @@ def test_round_trip_to_s3_and_github(
 def test_rerun_is_idempotent(
     fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
 ) -> None:
+    github.push_tag(GITHUB_REPO, TAG)
     assert run_tools(*release_args(fake_release, s3, github)).returncode == 0
     uploads = github.faults.uploads
 
@@ -102,6 +111,7 @@ def test_rerun_is_idempotent(
 def test_different_bytes_are_refused_before_any_upload(
     fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
 ) -> None:
+    github.push_tag(GITHUB_REPO, TAG)
     assert run_tools(*release_args(fake_release, s3, github)).returncode == 0
     published = s3_objects(s3)
     uploads = github.faults.uploads
@@ -130,6 +140,7 @@ def test_crash_after_second_upload_then_rerun_completes(
 ) -> None:
     faults = s3_proxy.faults if where == "s3" else github.faults
     faults.hold_after = 2
+    github.push_tag(GITHUB_REPO, TAG)
     args = (
         release_args(fake_release, s3, s3_endpoint=s3_proxy.url)
         if where == "s3"
@@ -154,7 +165,7 @@ def test_crash_after_second_upload_then_rerun_completes(
     faults.hold_after = None
     faults.release_hold.set()
     if where == "github":
-        # A dry run changes nothing remotely: the leftover half-upload stays (issue 18),
+        # A dry run changes nothing remotely: the leftover half-upload stays,
         # and the interrupted release is still a draft nobody can download from.
         dry = run_tools(*args, "--dry-run")
         assert dry.returncode == 0, dry.stderr + dry.stdout
@@ -175,6 +186,7 @@ def test_round_trip_catches_an_object_corrupted_on_the_server(
 ) -> None:
     amd64 = artifact_name(Arch.AMD64, ArtifactFormat.PORTABLE)
     github.faults.corrupt.add(amd64)
+    github.push_tag(GITHUB_REPO, TAG)
 
     result = run_tools(*release_args(fake_release, github=github))
 
@@ -201,6 +213,7 @@ def test_dry_run_uploads_nothing(
     fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
 ) -> None:
     (fake_release.checkout / "README").write_text("edited\n")
+    github.push_tag(GITHUB_REPO, TAG)
     result = run_tools(
         *release_args(fake_release, s3, github), "--dry-run", "--allow-dirty", "--json"
     )
@@ -212,7 +225,7 @@ def test_dry_run_uploads_nothing(
     assert len(urls) == 4 and all(u.startswith((s3.endpoint, github.url)) for u in urls)
     assert s3_objects(s3) == {}
     assert github.releases == {} and github.faults.uploads == 0
-    # Nothing changes locally either (issue 18): no manifest or SHA256SUMS in dist/.
+    # Nothing changes locally either: no manifest or SHA256SUMS in dist/.
     assert not (fake_release.dist / MANIFEST_FILE).exists()
     assert not (fake_release.dist / SUMS_FILE).exists()
 
@@ -220,7 +233,7 @@ def test_dry_run_uploads_nothing(
 def test_quiet_keeps_the_result_and_drops_the_progress(
     fake_release: FakeRelease, s3: S3Server
 ) -> None:
-    """Issue 18: the global --quiet silences progress lines, never the result table."""
+    """The global --quiet silences progress lines, never the result table."""
     args = (*release_args(fake_release, s3), "--dry-run")
     loud, hushed = run_tools(*args), run_tools("--quiet", *args)
     assert loud.returncode == hushed.returncode == 0, loud.stderr + hushed.stderr
@@ -233,7 +246,7 @@ def test_quiet_keeps_the_result_and_drops_the_progress(
 def test_where_to_publish_can_come_from_the_project_settings(
     fake_release: FakeRelease, s3: S3Server, tmp_path: Path
 ) -> None:
-    """Issue 17: release settings in [tool.sandbox-tools]; a flag still wins over them."""
+    """Release settings in [tool.sandbox-tools]; a flag still wins over them."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "pyproject.toml").write_text(
@@ -317,7 +330,7 @@ def test_refuses_bytes_that_were_not_validated(fake_release: FakeRelease, s3: S3
     fake_release.report.write_text(json.dumps(report))
     assert "validation failed for" in refusal(fake_release, s3)
 
-    fake_release.report.write_text("[]")  # once a traceback (issue 18)
+    fake_release.report.write_text("[]")  # once a traceback
     assert "is not a `tools validate` report" in refusal(fake_release, s3)
 
     fake_release.report.unlink()
@@ -347,9 +360,9 @@ def test_refuses_outside_a_checkout(
 def test_the_s3_region_comes_from_the_environment_or_the_bucket(
     s3: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 18: the region was hard-coded to us-east-1 and written into the manifest's
+    """The region was hard-coded to us-east-1 and written into the manifest's
     public URLs whatever the bucket's real region."""
-    from sandbox_tools.release.targets import _bucket_region
+    from sandbox_tools.publishing.targets import _bucket_region
 
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
     target = S3Target(bucket="releases", prefix="p")
@@ -532,20 +545,134 @@ def test_release_writes_a_github_step_summary_and_annotations(
     assert "What to do:" in later
 
 
-def test_github_draft_waits_for_the_tag_then_the_same_command_publishes(
-    fake_release: FakeRelease, github: GitHubReleasesServer
+# -- the GitHub tag, and every refusal before anything is created ---------------------------
+
+
+def test_the_github_stand_in_creates_a_missing_tag_as_github_does() -> None:
+    """What `tools release` must never trigger, modelled as GitHub behaves: a release made
+    public (created public, or a draft published) whose tag does not exist gets that tag
+    at the default branch's head. A tag is a ref: GET git/ref/tags/TAG is 200 or 404."""
+    import requests
+
+    server = GitHubReleasesServer(token=TOKEN)
+    try:
+        api = requests.Session()
+        api.headers["Authorization"] = f"Bearer {TOKEN}"
+        repo = f"{server.url}/repos/{GITHUB_REPO}"
+        assert api.get(f"{repo}/git/ref/tags/v9", timeout=10).status_code == 404
+        draft = api.post(f"{repo}/releases", json={"tag_name": "v9", "draft": True}, timeout=10)
+        assert api.get(f"{repo}/git/ref/tags/v9", timeout=10).status_code == 404  # no tag
+        api.patch(f"{repo}/releases/{draft.json()['id']}", json={"draft": False}, timeout=10)
+        ref = api.get(f"{repo}/git/ref/tags/v9", timeout=10)
+        assert ref.status_code == 200
+        assert ref.json()["ref"] == "refs/tags/v9"
+        assert ref.json()["object"]["sha"] == DEFAULT_BRANCH_HEAD
+        api.post(f"{repo}/releases", json={"tag_name": "v10", "draft": False}, timeout=10)
+        assert server.tags_made_by_releases == [(GITHUB_REPO, "v9"), (GITHUB_REPO, "v10")]
+
+        server.push_tag(GITHUB_REPO, "v11", "a" * 40)  # pushed first: GitHub keeps it
+        api.post(f"{repo}/releases", json={"tag_name": "v11", "draft": False}, timeout=10)
+        assert api.get(f"{repo}/git/ref/tags/v11", timeout=10).json()["object"]["sha"] == "a" * 40
+        assert len(server.tags_made_by_releases) == 2
+    finally:
+        server.stop()
+
+
+def test_release_refuses_to_publish_on_a_tag_that_does_not_exist(
+    fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
 ) -> None:
-    """The release workflow's order (.github/workflows/release.yml): upload and verify as a
-    draft, commit the manifest and tag that commit, then publish the draft, which GitHub
-    attaches to the existing tag instead of creating one at the default branch's head."""
-    args = release_args(fake_release, github=github)
-    draft = run_tools(*args, "--github-draft")
+    """Publishing a GitHub release whose tag is missing makes GitHub create the tag at the
+    default branch's head. RELEASING.md's command refuses first, before anything is
+    uploaded anywhere; a draft needs no tag; publishing the draft checks again. (The
+    `github` fixture checks, after every test, that no release made GitHub create a tag.)"""
+    args = [*release_args(fake_release, s3, github), "--version", __version__]
+    for extra in ([], ["--dry-run"]):
+        refused = run_tools(*args, *extra)
+        assert refused.returncode == 11, refused.stderr + refused.stdout
+        error = " ".join(refused.stderr.split())
+        assert f"the tag {TAG} does not exist in {GITHUB_REPO}" in error
+        assert f"Push the tag first (git push origin {TAG}" in error
+        assert "or pass --github-draft" in error
+        assert "Traceback" not in refused.stderr
+    assert github.releases == {} and s3_objects(s3) == {}  # refused before anything
+
+    draft = run_tools(*args, "--github-draft")  # a draft may be made without the tag
     assert draft.returncode == 0, draft.stderr + draft.stdout
     assert not github.published(TAG) and len(github.uploaded(TAG)) == 4
-    assert "still a draft" in draft.stdout
+    assert (
+        f"the GitHub release is a draft: once the tag {TAG} exists, run the same command "
+        "without --github-draft to publish it" in " ".join(draft.stdout.split())
+    )
 
+    # Publishing the draft checks the tag too: still missing, so refused, still a draft.
+    again = run_tools(*args)
+    assert again.returncode == 11 and "does not exist" in again.stderr
+    assert not github.published(TAG)
+    assert not any(line.startswith("PATCH") for line in github.faults.log)
+
+    github.push_tag(GITHUB_REPO, TAG, "e" * 40)  # step 5: the tag on the manifest's commit
     published = run_tools(*args)
-    assert published.returncode == 0, published.stderr
+    assert published.returncode == 0, published.stderr + published.stdout
+    assert github.published(TAG) and github.tags[(GITHUB_REPO, TAG)] == "e" * 40
+    assert outcomes(published, "skipped (identical)") == 8
+    assert outcomes(published, "verified") == 8
+
+
+def test_github_draft_on_a_published_release_says_it_stays_published(
+    fake_release: FakeRelease, github: GitHubReleasesServer
+) -> None:
+    """--github-draft cannot make a published release a draft again, and says so (it used
+    to say "still a draft")."""
+    github.push_tag(GITHUB_REPO, TAG)
+    args = release_args(fake_release, github=github)
+    assert run_tools(*args).returncode == 0 and github.published(TAG)
+
+    again = run_tools(*args, "--github-draft")
+
+    assert again.returncode == 0, again.stderr + again.stdout
+    said = " ".join(again.stdout.split())
+    assert (
+        f"github:{GITHUB_REPO}@{TAG}: the GitHub release was already published; "
+        "--github-draft does not make it a draft again" in said
+    )
+    assert "is a draft" not in said and "still a draft" not in said
     assert github.published(TAG)
-    assert outcomes(published, "skipped (identical)") == 4
-    assert outcomes(published, "verified") == 4
+
+
+def test_a_refusal_from_s3_comes_before_any_github_draft(
+    fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
+) -> None:
+    """Every refusal comes before anything is created: an S3 object with other bytes was
+    refused only after an empty GitHub draft had been created."""
+    assert run_tools(*release_args(fake_release, s3)).returncode == 0  # S3 alone, earlier
+    fake_release.rebuild(Arch.ARM64, b"rebuilt with other bytes" * 1000)
+
+    refused = run_tools(*release_args(fake_release, s3, github), "--github-draft")
+
+    assert refused.returncode == 11, refused.stderr + refused.stdout
+    assert "published objects have different bytes" in refused.stderr
+    assert github.releases == {} and github.faults.uploads == 0
+    assert not [line for line in github.faults.log if not line.startswith("GET")]
+
+
+def test_the_require_remedy_names_the_registry_only_for_rows_that_need_it(
+    fake_release: FakeRelease, s3: S3Server
+) -> None:
+    """A required row with an offline recipe (matrix.toml's `offline`) is validated
+    anywhere; the remedy sent every row to "a machine that reaches the registry"."""
+    write_matrix_report(fake_release)  # debian-12 and distroless ran; no debian-13 at all
+    args = [*release_args(fake_release, s3), "--dry-run"]
+
+    offline = run_tools(*args, "--require", "debian-13")
+
+    assert offline.returncode == 11, offline.stderr + offline.stdout
+    remedy = " ".join(offline.stderr.split()).split("what to do:", 1)[1]
+    assert "`tools validate --only debian-13` (their images are also built offline" in remedy
+    assert "registry" not in remedy
+
+    both = run_tools(*args, "--require", "ubuntu-24.04,debian-13")
+
+    assert both.returncode == 11, both.stderr + both.stdout
+    remedy = " ".join(both.stderr.split()).split("what to do:", 1)[1]
+    assert "`tools validate --only ubuntu-24.04` on a machine that reaches the registry" in remedy
+    assert "`tools validate --only debian-13` (their images are also built offline" in remedy

@@ -19,6 +19,7 @@ from sandbox_tools.injector import acquire
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
+from sandbox_tools.settings import load_settings
 from tests.release.conftest import FakeRelease, github_target, publish_fake, run_tools, wheel_cli
 from tests.release.servers import GitHubReleasesServer
 
@@ -130,7 +131,7 @@ def test_injector_fetches_into_the_cache_then_uses_it(
     monkeypatch.delenv("SANDBOX_TOOLS_OFFLINE", raising=False)
     first = acquire.acquire_artifact(Arch.ARM64)
     assert first.provenance == "fetched"
-    assert first.path.parent == artifact_cache_dir(__version__)
+    assert first.path.parent == artifact_cache_dir(load_settings(), __version__)
     assert first.sha256 == released_on_github.for_platform("linux/arm64").sha256
 
     github.faults.log.clear()
@@ -143,7 +144,11 @@ def test_offline_injector_uses_what_tools_fetch_placed(
     released_on_github: Manifest, fake_release: FakeRelease, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SANDBOX_TOOLS_OFFLINE", "1")
-    fetch(released_on_github, artifact_cache_dir(__version__), origin=fake_release.dist)
+    fetch(
+        released_on_github,
+        artifact_cache_dir(load_settings(), __version__),
+        origin=fake_release.dist,
+    )
     for arch in Arch:
         found = acquire.acquire_artifact(arch)
         assert found.provenance == "cache"
@@ -153,7 +158,7 @@ def test_offline_injector_uses_what_tools_fetch_placed(
 def test_wheel_refuses_a_manifest_missing_a_platform(
     fake_release: FakeRelease, tmp_path: Path
 ) -> None:
-    """Issue 18: the wheel promises every platform offline; one missing failed only later,
+    """The wheel promises every platform offline; one missing failed only later,
     at injection on that platform."""
     assert run_tools("manifest", "write", "--dist", str(fake_release.dist)).returncode == 0
     manifest_file = fake_release.dist / "manifest.json"

@@ -1,16 +1,19 @@
 """The example GitHub Actions workflows in .github/workflows, as a maintainer copies them:
 they match the GitHub Actions workflow schema (check-jsonschema's, offline); CI runs what
 `.ci/run` runs; the release job keeps the order RELEASING.md depends on (a draft, the
-manifest commit, the tag on that commit, then the GitHub release published on it); every
-`tools` flag the workflows pass exists."""
+manifest commit, the tag on that commit, then the GitHub release published on it), and
+its tag step, run in a scratch repository, can be rerun; every `tools` flag the
+workflows pass exists."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +113,8 @@ def test_release_commits_the_manifest_then_tags_then_publishes() -> None:
     assert uses.index(aws["uses"]) < draft
     script = all_steps[commit]["run"]
     assert script.index("git add src/sandbox_tools/release/published/") < script.index("git commit")
-    assert script.index("git commit") < script.index("git tag") < script.index("git push")
+    tag, push = script.index("git tag -a"), script.index('git push origin "refs/tags/v$VERSION"')
+    assert script.index("git commit") < tag < push
     comments = (WORKFLOWS / "release.yml").read_text().split("\nname:", 1)[0]
     header = " ".join(line.lstrip("# ") for line in comments.splitlines())
     assert "tag after committing the manifest" in header
@@ -133,3 +137,77 @@ def test_every_tools_flag_in_the_workflows_exists(name: str) -> None:
             known = help_flags(*command)
             for flag in (w.split("=")[0] for w in words if w.startswith("--")):
                 assert flag in known, f"{name}: `{line.strip()}` passes {flag}"
+
+
+# -- the tag step, run as written in a scratch repository ------------------------------
+
+
+def tag_step() -> str:
+    (script,) = [s["run"] for s in steps("release.yml") if "git tag" in s.get("run", "")]
+    return script
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def run_tag_step(origin: Path, at: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+    """A fresh checkout of `at` (as actions/checkout does: detached, every tag fetched),
+    the manifest `tools release` writes, then the step's script with GitHub's bash flags."""
+    git(workdir.parent, "clone", "-q", str(origin), workdir.name)
+    git(workdir, "checkout", "-q", "--detach", at)
+    published = workdir / "src" / "sandbox_tools" / "release" / "published"
+    published.mkdir(parents=True)
+    (published / "manifest.json").write_text('{"version": "0.2.0"}\n')
+    (published / "SHA256SUMS").write_text(f"{'0' * 64}  sandbox-tools-0.2.0-linux-amd64\n")
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", tag_step()],
+        cwd=workdir,
+        env={**os.environ, "VERSION": "0.2.0", "DEFAULT_BRANCH": "main"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_tag_step_can_be_rerun(tmp_path: Path) -> None:
+    """A rerun of the release job (a later step failed) stopped at `git tag`: the tag
+    existed. Now the rerun makes the same manifest commit, finds the tag on it and goes
+    on; a tag on another commit stops the step with a clear message."""
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))
+    seed = tmp_path / "seed"
+    git(tmp_path, "clone", "-q", str(origin), "seed")
+    (seed / "README").write_text("sandbox-tools 0.2.0\n")
+    git(seed, "add", "README")
+    git(seed, "commit", "-qm", "Release 0.2.0")
+    git(seed, "push", "-q", "origin", "HEAD:refs/heads/main")
+    version_commit = git(seed, "rev-parse", "HEAD")
+
+    first = run_tag_step(origin, version_commit, tmp_path / "run1")
+    assert first.returncode == 0, first.stdout + first.stderr
+    tagged = git(origin, "rev-parse", "v0.2.0^{commit}")
+    assert git(origin, "rev-parse", f"{tagged}^") == version_commit  # the manifest commit
+    assert git(origin, "rev-parse", "main") == tagged  # the default branch got it too
+
+    time.sleep(1.1)  # a commit made now would carry another date, hence another hash
+    rerun = run_tag_step(origin, version_commit, tmp_path / "run2")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"tag v0.2.0 is already on the manifest commit {tagged} (a rerun): kept" in rerun.stdout
+    assert git(origin, "rev-parse", "v0.2.0^{commit}") == tagged
+
+    git(seed, "tag", "-f", "v0.2.0", version_commit)  # someone tagged another commit
+    git(seed, "push", "-qf", "origin", "refs/tags/v0.2.0")
+    moved = run_tag_step(origin, version_commit, tmp_path / "run3")
+    assert moved.returncode == 1
+    assert (
+        f"::error::tag v0.2.0 already exists at {version_commit}, not at this run's manifest "
+        f"commit {tagged}: a released tag never moves." in moved.stdout
+    )
+    assert git(origin, "rev-parse", "v0.2.0^{commit}") == version_commit  # left alone

@@ -1,4 +1,4 @@
-"""The builder root is pinned (issue 17): a build id stands for one exact package set."""
+"""The builder root is pinned: a build id stands for one exact package set."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the CLI prints for CI (issue 18): GitHub Actions groups and annotations for builds."""
+"""What the CLI prints for CI: GitHub Actions groups and annotations for builds."""
 
 from __future__ import annotations
 
@@ -71,20 +71,16 @@ def test_plain_logs_show_build_output_only_when_verbose(
 
 def test_verbose_echoes_each_container_it_starts() -> None:
     """--verbose prints the docker command each container stands for (replayable by hand)."""
-    from sandbox_tools.sandboxes import containers
+    from sandbox_tools.sandboxes.containers import ContainerPolicy
 
     lines: list[str] = []
-    containers.echo_to(lines.append)
-    try:
-        containers._echo(
-            "run -d",
-            "sandbox-tools/base:x",
-            ["sleep", "infinity"],
-            {"user": "1000:1000", "read_only": True, "labels": {"a": "b"}, "tmpfs": {}},
-        )
-    finally:
-        containers.echo_to(None)
-    containers._echo("run -d", "quiet", None, {})
+    ContainerPolicy(echo=lines.append).show(
+        "run -d",
+        "sandbox-tools/base:x",
+        ["sleep", "infinity"],
+        {"user": "1000:1000", "read_only": True, "labels": {"a": "b"}, "tmpfs": {}},
+    )
+    ContainerPolicy().show("run -d", "quiet", None, {})
     assert lines == [
         "+ docker run -d --read-only=True --user=1000:1000 sandbox-tools/base:x sleep infinity"
     ]

@@ -16,7 +16,7 @@ def test_tail_under_limit_keeps_everything() -> None:
 
 
 def test_the_host_builds_requests_the_runtime_parses() -> None:
-    """One spelling of each key (issue 17): what the host sends parses back to itself."""
+    """One spelling of each key: what the host sends parses back to itself."""
     from sandbox_tools.runtime.tools.exec_remote.tool_types import (
         AckParams,
         PollParams,
@@ -88,3 +88,12 @@ def test_mcp_messages_are_sent_as_the_runtime_reads_them() -> None:
     assert SendParams.notification(SendParams(3, note).to_params("notification")).message == note
     assert SendParams.response(SendParams(3, answer).to_params("response")).message == answer
     assert session_id(session_params(3)) == 3
+
+
+def test_tiny_pieces_cost_their_characters_not_an_object_each() -> None:
+    """A process printing two bytes a poll once kept one string per poll in the tail."""
+    tail = _Tail(1_000_000)
+    for _ in range(200_000):
+        tail.add("ab")
+    assert tail.value() == "ab" * 200_000
+    assert len(tail._parts) <= 400_000 // _Tail.JOIN_BELOW + 1

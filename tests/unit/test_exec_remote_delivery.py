@@ -15,9 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox_tools.runtime.tools.exec_remote.delivery import (
-    COMPLETED,
-    KILLED,
-    RUNNING,
     STDERR,
     STDOUT,
     Chunk,
@@ -25,7 +22,13 @@ from sandbox_tools.runtime.tools.exec_remote.delivery import (
     FinalResult,
     Stream,
 )
-from sandbox_tools.runtime.tools.exec_remote.tool_types import JobState, PollResult
+from sandbox_tools.runtime.tools.exec_remote.tool_types import (
+    COMPLETED,
+    KILLED,
+    RUNNING,
+    JobState,
+    PollResult,
+)
 
 
 def poll(delivery: Delivery, ack_seq: int) -> tuple[PollResult, bool]:

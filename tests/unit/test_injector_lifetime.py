@@ -63,7 +63,14 @@ class ScriptedDebian(Sandbox):
             return ExecOutput(0, cmd[-1].encode() + b"\n", b"")
         if cmd[-1] == "exec":  # the runtime: answer runtime_info
             request = json.loads(input or "{}")
-            result = {"build_id": BUILD_ID, "pid": 1}
+            result = {
+                "version": "0",
+                "build_id": BUILD_ID,
+                "format": "portable",
+                "platform": "linux/amd64",
+                "pid": 1,
+                "server_dir": "/run",
+            }
             response = {"jsonrpc": "2.0", "id": request["id"], "result": result}
             return ExecOutput(0, json.dumps(response).encode() + b"\n", b"")
         if cmd[-4] == "finish":  # verify and move
@@ -112,7 +119,7 @@ async def test_a_thousand_samples_leave_nothing_behind(artifact: Artifact) -> No
             sandbox = ScriptedDebian("sample")  # every sample: the same name
             async with Injector(artifact=artifact, persistent=False) as injector:
                 support = await injector.tool_support(sandbox)
-                assert support.info["build_id"] == BUILD_ID
+                assert support.info is not None and support.info.build_id == BUILD_ID
                 assert await injector.tool_support(sandbox) is support
             assert len(injector) == 0
             # The convenience entry point: state lives on the sandbox object only.

@@ -18,7 +18,7 @@ def test_unsupported_architecture_names_the_supported_list() -> None:
 
 
 def test_one_parser_for_every_arch_and_platform_option() -> None:
-    """Issue 18: fetch --platform x86_64 was rejected while build/validate accepted it."""
+    """Fetch --platform x86_64 was rejected while build/validate accepted it."""
     from sandbox_tools.platforms import parse_arches
 
     assert parse_arches(["x86_64,linux/arm64", "amd64", " aarch64 "]) == [Arch.AMD64, Arch.ARM64]

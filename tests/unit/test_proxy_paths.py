@@ -53,6 +53,14 @@ async def upstream() -> AsyncIterator[forward_to]:
         "/x#frag",
         "/%zz",
         "/" + "a" * 9000,
+        # Segments some upstream stacks trim or normalise into `..`, or that smuggle a
+        # query or fragment into the path (an outside attack's list):
+        "/..%20/admin",
+        "/.../admin",
+        "/%EF%BC%8E%EF%BC%8E/admin",  # full-width dots
+        "/..%E2%80%8B/admin",  # a zero-width space
+        "/..%3F/admin",
+        "/..%23/admin",
     ],
 )
 def test_paths_that_could_leave_the_base_are_refused(path: str, upstream: forward_to) -> None:

@@ -1,4 +1,4 @@
-"""The settings cascade (issue 17): defaults -> [tool.sandbox-tools] -> environment -> flags."""
+"""The settings cascade: defaults -> [tool.sandbox-tools] -> environment -> flags."""
 
 from __future__ import annotations
 
@@ -28,16 +28,13 @@ def test_defaults_then_the_table_then_the_environment(tmp_path: Path) -> None:
     assert (both.offline, both.engine_concurrency, both.dist) == (False, 4, Path("/srv/dist"))
 
 
-def test_flags_come_last_and_do_not_outlive_the_invocation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("SANDBOX_TOOLS_DEBUG", "0")
-    settings.override(debug=True)
-    assert settings.current().debug is True
-    settings.reset_overrides()
-    assert settings.current().debug is False
+def test_flags_come_last_and_leave_the_resolved_settings_as_they_were() -> None:
+    resolved = load_settings({"SANDBOX_TOOLS_DEBUG": "0"}, pyproject=Path("/nonexistent"))
+    flagged = settings.with_flags(resolved, {"debug": True, "offline": None})
+    assert (flagged.debug, flagged.offline) == (True, False)  # None: the flag was not given
+    assert resolved.debug is False  # a value, not a process-wide override
     with pytest.raises(ValueError, match="no such settings: colour"):
-        settings.override(colour=True)
+        settings.with_flags(resolved, {"colour": True})
 
 
 @pytest.mark.parametrize(

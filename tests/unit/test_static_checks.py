@@ -1,4 +1,4 @@
-"""`tools validate --static` reading the payload back (issue 17), on real ELF files.
+"""`tools validate --static` reading the payload back, on real ELF files.
 
 The tree is this machine's own loader, libc and programs, packed by the real packer
 behind the real launcher; each defect is made for real (a file left out, a library the

@@ -1,4 +1,4 @@
-"""validate's table (issue 18): failures first, a done/total count, and a live view that
+"""validate's table: failures first, a done/total count, and a live view that
 never grows taller than the screen."""
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ from pathlib import Path
 
 from docker import DockerClient
 
-from sandbox_tools import settings
 from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import (
     RECORD_SCHEMA,
@@ -45,16 +44,12 @@ from sandbox_tools.artifacts import (
     read_build_records,
     sha256_of,
 )
-from sandbox_tools.build_containers.builder import (
-    builder_image_tag,
-    builder_recipe,
-    check_builder_root,
-    lock_path,
-)
+from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root, lock_path
+from sandbox_tools.build_containers.records import builder_recipe
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch, parse_arches
-from sandbox_tools.sandboxes.containers import run_to_completion
-from sandbox_tools.sandboxes.images import build_rootfs, cache_dir, image_exists, import_rootfs
+from sandbox_tools.sandboxes.containers import ContainerPolicy, run_to_completion
+from sandbox_tools.sandboxes.images import RootfsStore, build_rootfs, image_exists, import_rootfs
 
 BUILD_CONTAINERS = Path(__file__).resolve().parent
 BROWSER_RESOURCES = BUILD_CONTAINERS / "resources" / "browser"
@@ -174,11 +169,13 @@ def browser_build_id(arch: Arch) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def download_packages(packages: list[LockedPackage], log: Log) -> dict[str, Path]:
+def download_packages(
+    packages: list[LockedPackage], roots: RootfsStore, log: Log
+) -> dict[str, Path]:
     """Each locked .deb, from the cache when present; every byte checked by SHA-256."""
-    store = cache_dir() / "debs"
+    store = roots.directory() / "debs"
     store.mkdir(parents=True, exist_ok=True)
-    mirror = settings.current().debian_mirror
+    mirror = roots.mirror
     found: dict[str, Path] = {}
     for package in packages:
         path = store / f"{package.sha256}.deb"
@@ -209,11 +206,11 @@ def download_packages(packages: list[LockedPackage], log: Log) -> dict[str, Path
     return found
 
 
-def ensure_builder_image(client: DockerClient, arch: Arch, log: Log) -> str:
+def ensure_builder_image(client: DockerClient, arch: Arch, roots: RootfsStore, log: Log) -> str:
     """The builder image of `arch`, made from its lock-checked root when missing."""
     image = builder_image_tag(arch)
     if not image_exists(client, image):
-        rootfs = build_rootfs(builder_recipe(arch), log=log)
+        rootfs = build_rootfs(builder_recipe(arch), roots, log)
         check_builder_root(arch, rootfs)
         import_rootfs(client, rootfs, image, arch)
     return image
@@ -228,6 +225,7 @@ def _run(
     work: Path,
     log: Log,
     what: str,
+    containers: ContainerPolicy,
 ) -> None:
     tail: list[str] = []
 
@@ -247,6 +245,7 @@ def _run(
         environment={"PYTHONPATH": "/src"},
         copy_in={**copy_in, "/out": work},
         copy_out=("/out", work),
+        policy=containers,
     )
     if code != 0:
         raise BuildError(f"{what} failed (exit {code}):\n" + "\n".join(tail))
@@ -260,12 +259,19 @@ def reusable_browser(out_dir: Path, arch: Arch, build_id: str) -> Artifact | Non
     return None
 
 
-def built_browser_cache(build_id: str) -> Path:
+def built_browser_cache(build_id: str, roots: RootfsStore) -> Path:
     """Where a finished add-on is kept by its build id, for any output directory."""
-    return cache_dir() / "browser" / f"{build_id.removeprefix('sha256:')}.tar.xz"
+    return roots.directory() / "browser" / f"{build_id.removeprefix('sha256:')}.tar.xz"
 
 
-def build_browser(client: DockerClient, arch: Arch, out_dir: Path, log: Log) -> Artifact:
+def build_browser(
+    client: DockerClient,
+    arch: Arch,
+    out_dir: Path,
+    log: Log,
+    roots: RootfsStore,
+    containers: ContainerPolicy,
+) -> Artifact:
     """The add-on for `arch` in `out_dir`: reused when its record there has the current
     build id, copied from the cache when one was built for that id (the same inputs give
     the same bytes), else built."""
@@ -277,9 +283,9 @@ def build_browser(client: DockerClient, arch: Arch, out_dir: Path, log: Log) -> 
     name = browser_artifact_name(arch)
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / name
-    cached = built_browser_cache(build_id)
+    cached = built_browser_cache(build_id, roots)
     if not cached.exists():
-        _build_into_cache(client, arch, packages, build_id, cached, log)
+        _build_into_cache(client, arch, packages, build_id, cached, log, roots, containers)
     else:
         log(f"build id unchanged: copying {cached}")
     with atomic_output(output) as handle, cached.open("rb") as packed:
@@ -307,13 +313,15 @@ def _build_into_cache(
     build_id: str,
     cached: Path,
     log: Log,
+    roots: RootfsStore,
+    containers: ContainerPolicy,
 ) -> None:
     name = browser_artifact_name(arch)
-    debs = download_packages(packages, log)
-    target_image = ensure_builder_image(client, arch, log)
-    assembly_image = ensure_builder_image(client, ASSEMBLY_ARCH, log)
-    (cache_dir() / "build").mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"browser-{arch.value}-", dir=cache_dir() / "build"))
+    debs = download_packages(packages, roots, log)
+    target_image = ensure_builder_image(client, arch, roots, log)
+    assembly_image = ensure_builder_image(client, ASSEMBLY_ARCH, roots, log)
+    (roots.directory() / "build").mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"browser-{arch.value}-", dir=roots.directory() / "build"))
     try:
         log("compiling the static launcher")
         _run(
@@ -325,6 +333,7 @@ def _build_into_cache(
             work,
             log,
             f"compiling the browser launcher for {arch.value}",
+            containers,
         )
         lock_document = {
             "build_id": build_id,
@@ -349,6 +358,7 @@ def _build_into_cache(
             work,
             log,
             f"assembling the browser add-on for {arch.value}",
+            containers,
         )
         cached.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(cached) as handle, (work / name).open("rb") as packed:
@@ -357,9 +367,11 @@ def _build_into_cache(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def update_lock(arch: Arch, client: DockerClient) -> Path:
+def update_lock(
+    arch: Arch, client: DockerClient, roots: RootfsStore, containers: ContainerPolicy
+) -> Path:
     """Resolve the packages again on the live mirror (network) and rewrite the lock."""
-    image = ensure_builder_image(client, ASSEMBLY_ARCH, print)
+    image = ensure_builder_image(client, ASSEMBLY_ARCH, roots, print)
     with tempfile.TemporaryDirectory() as work:
         code, _ = run_to_completion(
             client,
@@ -370,6 +382,7 @@ def update_lock(arch: Arch, client: DockerClient) -> Path:
             environment={"PYTHONPATH": "/src"},
             copy_in={"/recipe": BROWSER_RESOURCES, **ASSEMBLER_IMPORTS, "/out": Path(work)},
             copy_out=("/out", Path(work)),
+            policy=containers,
         )
         if code != 0:
             raise BuildError(f"resolving the browser packages for {arch.value} failed")
@@ -390,8 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     engine = local_engine()
     if engine.client is None:
         raise SystemExit(f"no Docker engine: {engine.error}")
+    # This script is an entry point: the settings are read here, once.
+    roots, containers = RootfsStore.from_cascade(), ContainerPolicy.from_cascade()
     for arch in parse_arches(args.arch) if args.arch else list(Arch):
-        print(f"wrote {update_lock(arch, engine.client)}")
+        print(f"wrote {update_lock(arch, engine.client, roots, containers)}")
     return 0
 
 

@@ -40,11 +40,7 @@ from sandbox_tools.build_containers.browser import (
     build_browser,
     reusable_browser,
 )
-from sandbox_tools.build_containers.builder import (
-    builder_image_tag,
-    builder_recipe,
-    check_builder_root,
-)
+from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root
 from sandbox_tools.build_containers.lock import (
     FREEZE_LOCK,
     FREEZE_PINS,
@@ -55,19 +51,19 @@ from sandbox_tools.build_containers.lock import (
     ensure_wheelhouse,
 )
 from sandbox_tools.build_containers.package import pack_portable
-from sandbox_tools.build_containers.records import compute_build_id, tree_id
+from sandbox_tools.build_containers.records import builder_recipe, compute_build_id, tree_id
 from sandbox_tools.errors import BuildError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import JSONRPC_VERSION
 from sandbox_tools.sandboxes.containers import (
-    remove_live_containers,
+    ContainerPolicy,
+    RunningContainer,
     run_to_completion,
-    running_container,
 )
 from sandbox_tools.sandboxes.engines import Engine, EngineKind
 from sandbox_tools.sandboxes.images import (
+    RootfsStore,
     build_rootfs,
-    cache_dir,
     image_exists,
     import_rootfs,
 )
@@ -116,6 +112,8 @@ class BuildRequest:
     arches: tuple[Arch, ...]
     format: ArtifactFormat
     out_dir: Path
+    roots: RootfsStore  # the Debian mirror and the cache, from the caller's settings
+    containers: ContainerPolicy  # keep/echo, and the tracker Ctrl-C empties
     with_browser: bool = False  # also the optional browser add-on of each architecture
 
 
@@ -135,6 +133,7 @@ def _freeze(
     work: Path,
     wheelhouses: dict[str, Path],
     reporter: BuildReporter,
+    containers: ContainerPolicy,
 ) -> None:
     source_root = Path(__file__).resolve().parent.parent.parent  # contains sandbox_tools/
     (work / "_build_info.json").write_text(json.dumps({"build_id": build_id, "format": fmt.value}))
@@ -161,22 +160,27 @@ def _freeze(
             "/out": work,
         },
         copy_out=("/out", work),
+        policy=containers,
     )
     if code != 0:
         raise BuildError(f"freezing for {arch.value} failed (exit {code}):\n" + "\n".join(tail))
 
 
 def _smoke_test(
-    client: DockerClient, image: str, arch: Arch, artifact: Path, build_id: str
+    client: DockerClient,
+    image: str,
+    arch: Arch,
+    artifact: Path,
+    build_id: str,
+    containers: ContainerPolicy,
 ) -> None:
     """The fresh artifact must answer in a container of its architecture, unpacked there:
     one `exec` per request, as a host without a persistent channel calls it (the build
     speaks the wire protocol itself; it sits below the injector)."""
-    from sandbox_tools.sandboxes.docker import DockerSandbox
 
     exe = f"{SMOKE_DIR}/{artifact.name}"
-    with running_container(client, image, platform=arch.platform) as container:
-        sandbox = DockerSandbox(container, client)
+    with RunningContainer(client, image, policy=containers, platform=arch.platform) as container:
+        sandbox = container.sandbox
 
         async def call(request_id: int, method: str) -> Any:
             request = json.dumps({"jsonrpc": JSONRPC_VERSION, "id": request_id, "method": method})
@@ -240,13 +244,14 @@ def build_arch(
     _stage(reporter, arch, Stage.BASE_IMAGE)
     image = builder_image_tag(arch)
     missing = not image_exists(client, image)
-    rootfs = build_rootfs(recipe, log=lambda line: reporter.log(arch, line)) if missing else None
+    log = lambda line: reporter.log(arch, line)  # noqa: E731
+    rootfs = build_rootfs(recipe, request.roots, log) if missing else None
     _stage(reporter, arch, Stage.BUILDER_IMAGE)
     if rootfs is not None:
         check_builder_root(arch, rootfs)  # the exact packages the build id stands for
         import_rootfs(client, rootfs, image, arch)
     _stage(reporter, arch, Stage.DEPENDENCIES)
-    cache = cache_dir()
+    cache = request.roots.directory()
     wheelhouses = {"/wheelhouse": ensure_wheelhouse(arch, FREEZE_LOCK, cache)}
     if request.format is ArtifactFormat.STATICX:
         wheelhouses["/wheelhouse-staticx"] = ensure_wheelhouse(arch, STATICX_LOCK, cache)
@@ -259,7 +264,17 @@ def build_arch(
         tempfile.mkdtemp(prefix=f"{arch.value}-{request.format.value}-", dir=cache / "build")
     )
     try:
-        _freeze(client, arch, request.format, image, build_id, work, wheelhouses, reporter)
+        _freeze(
+            client,
+            arch,
+            request.format,
+            image,
+            build_id,
+            work,
+            wheelhouses,
+            reporter,
+            request.containers,
+        )
 
         _stage(reporter, arch, Stage.PACKAGE)
         request.out_dir.mkdir(parents=True, exist_ok=True)
@@ -281,7 +296,7 @@ def build_arch(
 
     _stage(reporter, arch, Stage.SMOKE_TEST)
     try:
-        _smoke_test(client, image, arch, output, build_id)
+        _smoke_test(client, image, arch, output, build_id, request.containers)
     except BaseException:
         output.unlink(missing_ok=True)  # an artifact that failed its smoke test is not kept
         raise
@@ -324,7 +339,14 @@ def _browser_addon(
         reporter.finished(arch, existing, skipped=True)
         return existing
     _stage(reporter, arch, Stage.BROWSER)
-    record = build_browser(client, arch, request.out_dir, lambda line: reporter.log(arch, line))
+    record = build_browser(
+        client,
+        arch,
+        request.out_dir,
+        lambda line: reporter.log(arch, line),
+        request.roots,
+        request.containers,
+    )
     reporter.finished(arch, record, skipped=False)
     return record
 
@@ -384,7 +406,7 @@ def build(
         # Stop now, not at the end: the builder containers go (which ends the threads
         # waiting on them), and nothing half-made is left in the output directory.
         _CANCELLED.set()
-        remove_live_containers()
+        request.containers.tracker.remove_all()
         pool.shutdown(wait=True, cancel_futures=True)
         _CANCELLED.clear()
         _remove_unrecorded(request, records, started)

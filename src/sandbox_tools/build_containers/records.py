@@ -15,6 +15,7 @@ from pathlib import Path
 from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import RECORD_SCHEMA, ArtifactFormat
 from sandbox_tools.platforms import Arch
+from sandbox_tools.recipes import RootfsRecipe
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # src/sandbox_tools
 
@@ -55,3 +56,21 @@ def compute_build_id(
 def tree_id(build_id: str) -> str:
     """The 32-character id the launcher names its unpacked tree by."""
     return build_id.removeprefix("sha256:")[:32]
+
+
+# The builder's root: its exact packages are pinned by builder-<arch>.lock (builder.py).
+BUILDER_SUITE = "bookworm"
+BUILDER_PACKAGES = (
+    "python3",
+    "python3-venv",
+    "python3-dev",  # staticx's sdist build (arm64) compiles against Python headers
+    "binutils",  # PyInstaller inspects ELF files with objdump
+    "gcc",
+    "musl-tools",  # the static launcher: musl-gcc -static
+    "patchelf",  # staticx
+    "scons",  # staticx's bootloader build from its sdist
+)
+
+
+def builder_recipe(arch: Arch) -> RootfsRecipe:
+    return RootfsRecipe(suite=BUILDER_SUITE, arch=arch, include=BUILDER_PACKAGES)

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import itertools
 import json
-import os
 import sys
-import tempfile
-import time
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from sandbox_tools import __version__, settings
 from sandbox_tools.cli.build_cmd import build_command
+from sandbox_tools.cli.exec_remote_cmd import exec_remote_command
+from sandbox_tools.cli.invocation import Invocation
 from sandbox_tools.cli.manifest_cmd import manifest_app
 from sandbox_tools.cli.output import (
     Verbosity,
@@ -26,7 +24,6 @@ from sandbox_tools.cli.output import (
     error_document,
     json_printed,
     notes,
-    quiet,
 )
 from sandbox_tools.cli.release_cmd import (
     bundle_app,
@@ -36,20 +33,6 @@ from sandbox_tools.cli.release_cmd import (
 )
 from sandbox_tools.cli.validate_cmd import validate_command
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
-from sandbox_tools.injector.exec_remote import (
-    Completed,
-    ExecRemoteOptions,
-    StderrChunk,
-    StdoutChunk,
-    exec_remote,
-)
-from sandbox_tools.injector.jsonrpc_client import (
-    RuntimeClient,
-    StdioRuntimeClient,
-    connect_runtime,
-)
-from sandbox_tools.injector.source_runtime import local_source_runtime
-from sandbox_tools.sandboxes.local import LocalSandbox
 
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug of ours, not bad input
 INTERRUPTED_EXIT = 130
@@ -124,6 +107,7 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -157,182 +141,13 @@ def _root(
     ] = False,
 ) -> None:
     """Build, validate, release and inject sandbox-tools' in-container runtime."""
-    settings.reset_overrides()  # each invocation's flags are its own
     if quiet_flag and verbose_flag:
         raise ConfigurationError("--quiet and --verbose exclude each other")
     configure(
         Verbosity.QUIET if quiet_flag else Verbosity.VERBOSE if verbose_flag else Verbosity.NORMAL
     )
-    from sandbox_tools.sandboxes.containers import echo_to
-
-    echo_to(_echo_line if verbose_flag else None)
-    if debug:
-        settings.override(debug=True)
-
-
-async def _stream(
-    client: RuntimeClient, command: str, timeout: float | None
-) -> tuple[int, Completed, float]:
-    started = time.monotonic()
-    process = await exec_remote(client, command, ExecRemoteOptions(timeout=timeout))
-    completed: Completed | None = None
-    async for event in process.events():
-        if isinstance(event, StdoutChunk):
-            sys.stdout.write(event.data)
-            sys.stdout.flush()
-        elif isinstance(event, StderrChunk):
-            sys.stderr.write(event.data)
-            sys.stderr.flush()
-        else:
-            completed = event
-    assert completed is not None
-    return process.pid, completed, time.monotonic() - started
-
-
-def _summary(title: str, rows: list[tuple[str, str]]) -> Table:
-    table = Table(title=title, show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for field, value in rows:
-        table.add_row(field, value)
-    return table
-
-
-async def _exec_remote_local(command: str, timeout: float | None, server_dir: str) -> int:
-    launch = local_source_runtime(server_dir)
-    client = await connect_runtime(LocalSandbox(), launch.command, env=launch.env)
-    try:
-        info = await client.call("runtime_info")
-        pid, completed, elapsed = await _stream(client, command, timeout)
-    finally:
-        # Whatever ended the run (done, --timeout, Ctrl-C), the server and its processes
-        # go with it: its directory is about to be deleted.
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(client.call("sandbox_tools_shutdown")), 10)
-        await client.aclose()
-    transport = "persistent stdio" if isinstance(client, StdioRuntimeClient) else "exec per call"
-    if quiet():
-        return completed.exit_code
-    err_console.print(
-        _summary(
-            "exec_remote via the local runtime server",
-            [
-                ("command", command),
-                ("pid", str(pid)),
-                ("exit code", f"{completed.exit_code}" + (" (killed)" if completed.killed else "")),
-                ("seconds", f"{elapsed:.3f}"),
-                ("runtime", f"{info['version']} build {info['build_id']} on {info['platform']}"),
-                ("server pid", str(info["pid"])),
-                ("transport", transport),
-            ],
-        )
-    )
-    return completed.exit_code
-
-
-async def _exec_remote_in_container(
-    command: str, timeout: float | None, distro: str | None, real_image: str | None
-) -> int:
-    from sandbox_tools.distro_matrix.runner import matrix_image
-    from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
-    from sandbox_tools.platforms import Arch
-    from sandbox_tools.sandboxes.containers import running_container
-    from sandbox_tools.sandboxes.docker import DockerSandbox
-    from sandbox_tools.sandboxes.engines import docker_client
-
-    engine = docker_client()
-    if real_image is not None:
-        import docker
-
-        try:
-            engine.images.get(real_image)
-        except docker.errors.ImageNotFound:
-            raise ConfigurationError(
-                f"image {real_image!r} is not on the Docker engine",
-                remedy=f"docker pull {real_image} (or build it), then run again",
-            ) from None
-        image, source, target = real_image, "the engine", real_image
-    else:
-        assert distro is not None
-        arch = Arch.parse(os.uname().machine)
-        image, source, target = await asyncio.to_thread(matrix_image, engine, distro, arch)
-    with running_container(engine, image) as container:
-        sandbox = DockerSandbox(container, engine)
-        started = time.monotonic()
-        support = await tool_support_sandbox(sandbox)
-        injected = time.monotonic() - started
-        try:
-            pid, completed, elapsed = await _stream(support.client, command, timeout)
-        finally:
-            await support.aclose()
-            await forget_sandbox(sandbox)
-    recon = support.recon
-    provenance = support.artifact.provenance.value if support.artifact.provenance else "given"
-    if quiet():
-        return completed.exit_code
-    err_console.print(
-        _summary(
-            f"exec_remote injected into a fresh {target} container",
-            [
-                ("command", command),
-                ("container", f"{container.name} ({image}, from {source})"),
-                (
-                    "sandbox",
-                    f"{recon.os_id} {recon.os_version}, {recon.platform}, libc {recon.libc}, "
-                    f"user {recon.user or recon.uid}",
-                ),
-                (
-                    "artifact",
-                    f"{support.artifact.name} ({provenance}, "
-                    f"sha256 {support.artifact.sha256[:16]}…)",
-                ),
-                (
-                    "installed at",
-                    f"{support.install_dir} (verified, {injected:.2f}s incl. first start)",
-                ),
-                ("pid / exit code", f"{pid} / {completed.exit_code}"),
-                ("seconds", f"{elapsed:.3f}"),
-            ],
-        )
-    )
-    return completed.exit_code
-
-
-@app.command("exec-remote")
-def exec_remote_command(
-    command: Annotated[
-        str, typer.Argument(metavar="COMMAND", help="Shell command to run through exec_remote.")
-    ],
-    timeout: Annotated[
-        float | None,
-        typer.Option(metavar="SECONDS", help="Kill the command after this many seconds."),
-    ] = None,
-    distro: Annotated[
-        str | None,
-        typer.Option(
-            metavar="DISTRO",
-            help="Run in a fresh container of this matrix distribution (e.g. debian-12), "
-            "injecting the built artifact.",
-        ),
-    ] = None,
-    image: Annotated[
-        str | None,
-        typer.Option(
-            metavar="IMAGE",
-            help="Run in a fresh container of this image (present on the engine: never "
-            "pulled), injecting the built artifact. Default: a runtime server on this machine.",
-        ),
-    ] = None,
-) -> None:
-    """Stream COMMAND through exec_remote: locally, or injected into a fresh container."""
-    if distro is not None and image is not None:
-        raise ConfigurationError("--distro and --image exclude each other")
-    if distro is not None or image is not None:
-        code = asyncio.run(_exec_remote_in_container(command, timeout, distro, image))
-    else:
-        with tempfile.TemporaryDirectory(prefix="sandbox-tools-") as server_dir:
-            code = asyncio.run(_exec_remote_local(command, timeout, server_dir))
-    raise typer.Exit(code)
+    resolved = settings.with_flags(settings.load_settings(), {"debug": debug or None})
+    ctx.obj = Invocation(resolved, echo=_echo_line if verbose_flag else None)
 
 
 @app.command("cleanup")
@@ -357,6 +172,7 @@ def cleanup_command(
 
 
 app.command("build")(build_command)
+app.command("exec-remote")(exec_remote_command)
 app.command("validate")(validate_command)
 app.add_typer(manifest_app, name="manifest")
 app.command("release")(release_command)
@@ -377,9 +193,13 @@ def _say(label: str, text: str) -> None:
 
 def _debugging() -> bool:
     """The `debug` setting (--debug, or SANDBOX_TOOLS_DEBUG as any yes/no value); off if
-    the settings themselves cannot be read, so the one-line report still comes out."""
+    the settings themselves cannot be read, so the one-line report still comes out. Read
+    here, after the command, because an error may come before the root callback ran."""
+    root_flags = itertools.takewhile(lambda arg: arg.startswith("-"), sys.argv[1:])
+    if "--debug" in root_flags:  # before the command's name: the root's own flag
+        return True
     try:
-        return settings.current().debug
+        return settings.load_settings().debug
     except ConfigurationError:
         return False
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from sandbox_tools.artifacts import RUNTIME_FORMATS, Artifact, ArtifactFormat, ArtifactKind
 from sandbox_tools.build_containers.build import BuildRequest, NullReporter, Stage, build
+from sandbox_tools.cli.invocation import invocation
 from sandbox_tools.cli.output import (
     actions_error_line,
     append_step_summary,
@@ -138,6 +139,7 @@ def _result_table(records: list[Artifact], out_dir: Path, seconds: float) -> Tab
 
 
 def build_command(
+    ctx: typer.Context,
     arch: Annotated[
         list[str] | None,
         typer.Option(
@@ -193,8 +195,17 @@ def build_command(
         arches = tuple(Arch) if all_arches else tuple(parse_arches(arch or [os.uname().machine]))
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
-    client = connect_engines(engine) if engine else [local_engine()]
-    request = BuildRequest(arches=arches, format=fmt, out_dir=out, with_browser=with_browser)
+    run = invocation(ctx)
+    limit = run.settings.engine_concurrency
+    client = connect_engines(engine, limit) if engine else [local_engine(limit)]
+    request = BuildRequest(
+        arches=arches,
+        format=fmt,
+        out_dir=out,
+        roots=run.roots,
+        containers=run.containers,
+        with_browser=with_browser,
+    )
     started = time.monotonic()
     verbose = verbose or globally_verbose()
     if as_json:

@@ -25,6 +25,7 @@ from rich.table import Table
 from sandbox_tools import settings
 from sandbox_tools._version import __version__
 from sandbox_tools.cache import artifact_cache_dir
+from sandbox_tools.cli.invocation import invocation
 from sandbox_tools.cli.output import (
     actions_error,
     append_step_summary,
@@ -39,8 +40,11 @@ from sandbox_tools.cli.output import (
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import checkout_root
 from sandbox_tools.platforms import parse_arches
+from sandbox_tools.publishing.coverage import Coverage
+from sandbox_tools.publishing.publish import ReleaseRequest, ReleaseResult, publish
+from sandbox_tools.publishing.targets import release_targets
+from sandbox_tools.publishing.wheel import build_wheel
 from sandbox_tools.release.bundle import bundle_name, create_bundle
-from sandbox_tools.release.coverage import Coverage
 from sandbox_tools.release.fetch import fetch, sources_for
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
@@ -49,9 +53,6 @@ from sandbox_tools.release.manifest import (
     published_dir,
     read_manifest,
 )
-from sandbox_tools.release.publish import ReleaseRequest, ReleaseResult, publish
-from sandbox_tools.release.targets import release_targets
-from sandbox_tools.release.wheel import build_wheel
 
 STATE_STYLE = {"passed": "green", "partly skipped": "yellow", "skipped": "yellow"}
 
@@ -167,6 +168,7 @@ def _trusted_manifest(path: Path | None) -> Manifest:
 
 
 def release_command(
+    ctx: typer.Context,
     dist: Annotated[Path, typer.Option(metavar="DIR", help="Artifacts and build.json.")] = Path(
         "dist"
     ),
@@ -251,9 +253,10 @@ def release_command(
         bool,
         typer.Option(
             "--github-draft",
-            help="Upload and verify, but leave the GitHub release a draft: the same command "
-            "without this flag publishes it (e.g. once the tag exists on the commit that "
-            "carries the manifest).",
+            help="Upload and verify, but leave the GitHub release a draft, which needs no "
+            "tag: the same command without this flag publishes it, and refuses unless the "
+            "tag exists (GitHub would create a missing one at the default branch's head). "
+            "An already published release stays published.",
             metavar="",
         ),
     ] = False,
@@ -308,7 +311,7 @@ def release_command(
         if require is None
         else tuple(part.strip() for value in require for part in value.split(",") if part.strip()),
     }
-    resolved = settings.with_flags(settings.current(), flags)
+    resolved = settings.with_flags(invocation(ctx).settings, flags)
     targets = release_targets(resolved, __version__, github_draft=github_draft)
     tree = checkout if checkout is not None else _checkout()
     package_dir = (
@@ -344,7 +347,7 @@ def release_command(
     for (target, name), actions in _actions(reporter.outcomes).items():
         table.add_row(target, name, ", ".join(actions))
     console.print(table)
-    append_step_summary(_summary(result, reporter.outcomes, dry_run, github_draft))
+    append_step_summary(_summary(result, reporter.outcomes, dry_run))
     if as_json:
         print_json(
             {
@@ -361,11 +364,8 @@ def release_command(
     if dry_run:
         console.print("dry run: nothing was uploaded")
         return
-    if github_draft and any(t.label.startswith("github:") for t in targets):
-        console.print(
-            "the GitHub release is still a draft: run the same command without --github-draft "
-            "to publish it"
-        )
+    for note in result.notes:  # e.g. the GitHub release left a draft, and how to publish it
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
     if package_dir is not None:
         console.print(
             f"wrote {package_dir}/{MANIFEST_FILE}: commit it, so that installs of this "
@@ -381,14 +381,13 @@ def _actions(outcomes: list[tuple[str, str, str]]) -> dict[tuple[str, str], list
 
 
 def _summary(
-    result: ReleaseResult, outcomes: list[tuple[str, str, str]], dry_run: bool, draft: bool
+    result: ReleaseResult, outcomes: list[tuple[str, str, str]], dry_run: bool
 ) -> list[str]:
     """The run's page on GitHub Actions: what was validated, what each target got, and
     the manifest's URLs."""
     verdict = "dry run, nothing uploaded" if dry_run else "published and verified"
-    if draft and not dry_run:
-        verdict += " (the GitHub release is a draft)"
     lines = [f"## tools release {result.manifest.version}: {verdict}", ""]
+    lines += [*(f"- {note}" for note in result.notes), *([""] if result.notes else [])]
     lines += _coverage_markdown(result.coverage)
     lines += ["", "| target | file | result |", "|---|---|---|"]
     for (target, name), actions in _actions(outcomes).items():
@@ -426,6 +425,7 @@ def _usable_directory(path: Path, option: str) -> None:
 
 
 def fetch_command(
+    ctx: typer.Context,
     platform: Annotated[
         list[str] | None,
         typer.Option(
@@ -490,7 +490,9 @@ def fetch_command(
     if verbose_flag:
         raise_verbosity()
     manifest = _trusted_manifest(manifest_path)
-    target_dir = dest if dest is not None else artifact_cache_dir(manifest.version)
+    target_dir = (
+        dest if dest is not None else artifact_cache_dir(invocation(ctx).settings, manifest.version)
+    )
     _usable_directory(target_dir, "--out")
     try:
         platforms = [arch.platform for arch in parse_arches(platform or [])]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from sandbox_tools.artifacts import (
     Provenance,
     read_build_records,
 )
+from sandbox_tools.cli.invocation import invocation
 from sandbox_tools.cli.output import (
     actions_error,
     actions_group,
@@ -30,13 +32,12 @@ from sandbox_tools.cli.output import (
     print_json,
 )
 from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.distro_matrix.runner import run_matrix, write_reports
+from sandbox_tools.distro_matrix.runner import run_matrix
 from sandbox_tools.distro_matrix.static import static_checks
 from sandbox_tools.errors import ConfigurationError, NothingValidatedError
 from sandbox_tools.platforms import Arch, parse_arches
-from sandbox_tools.sandboxes.containers import remove_live_containers
-from sandbox_tools.sandboxes.engines import connect_engines
-from sandbox_tools.validation import CellResult
+from sandbox_tools.sandboxes.engines import Engine, connect_engines
+from sandbox_tools.validation import CellResult, EngineStatus, write_reports
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
@@ -125,6 +126,7 @@ def _addons(dist: Path, arches: list[Arch]) -> dict[str, list[str]]:
 
 
 def validate_command(
+    ctx: typer.Context,
     only: Annotated[
         list[str] | None,
         typer.Option(
@@ -227,11 +229,26 @@ def validate_command(
         if any(problems.values()):
             raise typer.Exit(1)
         return
-    engines = connect_engines(engine or ["default"])
+    run = invocation(ctx)
+    engines = connect_engines(engine or ["default"], run.settings.engine_concurrency)
     for each in engines:
         state = "ready" if each.available else f"[bold red]unavailable[/]: {escape(each.error)}"
         (notes if each.available else console).print(f"engine {escape(each.label)}: {state}")
     results: list[CellResult] = []
+
+    def cells(on_result: Callable[[CellResult], None]) -> list[CellResult]:
+        return asyncio.run(
+            run_matrix(
+                engines,
+                artifacts,
+                matrix,
+                jobs,
+                on_result,
+                containers=run.containers,
+                roots=run.roots,
+            )
+        )
+
     try:
         if notes.is_terminal and not notes.quiet:
             planned = len(artifacts) * len(matrix.distros) * len(matrix.scenarios)
@@ -244,7 +261,7 @@ def validate_command(
                     results.append(result)
                     live.update(_table(results, len(engines), planned, fits))
 
-                outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, show))
+                outcome = cells(show)
         else:
 
             def log(result: CellResult) -> None:
@@ -261,18 +278,28 @@ def validate_command(
                     actions_error(f"validate {result.cell_id}", result.detail)
 
             with actions_group("tools validate: cells"):
-                outcome = asyncio.run(run_matrix(engines, artifacts, matrix, jobs, log))
+                outcome = cells(log)
             console.print(_table(outcome, len(engines)))
     except KeyboardInterrupt:
         # What ran so far is reported (marked interrupted, never "passed"); the cells'
         # containers go; main() says "interrupted" and exits 130.
-        remove_live_containers()
-        write_reports(results, report, junit, artifacts, engines, interrupted=True, static=problems)
+        run.containers.tracker.remove_all()
+        write_reports(
+            results,
+            report,
+            junit,
+            artifacts,
+            statuses(engines),
+            interrupted=True,
+            static=problems,
+        )
         if as_json:
             print_json(report.read_text())
         raise
     unvalidated = [] if allow_skipped else _unvalidated(outcome, only)
-    write_reports(outcome, report, junit, artifacts, engines, unvalidated, static=problems)
+    write_reports(
+        outcome, report, junit, artifacts, statuses(engines), unvalidated, static=problems
+    )
     counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
     console.print(
         f"[bold]{counts['passed']} passed, {counts['failed']} failed, "
@@ -291,6 +318,10 @@ def validate_command(
             remedy="make the images available (see the skip reasons above), or pass "
             "--allow-skipped if skipping is what you want",
         )
+
+
+def statuses(engines: list[Engine]) -> list[EngineStatus]:
+    return [EngineStatus(e.label, e.kind.value, e.available, e.error) for e in engines]
 
 
 def _unvalidated(results: list[CellResult], only: list[str] | None) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from dataclasses import MISSING, dataclass, field, fields
 from importlib import resources
@@ -50,9 +51,17 @@ class OfflineRecipe:
 class Distro:
     name: str
     registry: str | None = None
+    digest: str | None = None  # the manifest `registry` named when pinned (pins.py)
     offline: OfflineRecipe | None = None
     shell: bool = True
     command: list[str] | None = None  # the container's main process, if not `sleep infinity`
+
+    @property
+    def pull_reference(self) -> str | None:
+        """What the Docker backend pulls: the tag at its pinned digest when there is one."""
+        if self.registry is None:
+            return None
+        return f"{self.registry}@{self.digest}" if self.digest else self.registry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +161,12 @@ def _row(kind: type[T], table: str, number: int, row: Any) -> T:
             raise ConfigurationError(
                 f"{where} ({row.get('name', '?')}): {exc}", remedy=remedy
             ) from None
+    digest = row.get("digest")
+    if kind is Distro and not (digest is None or re.fullmatch(r"sha256:[0-9a-f]{64}", str(digest))):
+        raise ConfigurationError(
+            f"{where} ({row.get('name', '?')}): digest {digest!r} is not sha256:<64 hex digits>",
+            remedy="Refresh the pins: python -m sandbox_tools.distro_matrix.pins --refresh",
+        )
     hints = get_type_hints(kind)
     for key, value in row.items():
         expected = hints[key]

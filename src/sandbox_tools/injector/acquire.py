@@ -24,13 +24,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
-from sandbox_tools import settings
 from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, Provenance, read_build_records
 from sandbox_tools.cache import artifact_cache_dir, cache_root
 from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import Manifest, packaged_manifest
+from sandbox_tools.settings import Settings, load_settings
 
 DEFAULT_FORMAT = ArtifactFormat.PORTABLE
 
@@ -228,13 +228,16 @@ class Build:
 
     directory: Path
     enabled: bool
+    where: Settings  # the Debian mirror and the cache the build uses
     name: str = "build"
 
     def supply(self, need: Need) -> Artifact:
         if not self.enabled:
             raise Unavailable("only a source checkout builds on demand")
         from sandbox_tools.build_containers.build import BuildRequest, NullReporter, build
+        from sandbox_tools.sandboxes.containers import ContainerPolicy
         from sandbox_tools.sandboxes.engines import local_engine
+        from sandbox_tools.sandboxes.images import RootfsStore
 
         log.warning(
             "building %s from this checkout into %s (no up-to-date artifact elsewhere); "
@@ -245,8 +248,14 @@ class Build:
         started = time.monotonic()
         try:
             (built,) = build(
-                [local_engine()],
-                BuildRequest(arches=(need.arch,), format=need.fmt, out_dir=self.directory),
+                [local_engine(self.where.engine_concurrency)],
+                BuildRequest(
+                    arches=(need.arch,),
+                    format=need.fmt,
+                    out_dir=self.directory,
+                    roots=RootfsStore.of(self.where),
+                    containers=ContainerPolicy.of(self.where),
+                ),
                 NullReporter(),
             )
         except SandboxToolsError as exc:
@@ -264,35 +273,34 @@ def checkout_root() -> Path | None:
     return checkout if (checkout / "pyproject.toml").exists() else None
 
 
-def local_dist() -> Path:
-    """Where locally built artifacts are looked for: $SANDBOX_TOOLS_DIST, else the
+def local_dist(where: Settings) -> Path:
+    """Where locally built artifacts are looked for: the `dist` setting, else the
     checkout's dist/, else (an installed package) `<cache root>/dist`."""
-    configured = settings.current().dist
-    if configured is not None:
-        return configured
+    if where.dist is not None:
+        return where.dist
     checkout = checkout_root()
-    return checkout / "dist" if checkout is not None else cache_root() / "dist"
+    return checkout / "dist" if checkout is not None else cache_root(where) / "dist"
 
 
 def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
     """The build id the sources would produce now: a local artifact is used only if it matches."""
-    from sandbox_tools.build_containers.builder import builder_recipe
-    from sandbox_tools.build_containers.records import compute_build_id
+    from sandbox_tools.build_containers.records import builder_recipe, compute_build_id
 
     return compute_build_id(arch, fmt, builder_recipe(arch).digest)
 
 
-def default_sources() -> list[Source]:
-    """The sources this installation has, in order of preference (settings read once)."""
+def default_sources(where: Settings) -> list[Source]:
+    """The sources this installation has under the given settings, in order of preference."""
     manifest = packaged_manifest()
     bundle = resources.files("sandbox_tools") / "_artifacts"
-    cache = artifact_cache_dir(__version__)
+    cache = artifact_cache_dir(where, __version__)
+    dist = local_dist(where)
     return [
         Bundled(Path(str(bundle)) if bundle.is_dir() else None, manifest),
         Cache(cache, manifest),
-        Mirrors(cache, manifest, settings.current().offline),
-        Dist(local_dist()),
-        Build(local_dist(), enabled=checkout_root() is not None),
+        Mirrors(cache, manifest, where.offline),
+        Dist(dist),
+        Build(dist, enabled=checkout_root() is not None, where=where),
     ]
 
 
@@ -301,8 +309,10 @@ def acquire_artifact(
     fmt: ArtifactFormat = DEFAULT_FORMAT,
     sources: Sequence[Source] | None = None,
 ) -> Artifact:
-    """The artifact to inject for `arch`, verified, from the first source that has it."""
-    chosen = default_sources() if sources is None else sources
+    """The artifact to inject for `arch`, verified, from the first source that has it
+    (`sources`, else this installation's under the settings as they stand now: this is a
+    library entry point)."""
+    chosen = default_sources(load_settings()) if sources is None else sources
     need = Need(arch, fmt)
     reasons: dict[str, str] = {}
     steps: list[str] = []

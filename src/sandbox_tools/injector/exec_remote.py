@@ -33,6 +33,9 @@ from sandbox_tools.injector.jsonrpc_client import (
 )
 from sandbox_tools.protocol import User
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
+    JOB_STATES,
+    KILLED,
+    RUNNING,
     AckParams,
     PollParams,
     PollResult,
@@ -47,9 +50,11 @@ POLL_SLACK = 15.0
 # Killing (and the cleanup that does it) is bounded: a runtime that does not answer
 # within this long is left as it is, and the caller gets its answer anyway.
 KILL_TIMEOUT = 5.0
+# A kill sent for a cancelled caller runs in the background, where nobody waits for it: it
+# gets the time a loaded machine or a slow runtime may need, so no process is orphaned.
+BACKGROUND_KILL_TIMEOUT = 60.0
 # Kills sent after their caller was cancelled, kept until done (a task needs a reference).
 _BACKGROUND: set[asyncio.Task[None]] = set()
-_STATES = ("running", "completed", "killed")
 # A timed-out call is ended here this long before the transport's own timeout would end
 # it, so a timeout is always told apart (CallTimeoutError) from other transport failures.
 CALL_GRACE = 1.0
@@ -133,7 +138,10 @@ class ExecRemoteOptions:
 
 
 class _Tail:
-    """Keeps the newest `limit` characters of a stream."""
+    """Keeps the newest `limit` characters of a stream. Small pieces are joined to the last
+    one, so a process printing two bytes a poll costs its characters, not an object each."""
+
+    JOIN_BELOW = 64 * 1024
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -141,7 +149,10 @@ class _Tail:
         self._size = 0
 
     def add(self, text: str) -> None:
-        self._parts.append(text)
+        if self._parts and len(self._parts[-1]) + len(text) <= self.JOIN_BELOW:
+            self._parts[-1] += text
+        else:
+            self._parts.append(text)
         self._size += len(text)
         while self._size - len(self._parts[0]) >= self.limit:
             self._size -= len(self._parts.popleft())
@@ -189,9 +200,9 @@ async def _call_retried(
     raise AssertionError("unreachable")
 
 
-async def _bounded(kill: Awaitable[object]) -> None:
+async def _bounded(kill: Awaitable[object], seconds: float = KILL_TIMEOUT) -> None:
     with contextlib.suppress(Exception, asyncio.CancelledError):
-        await asyncio.wait_for(asyncio.shield(kill), KILL_TIMEOUT)
+        await asyncio.wait_for(asyncio.shield(kill), seconds)
 
 
 class ExecRemoteProcess:
@@ -261,14 +272,14 @@ class ExecRemoteProcess:
                 if result["stderr"]:
                     stderr.add(result["stderr"])
                     batch.append(StderrChunk(result["stderr"]))
-                if result["state"] != "running":
+                if result["state"] != RUNNING:
                     exit_code = result["exit_code"]
                     assert exit_code is not None  # _poll_result checked it for final states
                     self._completed = Completed(
                         exit_code=exit_code,
                         stdout=stdout.value(),
                         stderr=stderr.value(),
-                        killed=result["state"] == "killed",
+                        killed=result["state"] == KILLED,
                     )
                     await self._release()
                     batch.append(self._completed)
@@ -280,9 +291,10 @@ class ExecRemoteProcess:
             if self._completed is None and not self._kill_sent:
                 # The caller was cancelled (an outer deadline): it must not wait for the
                 # kill too, which may take KILL_TIMEOUT against a stuck runtime. The kill
-                # goes on in the background, bounded as ever.
+                # goes on in the background, with the longer background bound.
                 self._kill_sent = True
-                task = asyncio.get_running_loop().create_task(_bounded(self._send_kill()))
+                kill = _bounded(self._send_kill(BACKGROUND_KILL_TIMEOUT), BACKGROUND_KILL_TIMEOUT)
+                task = asyncio.get_running_loop().create_task(kill)
                 _BACKGROUND.add(task)
                 task.add_done_callback(_BACKGROUND.discard)
             raise
@@ -367,7 +379,7 @@ class ExecRemoteProcess:
                 raise
             idle = not result["stdout"] and not result["stderr"]
             elapsed = time.monotonic() - started
-            if result["state"] == "running" and idle and elapsed < wait_ms / 2000:
+            if result["state"] == RUNNING and idle and elapsed < wait_ms / 2000:
                 # A runtime without long polling answered at once: do not spin.
                 await asyncio.sleep(wait_ms / 1000 - elapsed)
             return result
@@ -397,10 +409,10 @@ class ExecRemoteProcess:
         self._kill_sent = True
         return await self._send_kill()
 
-    async def _send_kill(self) -> tuple[str, str]:
+    async def _send_kill(self, patience: float = KILL_TIMEOUT) -> tuple[str, str]:
         if self._completed is not None:
             return "", ""
-        timeout = self.options.poll_timeout or KILL_TIMEOUT
+        timeout = self.options.poll_timeout or patience
         result = await _call_retried(
             self.client,
             "exec_remote_kill",
@@ -440,16 +452,17 @@ class ExecRemoteProcess:
 def _poll_result(result: Any) -> PollResult:
     """A poll's result, checked field by field before anything is taken from it."""
     checked = result_fields(result, "exec_remote_poll", seq=int, stdout=str, stderr=str, state=str)
-    if checked["state"] not in _STATES:
+    state = next((s for s in JOB_STATES if s == checked["state"]), None)
+    if state is None:
         raise RuntimeTransportError(f"exec_remote_poll: unknown state {checked['state']!r}")
     exit_code = None
-    if checked["state"] != "running":
+    if state != RUNNING:
         exit_code = result_fields(result, "exec_remote_poll", exit_code=int)["exit_code"]
     return PollResult(
         seq=checked["seq"],
         stdout=checked["stdout"],
         stderr=checked["stderr"],
-        state=checked["state"],
+        state=state,
         exit_code=exit_code,
     )
 

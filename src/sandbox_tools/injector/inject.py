@@ -28,10 +28,9 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sandbox_tools.artifacts import Artifact
 from sandbox_tools.errors import (
@@ -40,8 +39,8 @@ from sandbox_tools.errors import (
     SandboxInjectionError,
     SandboxToolsError,
 )
-from sandbox_tools.injector.acquire import acquire_artifact
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient, connect_runtime
+from sandbox_tools.injector.acquire import DEFAULT_FORMAT, Source, acquire_artifact
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient, RuntimeInfo, connect_runtime
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
     CHECK_SCRIPT,
@@ -82,7 +81,7 @@ class ToolSupport:
     client: RuntimeClient
     reused: bool
     writes: int = 0  # files written into the sandbox by this injection (0 when reused)
-    info: dict[str, Any] = field(default_factory=dict)
+    info: RuntimeInfo | None = None  # what the runtime's server said it is, when it started
     user: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0  # how long getting it ready took (probe to first answer)
@@ -306,7 +305,7 @@ _VERIFY_AND_MOVE = (
 
 @functools.lru_cache(maxsize=4)
 def _artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
-    """One copy of an artifact's bytes shared by every injection (issue 16: 64 sandboxes
+    """One copy of an artifact's bytes shared by every injection (64 sandboxes
     injected at once held 64 copies). The key changes when the file does; the bytes are
     verified in the sandbox against `sha256` either way."""
     return path.read_bytes()
@@ -458,7 +457,7 @@ async def _runtime_env_for(
     return env
 
 
-# Where cold injection time goes (issue 16): when a recorder is active (benchmarks), each
+# Where cold injection time goes: when a recorder is active (benchmarks), each
 # step's wall time is added to it; otherwise this costs nothing.
 _STEPS: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
     "injection_steps", default=None
@@ -494,8 +493,10 @@ async def prepare_tool_support(
     user: str | None = None,
     persistent: bool = True,
     given: Artifact | None = None,
+    sources: Sequence[Source] | None = None,
 ) -> ToolSupport:
-    """Inject (or reuse) the runtime and connect to it; no caching here."""
+    """Inject (or reuse) the runtime and connect to it; no caching here. The artifact is
+    `given`, else the first of `sources` that has one (default: this installation's)."""
     from sandbox_tools._version import __version__
 
     started = time.monotonic()
@@ -515,7 +516,9 @@ async def prepare_tool_support(
         )
     with _step("acquire (host)"):
         artifact = (
-            given if given is not None else await asyncio.to_thread(acquire_artifact, recon.arch)
+            given
+            if given is not None
+            else await asyncio.to_thread(acquire_artifact, recon.arch, DEFAULT_FORMAT, sources)
         )
     writes = 0
     with _step("look for a trusted install"):
@@ -567,9 +570,8 @@ async def _start(
         )
     try:
         with _step("first answer (unpack, server start)"):
-            info = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
-        if not isinstance(info, dict):
-            raise SandboxInjectionError(f"{exe} answered runtime_info with {info!r:.200}")
+            answer = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
+        info = RuntimeInfo.parse(answer)
     except SandboxToolsError as exc:
         await client.aclose()
         raise SandboxInjectionError(
@@ -577,10 +579,10 @@ async def _start(
             remedy="Check the sandbox's logs; the runtime's own log is in "
             f"{env[SERVER_DIR_ENV]}/server.log.",
         ) from None
-    if info.get("build_id") != artifact.build_id:
+    if info.build_id != artifact.build_id:
         await client.aclose()
         raise SandboxInjectionError(
-            f"{exe} reports build {str(info.get('build_id'))[:100]}, expected {artifact.build_id}",
+            f"{exe} reports build {info.build_id[:100]}, expected {artifact.build_id}",
             remedy="Remove the stale install directory from the sandbox.",
         )
     return ToolSupport(sandbox, recon, artifact, install_dir, client, False, 0, info, user, env)
@@ -595,9 +597,16 @@ class Injector:
     exit every client it opened is closed and every entry dropped.
     """
 
-    def __init__(self, *, persistent: bool = True, artifact: Artifact | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        persistent: bool = True,
+        artifact: Artifact | None = None,
+        sources: Sequence[Source] | None = None,
+    ) -> None:
         self.persistent = persistent
         self.artifact = artifact
+        self.sources = sources
         self._ready: dict[tuple[int, str | None], tuple[Sandbox, ToolSupport]] = {}
         self._locks: dict[tuple[int, str | None], asyncio.Lock] = {}
 
@@ -621,7 +630,7 @@ class Injector:
                     )
                 return entry[1]
             support = await prepare_tool_support(
-                sandbox, user, self.persistent, artifact or self.artifact
+                sandbox, user, self.persistent, artifact or self.artifact, self.sources
             )
             self._ready[key] = (sandbox, support)  # holding `sandbox` pins its id
             return support
@@ -693,6 +702,7 @@ async def open_tool_support(
     persistent: bool = True,
     artifact: Artifact | None = None,
     injector: Injector | None = None,
+    sources: Sequence[Source] | None = None,
 ) -> AsyncIterator[ToolSupport]:
     """The runtime in `sandbox` for the length of the block: injected (or an earlier
     install reused) on entry, its client closed on exit; the runtime's server stays in
@@ -701,7 +711,7 @@ async def open_tool_support(
     if injector is not None:
         yield await injector.tool_support(sandbox, user, artifact=artifact)
         return
-    async with Injector(persistent=persistent, artifact=artifact) as own:
+    async with Injector(persistent=persistent, artifact=artifact, sources=sources) as own:
         yield await own.tool_support(sandbox, user)
 
 

@@ -20,6 +20,7 @@ import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sandbox_tools.errors import (
@@ -34,6 +35,7 @@ from sandbox_tools.protocol import (
     MAX_FRAME_BYTES,
     MAX_JSON_VALUES,
     RUNTIME_SERVER_LOST,
+    SERVER_DIR_ENV,
     TOOL_ERROR,
     json_cost,
     json_values,
@@ -127,6 +129,43 @@ def result_fields(result: Any, method: str, **fields: type | tuple[type, ...]) -
                 + " or ".join(k.__name__ for k in kinds)
             )
     return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeInfo:
+    """What a runtime server says it is (`runtime_info`, PROTOCOL.md), read in this one
+    place: the host compares builds and names directories from typed fields, never from
+    a sandbox's dict."""
+
+    version: str
+    build_id: str
+    format: str
+    platform: str
+    pid: int
+    server_dir: str
+
+    @classmethod
+    def parse(cls, result: Any) -> RuntimeInfo:
+        """The answer to `runtime_info`; RuntimeTransportError names a missing or
+        mistyped field."""
+        fields = result_fields(
+            result,
+            "runtime_info",
+            version=str,
+            build_id=str,
+            format=str,
+            platform=str,
+            pid=int,
+            server_dir=str,
+        )
+        return cls(
+            version=fields["version"],
+            build_id=fields["build_id"],
+            format=fields["format"],
+            platform=fields["platform"],
+            pid=fields["pid"],
+            server_dir=fields["server_dir"],
+        )
 
 
 # Sandbox -> host messages (PROTOCOL.md) waiting for a slow listener, at most, in count
@@ -619,15 +658,13 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         async with self._verify_lock:
             if not self._verify_pending:
                 return
-            info = await self._send(stream, "runtime_info", None, timeout)
-            build = info.get("build_id") if isinstance(info, dict) else None
-            if build != self.expected_build:
-                server_dir = info.get("server_dir") if isinstance(info, dict) else None
+            info = RuntimeInfo.parse(await self._send(stream, "runtime_info", None, timeout))
+            if info.build_id != self.expected_build:
                 raise RuntimeTransportError(
                     f"the runtime server answering in {self.sandbox.name} is build "
-                    f"{_describe(build)}, not {self.expected_build}; a server of another "
-                    f"build is never used. Stop it (`sandbox-tools stop-server` with "
-                    f"SANDBOX_TOOLS_DIR={_describe(server_dir)}) or give this runtime a "
+                    f"{_describe(info.build_id)}, not {self.expected_build}; a server of "
+                    f"another build is never used. Stop it (`sandbox-tools stop-server` with "
+                    f"{SERVER_DIR_ENV}={_describe(info.server_dir)}) or give this runtime a "
                     "server directory of its own"
                 )
             self._verify_pending = False

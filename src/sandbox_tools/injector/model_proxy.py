@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from sandbox_tools.protocol import (
     HOP_BY_HOP_HEADERS,
     HOST_MESSAGE_HTTP_CANCEL,
     HOST_MESSAGE_HTTP_REQUEST,
+    json_cost,
+    json_values,
     tunnel_headers_too_many,
 )
 
@@ -60,6 +63,22 @@ MAX_BODY_CALL_BYTES = 1024 * 1024  # body bytes per call to the runtime
 MAX_PENDING = 256
 MAX_HELD_BYTES = 128 * 1024 * 1024
 PLACEHOLDER_KEY = "sandbox-tools-proxy"  # SDKs insist on a key; the host holds the real one
+# The methods a model API is called with. Others are refused before any handler: TRACE
+# (and TRACK) make an upstream echo the request, the host's credentials included, back
+# to the agent; CONNECT asks for a tunnel.
+ALLOWED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# JSON values a request body may hold for `ProxyRequest.json()` (a long conversation
+# with its tools is thousands); past this, parsing alone would cost the host gigabytes.
+MAX_REQUEST_JSON_VALUES = 200_000
+# Headers a browser adds to what a page sends and SDKs never do: a page the agent opens
+# (or any page, through a form the agent's browser submits) must not spend the host's
+# credentials. The Host must name the proxy itself, which also stops DNS rebinding.
+BROWSER_HEADERS = frozenset(
+    {"origin", "sec-fetch-site", "sec-fetch-mode", "sec-fetch-dest", "sec-fetch-user"}
+)
+# Refusals logged in full per proxy; after that, one line a minute says how many more.
+REFUSALS_LOGGED = 5
+REFUSAL_SUMMARY_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +94,16 @@ class ProxyRequest:
         return next((v for k, v in self.headers if k.lower() == lowered), None)
 
     def json(self) -> Any:
-        """The body parsed as JSON; ValueError if it is not."""
+        """The body parsed as JSON; ValueError if it is not, ProxyRequestRefused (413) if
+        it holds more values than a model request needs (parsing it would cost far more
+        host memory than its bytes)."""
+        values = json_values(self.body)
+        if values > MAX_REQUEST_JSON_VALUES:
+            raise ProxyRequestRefused(
+                f"the request body holds about {values} JSON values (at most "
+                f"{MAX_REQUEST_JSON_VALUES})",
+                status=413,
+            )
         return json.loads(self.body)
 
 
@@ -156,8 +184,15 @@ def origin_form_path(target: str) -> str:
             raise ProxyRequestRefused(
                 f"the request path {path[:80]!r} is not UTF-8 once decoded"
             ) from None
-        if decoded in (".", ".."):
+        if decoded in (".", "..") or not decoded.strip(". \t"):
+            # `...` and `..%20` too: some upstream stacks trim them into `..`.
             raise ProxyRequestRefused(f"the request path {path[:80]!r} has a dot segment")
+        if not decoded.isascii() or "?" in decoded or "#" in decoded:
+            # Full-width dots, zero-width spaces, or a query or fragment smuggled into the
+            # path: an upstream may normalise them into something else; no API needs them.
+            raise ProxyRequestRefused(
+                f"the request path {path[:80]!r} decodes to a character no API path needs"
+            )
         if ";" in segment or _DECODED_FORBIDDEN.search(decoded):
             raise ProxyRequestRefused(
                 f"the request path {path[:80]!r} holds a path parameter, an encoded "
@@ -185,6 +220,8 @@ def _request_from(params: Mapping[str, Any]) -> ProxyRequest:
         raise ProxyRequestRefused(f"the request has {too_many}")
     if len(method) > 32 or not _TOKEN.fullmatch(method):
         raise ProxyRequestRefused(f"the request method {method[:40]!r} is not an HTTP token")
+    if method not in ALLOWED_METHODS:
+        raise ProxyRequestRefused(f"the method {method} is not one a model API takes", status=405)
     for name, value in headers:
         if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\x00"):
             raise ProxyRequestRefused(f"the request header {name[:40]!r} is malformed")
@@ -219,7 +256,8 @@ class ModelProxy:
         self._process: ExecRemoteProcess | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.ended: str | None = None  # why the in-sandbox proxy ended while in use
-        self._held = 0  # bytes of requests held by pending tasks
+        self._held = 0  # what requests held by pending tasks may cost, in bytes
+        self._refusals = _Throttled(log, "model proxy")
 
     @property
     def base_url(self) -> str:
@@ -346,19 +384,22 @@ class ModelProxy:
         try:
             parsed = _request_from(params)
         except ProxyRequestRefused as exc:
-            log.warning("model proxy: refused a request from the sandbox: %s", exc)
+            self._refusals.warn(f"refused a request from the sandbox: {exc}")
             request = exc
         else:
             request = parsed
-            held = len(parsed.body) + sum(len(k) + len(v) for k, v in parsed.headers)
-            if self._held + held > MAX_HELD_BYTES:
-                request = ProxyRequestRefused(
-                    f"the host holds {self._held} bytes of requests already (at most "
-                    f"{MAX_HELD_BYTES}); retry later",
+            # Counted as what it may cost parsed, not its bytes: dense JSON grows tenfold.
+            held = json_cost(parsed.body) + sum(len(k) + len(v) for k, v in parsed.headers)
+            refused = self._from_a_page(parsed)
+            if refused is None and self._held + held > MAX_HELD_BYTES:
+                refused = ProxyRequestRefused(
+                    f"the host holds requests that may cost {self._held} bytes already, "
+                    f"and this one {held} (at most {MAX_HELD_BYTES} together); retry later",
                     status=503,
                 )
-                log.warning("model proxy: %s", request)
-                held = 0
+            if refused is not None:
+                self._refusals.warn(f"refused a request from the sandbox: {refused}")
+                request, held = refused, 0
         self._held += held
         task = asyncio.create_task(self._serve(request_id, request))
         self._tasks[request_id] = task
@@ -368,6 +409,22 @@ class ModelProxy:
             self._held -= held
 
         task.add_done_callback(done)
+
+    def _from_a_page(self, request: ProxyRequest) -> ProxyRequestRefused | None:
+        """A 403 for a request that a web page sent rather than the agent's own client."""
+        browser = sorted({k.lower() for k, _ in request.headers} & BROWSER_HEADERS)
+        if browser:
+            return ProxyRequestRefused(
+                f"the request carries {', '.join(browser)}: a web page sent it", status=403
+            )
+        host = (request.header("host") or "").lower()
+        mine = {f"{name}:{self.port}" for name in ("127.0.0.1", "localhost", "[::1]")}
+        if host not in mine:
+            return ProxyRequestRefused(
+                f"the request's Host {host[:80]!r} is not this proxy's ({self.base_url})",
+                status=403,
+            )
+        return None
 
     async def _on_cancel(self, params: dict[str, Any]) -> None:
         task = self._tasks.get(str(params.get("request_id")))
@@ -384,7 +441,7 @@ class ModelProxy:
             except asyncio.CancelledError:
                 raise
             except ProxyRequestRefused as exc:
-                log.warning("model proxy: refused %s: %s", request_id, exc)
+                self._refusals.warn(f"refused {request_id}: {exc}")
                 response = refusal(str(exc), exc.status)
             except Exception as exc:
                 log.exception("model proxy handler failed")
@@ -433,11 +490,23 @@ class ModelProxy:
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(64)
 
         async def produce() -> None:
+            # The end mark is put only when the body ended or failed: a producer cancelled
+            # because the agent hung up must not wait on a full queue nobody reads.
             try:
                 async for chunk in body:
                     await queue.put(chunk)
-            finally:
+            except asyncio.CancelledError:
+                raise
+            except Exception:
                 await queue.put(None)
+                raise
+            finally:
+                # The upstream's connection is released now, not when the collector runs.
+                aclose = getattr(body, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(aclose())
+            await queue.put(None)
 
         producer = asyncio.create_task(produce())
         try:
@@ -483,6 +552,36 @@ ROUTING_HEADERS = {
     "x-real-ip",
     "x-envoy-original-path",
 }
+
+
+class _Throttled:
+    """Warnings about what a sandbox sends, bounded: the first few in full, then a count
+    at most once a minute. A refusal per request would let an agent fill the host's log
+    and every sample's transcript (inspect keeps each record)."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self.log = logger
+        self.what = what
+        self.count = 0
+        self.unsaid = 0
+        self.said_at = 0.0
+
+    def warn(self, message: str) -> None:
+        self.count += 1
+        if self.count <= REFUSALS_LOGGED:
+            self.log.warning("%s: %s", self.what, message)
+            self.said_at = time.monotonic()
+            return
+        self.unsaid += 1
+        if time.monotonic() - self.said_at >= REFUSAL_SUMMARY_SECONDS:
+            self.log.warning(
+                "%s: %d more refusals since the last line (the latest: %s)",
+                self.what,
+                self.unsaid,
+                message,
+            )
+            self.unsaid = 0
+            self.said_at = time.monotonic()
 
 
 def refusal(reason: str, status: int = 400) -> ProxyResponse:
@@ -553,6 +652,10 @@ class forward_to:
         return url
 
     async def __call__(self, request: ProxyRequest) -> ProxyResponse:
+        if request.method not in ALLOWED_METHODS:  # checked on arrival too; this handler may
+            raise ProxyRequestRefused(  # also be given requests made elsewhere
+                f"the method {request.method[:40]} is not one a model API takes", status=405
+            )
         url = self.upstream_url(request.path)
         forwarded = [
             (k, v)

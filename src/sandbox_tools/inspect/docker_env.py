@@ -182,7 +182,7 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
         except SandboxToolsError as exc:
             # inspect prints a PrerequisiteError as its message alone: the one actionable
             # message, not the last line of a traceback of the eval's task groups.
-            raise PrerequisiteError(f"docker_sdk sandbox: {exc}") from None
+            raise PrerequisiteError(f"docker_sdk sandbox: {exc.explained()}") from None
 
     @classmethod
     async def sample_cleanup(

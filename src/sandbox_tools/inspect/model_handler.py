@@ -29,7 +29,12 @@ from inspect_ai.model import (
     get_model,
 )
 
-from sandbox_tools.injector.model_proxy import Handler, ProxyRequest, ProxyResponse
+from sandbox_tools.injector.model_proxy import (
+    Handler,
+    ProxyRequest,
+    ProxyRequestRefused,
+    ProxyResponse,
+)
 
 
 class _Unsupported(ValueError):
@@ -209,6 +214,8 @@ def inspect_model_handler(model: str | Model | None = None) -> Handler:
             if not isinstance(body, dict):
                 raise _Unsupported("the request body must be a JSON object")
             return await answer(resolved, body)
+        except ProxyRequestRefused:
+            raise  # answered with its own status (413 for an oversized body)
         except (_Unsupported, ValueError) as exc:
             return ProxyResponse.json(
                 {"error": {"type": "invalid_request_error", "message": str(exc)}}, status=400

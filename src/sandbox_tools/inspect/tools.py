@@ -142,7 +142,7 @@ async def _bind(environment: SandboxEnvironment, sandbox_name: str | None) -> _B
     try:
         support = await tool_support_sandbox(adapted)
     except errors.SandboxToolsError as exc:
-        return _Bound(None, None, f"sandbox-tools could not start in {name}: {exc}")
+        return _Bound(None, None, f"sandbox-tools could not start in {name}: {exc.explained()}")
     transcript().info(
         {
             "sandbox": name,

@@ -5,7 +5,9 @@ from the source: a mirror, a directory or a bundle only supplies bytes, and byte
 kept only when their size and SHA-256 are the manifest's. Downloads go to a hidden
 partial file in the destination directory and are renamed into place after
 verification, so a reader sees either nothing or a verified artifact. An interrupted
-HTTP transfer resumes with a Range request; a failed one leaves nothing behind.
+HTTP transfer resumes with a Range request; a failed one leaves nothing behind. A
+server that sends nothing back (refused, unreachable, silent for FIRST_BYTE_TIMEOUT) is
+given up at once, with a few words saying why, and not asked again during the fetch.
 Concurrent fetches into the same directory serialise on a lock of that directory.
 When a source cannot supply an artifact, the reason is said (`Transfers.note`) before
 the next source is tried, never skipped over in silence.
@@ -15,7 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import http.client
 import os
+import socket
+import ssl
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,13 +36,34 @@ from sandbox_tools.release.manifest import Manifest
 from sandbox_tools.release.progress import NoProgress, Transfers
 
 CHUNK = 1 << 16
-HTTP_ATTEMPTS = 5  # per mirror; each one resumes where the previous stopped
-CONNECT_TIMEOUT = 10.0
-READ_TIMEOUT = 60.0
+HTTP_ATTEMPTS = 5  # per mirror, once it has answered; each resumes where the last stopped
+CONNECT_TIMEOUT = 10.0  # seconds to open the connection
+# Seconds a server may stay silent (requests has one read timeout for both cases). Before
+# the first byte of its answer: the server is given up at once, without another attempt
+# (it would wait as long again, for every artifact), and the next source is tried; a
+# mirror that accepted the connection and never answered used to hold each artifact for
+# five minutes (5 attempts of 60 s). Mid-transfer: the attempt ends, and the next one
+# resumes from the bytes held. pip waits 15 s too.
+FIRST_BYTE_TIMEOUT = 15.0
 
 
 class _SourceFailed(Exception):
     """One source could not supply the bytes; the next source is tried."""
+
+
+class _Unanswered(_SourceFailed):
+    """The server sent nothing back (refused, unreachable, silent past FIRST_BYTE_TIMEOUT):
+    it is not asked again during this fetch, for any artifact."""
+
+    def __init__(self, url: str, why: str) -> None:
+        super().__init__(f"{url}: {why}")
+        self.server = _server(url)
+        self.why = why
+
+
+def _server(url: str) -> str:
+    parsed = urlparse(url)
+    return f"{parsed.scheme}://{parsed.netloc}"
 
 
 class Source(Protocol):
@@ -125,6 +151,59 @@ class BundleSource:
             raise _SourceFailed(f"{self.label}: not a bundle, or a damaged one") from None
 
 
+class _CutShort(Exception):
+    """The source answered, then the transfer stopped: another attempt resumes it."""
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and everything it wraps (requests -> urllib3 -> the socket's OSError)."""
+    found: list[BaseException] = []
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current is None or any(current is seen for seen in found):
+            continue
+        found.append(current)
+        pending += [arg for arg in current.args if isinstance(arg, BaseException)]
+        reason = getattr(current, "reason", None)
+        pending += [reason if isinstance(reason, BaseException) else None]
+        pending += [current.__cause__, current.__context__]
+    return found
+
+
+def _no_answer(exc: requests.RequestException, url: str) -> str:
+    """Why a source sent nothing back, in a few words (never urllib3's repr)."""
+    causes = _causes(exc)
+    if isinstance(exc, requests.ConnectTimeout):
+        return f"no connection within {CONNECT_TIMEOUT:g} s"
+    if isinstance(exc, requests.ReadTimeout):
+        return f"no answer within {FIRST_BYTE_TIMEOUT:g} s"
+    for cause in causes:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return f"cannot resolve {urlparse(url).hostname}"
+        if isinstance(cause, http.client.RemoteDisconnected):
+            return "closed the connection without answering"
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"TLS: {cause.verify_message or 'certificate verify failed'}"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS: {cause.reason or 'handshake failed'}"
+        if isinstance(cause, ConnectionResetError):
+            return "connection reset without an answer"
+    errors = [c for c in causes if isinstance(c, OSError) and c.strerror]
+    if errors:
+        return f"cannot connect ({errors[-1].strerror})"
+    return f"no answer ({type(exc).__name__})"
+
+
+def _cut_short(exc: requests.RequestException) -> str:
+    """Why a transfer that had begun stopped, in a few words."""
+    if any(isinstance(c, (TimeoutError, socket.timeout)) for c in _causes(exc)):
+        return f"no data for {FIRST_BYTE_TIMEOUT:g} s"
+    return "the connection closed early"
+
+
 @dataclass(frozen=True)
 class HttpSource:
     url: str
@@ -134,28 +213,30 @@ class HttpSource:
         return self.url
 
     def fetch_into(self, partial: Path, artifact: Artifact, progress: Transfers) -> None:
-        last_error = "the server closed the connection early"
+        """Up to HTTP_ATTEMPTS transfers, each resuming what the previous one left. A
+        source that does not answer at all is given up at once (`_SourceFailed`)."""
+        why = "the connection closed early"
         with requests.Session() as session:
-            for attempt in range(1, HTTP_ATTEMPTS + 1):
+            for _attempt in range(HTTP_ATTEMPTS):
                 have = partial.stat().st_size if partial.exists() else 0
                 if have > artifact.size:
                     partial.unlink()
                     have = 0
                 if have == artifact.size:
                     return
-                if attempt > 1 or have:
+                if have:
                     progress.note(f"{self.url}: resuming at {have:,} of {artifact.size:,} bytes")
                 try:
                     self._transfer(session, partial, artifact, have, progress)
-                except requests.RequestException as exc:
-                    last_error = f"{type(exc).__name__}: {exc}"
+                except _CutShort as exc:
+                    why = str(exc)
                     continue
                 if partial.stat().st_size == artifact.size:
                     return
         have = partial.stat().st_size if partial.exists() else 0
         raise _SourceFailed(
             f"{self.url}: transfer stopped at {have:,} of {artifact.size:,} bytes after "
-            f"{HTTP_ATTEMPTS} attempts ({last_error})"
+            f"{HTTP_ATTEMPTS} attempts ({why})"
         )
 
     def _transfer(
@@ -167,15 +248,24 @@ class HttpSource:
         progress: Transfers,
     ) -> None:
         headers = {"Range": f"bytes={have}-"} if have else {}
-        with session.get(
-            self.url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT)
-        ) as response:
+        try:
+            response = session.get(
+                self.url,
+                headers=headers,
+                stream=True,
+                timeout=(CONNECT_TIMEOUT, FIRST_BYTE_TIMEOUT),
+            )
+        except requests.RequestException as exc:
+            # Not one byte came back: asking again would wait as long again, for every
+            # artifact. The next source is tried now.
+            raise _Unanswered(self.url, _no_answer(exc, self.url)) from None
+        with response:
             resumed = response.status_code == 206 and response.headers.get(
                 "Content-Range", ""
             ).startswith(f"bytes {have}-")
             if response.status_code == 416 or (response.status_code == 206 and not resumed):
                 partial.unlink(missing_ok=True)  # the server disagrees about what we hold
-                raise requests.RequestException(f"HTTP {response.status_code} for a resume")
+                raise _CutShort(f"HTTP {response.status_code} for a resume")
             if response.status_code not in (200, 206):
                 why = {
                     401: " (the mirror refuses anonymous downloads)",
@@ -186,8 +276,11 @@ class HttpSource:
                     f"{self.url}: HTTP {response.status_code} {response.reason}{why}"
                 )
             offset = have if resumed else 0
-            blocks = response.iter_content(CHUNK)
-            _write_blocks(blocks, partial, artifact, self.url, progress, offset)
+            try:
+                blocks = response.iter_content(CHUNK)
+                _write_blocks(blocks, partial, artifact, self.url, progress, offset)
+            except requests.RequestException as exc:
+                raise _CutShort(_cut_short(exc)) from None
 
 
 def source_for(location: str) -> Source:
@@ -283,8 +376,12 @@ def fetch_artifact(
     dest: Path,
     sources: Sequence[Source],
     progress: Transfers,
+    unanswered: dict[str, str] | None = None,
 ) -> FetchOutcome:
-    """Caller holds the directory lock."""
+    """Caller holds the directory lock. `unanswered`: servers that sent nothing back
+    earlier in this fetch, and why; they are skipped, and those that do not answer now
+    are added."""
+    unanswered = {} if unanswered is None else unanswered
     target = dest / artifact.name
     if artifact.matches(target):
         return FetchOutcome(artifact, target, "present")
@@ -304,8 +401,17 @@ def fetch_artifact(
     try:
         while attempts:
             source, resumed = attempts.pop(0)
+            server = _server(source.label) if isinstance(source, HttpSource) else None
+            if server in unanswered:
+                refused(f"{source.label}: not asked ({server}: {unanswered[server]}, just before)")
+                continue
             try:
                 source.fetch_into(partial, artifact, progress)
+            except _Unanswered as exc:
+                unanswered[exc.server] = exc.why
+                partial.unlink(missing_ok=True)
+                refused(str(exc))
+                continue
             except _SourceFailed as exc:
                 partial.unlink(missing_ok=True)
                 refused(str(exc))
@@ -350,5 +456,9 @@ def fetch(
     wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.artifacts
     plan = [(artifact, sources_for(artifact, mirrors, origin)) for artifact in wanted]
     dest.mkdir(parents=True, exist_ok=True)
+    unanswered: dict[str, str] = {}  # a server silent for one artifact is for the next
     with _directory_lock(dest):
-        return [fetch_artifact(artifact, dest, sources, progress) for artifact, sources in plan]
+        return [
+            fetch_artifact(artifact, dest, sources, progress, unanswered)
+            for artifact, sources in plan
+        ]

@@ -11,8 +11,10 @@ import os
 import sys
 from collections.abc import Mapping
 
+from sandbox_tools.protocol import LAUNCHER_SELF_ENV
+
 # Variables that only make sense to the runtime itself.
-_PRIVATE_PREFIXES = ("_PYI_", "_MEIPASS", "SANDBOX_TOOLS_SELF")
+_PRIVATE_PREFIXES = ("_PYI_", "_MEIPASS", LAUNCHER_SELF_ENV)
 _RESTORED = ("LD_LIBRARY_PATH",)
 
 
@@ -23,7 +25,7 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         original = env.pop(f"{name}_ORIG", None)
         if original is not None:
             env[name] = original
-        elif getattr(sys, "frozen", False) and "SANDBOX_TOOLS_SELF" not in os.environ:
+        elif getattr(sys, "frozen", False) and LAUNCHER_SELF_ENV not in os.environ:
             # A onefile bootloader set it without a caller value to save: not ours to pass
             # on. (The portable launcher never sets it, so there it is the caller's.)
             env.pop(name, None)

@@ -26,6 +26,7 @@ from sandbox_tools.protocol import (
     JSONRPC_VERSION,
     RESPONSE_CHUNK_FIELD,
     RESPONSE_CHUNK_VERSION,
+    RESPONSE_MAX_BYTES_ENV,
 )
 from sandbox_tools.runtime.jsonrpc import (
     Envelope,
@@ -95,8 +96,7 @@ class HeldResponses:
             error = RpcError(
                 INTERNAL_ERROR,
                 f"the response is {len(response)} bytes and the caller's limit of {limit} bytes "
-                "is too small to carry even a piece of it; raise "
-                "INSPECT_SANDBOX_JSON_RPC_RESPONSE_MAX_BYTES",
+                f"is too small to carry even a piece of it; raise {RESPONSE_MAX_BYTES_ENV}",
             )
             return encode(error_response(request_id, error))
         handle = secrets.token_hex(_HANDLE_HEX // 2)

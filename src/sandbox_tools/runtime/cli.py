@@ -23,12 +23,11 @@ from sandbox_tools.protocol import (
     JSONRPC_VERSION,
     MAX_FRAME_BYTES,
     RESPONSE_LIMIT_OPTION,
-    RESPONSE_MAX_BYTES_ENV,
     RUNTIME_SERVER_LOST,
+    START_LOCK_FD_ENV,
     cwd_option,
 )
 from sandbox_tools.runtime.client import (
-    START_LOCK_FD_ENV,
     ServerUnavailable,
     call,
     connect,
@@ -45,6 +44,7 @@ from sandbox_tools.runtime.jsonrpc import (
     request_id_of,
     validate_request,
 )
+from sandbox_tools.runtime.limits import caller_response_limit
 from sandbox_tools.runtime.paths import ServerDirError, ServerPaths, server_paths
 
 USAGE = """\
@@ -104,10 +104,10 @@ def cmd_exec(paths: ServerPaths, argv: list[str]) -> int:
             print(f"sandbox-tools: notification not delivered: {exc}", file=sys.stderr)
             return 1
         return 0
-    limit = os.environ.get(RESPONSE_MAX_BYTES_ENV, "")
-    if limit.isdigit() and len(limit) < 19:
+    limit = caller_response_limit(os.environ)
+    if limit is not None:
         # The caller's exec output is capped: the server holds what would not fit.
-        frame = RESPONSE_LIMIT_OPTION + limit.encode() + b"\n" + frame
+        frame = RESPONSE_LIMIT_OPTION + str(limit).encode() + b"\n" + frame
     frame = cwd_option() + frame
     try:
         _write_line(call(paths, frame))

@@ -21,13 +21,16 @@ import subprocess
 import sys
 import time
 
-from sandbox_tools.protocol import FRAME_TERMINATOR, LAUNCHER_SELF_ENV, MAX_FRAME_BYTES
+from sandbox_tools.protocol import (
+    FRAME_TERMINATOR,
+    LAUNCHER_SELF_ENV,
+    MAX_FRAME_BYTES,
+    SERVER_DIR_ENV,
+    START_LOCK_FD_ENV,
+)
 from sandbox_tools.runtime.paths import ServerDirError, ServerPaths
 
 SERVER_START_TIMEOUT = 30.0
-# Set by the portable launcher when it started the server alongside a `stdio` bridge:
-# the start lock's descriptor, held until the server answers (launcher.c).
-START_LOCK_FD_ENV = "SANDBOX_TOOLS_START_LOCK_FD"
 
 
 class ServerUnavailable(Exception):
@@ -37,7 +40,7 @@ class ServerUnavailable(Exception):
 def self_command() -> list[str]:
     """How to launch this runtime again (to start the server).
 
-    The portable launcher exports SANDBOX_TOOLS_SELF because `sys.executable`
+    The portable launcher exports LAUNCHER_SELF_ENV because `sys.executable`
     (the PyInstaller bootloader) cannot be started directly in libc-free images.
     """
     launcher = os.environ.get(LAUNCHER_SELF_ENV)
@@ -53,7 +56,7 @@ def _check_socket_owner(path: str) -> None:
     if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
         raise ServerDirError(
             f"{path!r} is not a socket owned by uid {os.geteuid()}; refusing to talk to it. "
-            "Remove it or point SANDBOX_TOOLS_DIR elsewhere"
+            f"Remove it or point {SERVER_DIR_ENV} elsewhere"
         )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from sandbox_tools.runtime.build_info import build_info
 from sandbox_tools.runtime.host_messages import HostMessages
 from sandbox_tools.runtime.jsonrpc import Method, Params
+from sandbox_tools.runtime.limits import Limits
 from sandbox_tools.runtime.tools.bash_session import json_rpc_methods as bash_session_methods
 from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
 from sandbox_tools.runtime.tools.exec_remote import json_rpc_methods as exec_remote_methods
@@ -19,6 +20,8 @@ from sandbox_tools.runtime.tools.mcp import json_rpc_methods as mcp_methods
 from sandbox_tools.runtime.tools.mcp.controller import McpController
 from sandbox_tools.runtime.tools.text_editor import json_rpc_methods as text_editor_methods
 from sandbox_tools.runtime.tools.text_editor.controller import TextEditorController
+from sandbox_tools.runtime.tools.web_browser import json_rpc_methods as web_browser_methods
+from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 
 
 def core_methods(server_dir: str, request_shutdown: Callable[[], None]) -> dict[str, Method]:
@@ -44,21 +47,24 @@ def core_methods(server_dir: str, request_shutdown: Callable[[], None]) -> dict[
 
 
 class Controllers:
-    """The server's state: one controller per tool."""
+    """The server's state: one controller per tool, each bounded by the same `limits`
+    (read once, when the server started)."""
 
-    def __init__(self, lost_jobs_note: str | None = None) -> None:
-        self.exec_remote = ExecRemoteController(lost_jobs_note=lost_jobs_note)
-        self.bash_session = BashSessionController()
-        self.text_editor = TextEditorController()
+    def __init__(self, limits: Limits, lost_jobs_note: str | None = None) -> None:
+        self.exec_remote = ExecRemoteController(limits, lost_jobs_note=lost_jobs_note)
+        self.bash_session = BashSessionController(limits)
+        self.text_editor = TextEditorController(limits)
         self.host_messages = HostMessages()
-        self.mcp = McpController(self.host_messages)
+        self.mcp = McpController(self.host_messages, limits)
         self.http_tunnel = HttpTunnelController(self.host_messages)
+        self.web_browser = WebBrowserController(limits)
 
     async def shutdown(self) -> None:
         self.host_messages.stop()
         await self.mcp.shutdown()
         await self.exec_remote.shutdown()
         await self.bash_session.shutdown()
+        await self.web_browser.shutdown()
 
 
 def all_methods(
@@ -72,4 +78,5 @@ def all_methods(
         **mcp_methods.methods(controllers.mcp),
         **controllers.host_messages.methods(),
         **controllers.http_tunnel.methods(),
+        **web_browser_methods.methods(controllers.web_browser),
     }

@@ -63,7 +63,7 @@ def build_key() -> str:
 
 def default_server_dir() -> str:
     """`$TMPDIR/sandbox-tools-<uid>-<build>`: a client only ever meets a server of its own
-    build there, never another version's or a stale one's (SANDBOX_TOOLS_DIR overrides)."""
+    build there, never another version's or a stale one's (SERVER_DIR_ENV overrides)."""
     configured = os.environ.get(SERVER_DIR_ENV)
     if configured:
         return configured

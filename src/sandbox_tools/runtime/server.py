@@ -23,6 +23,7 @@ from sandbox_tools.protocol import (
     MAX_FRAME_BYTES,
     RESPONSE_CHUNK_FIELD,
     RESPONSE_CHUNK_METHOD,
+    RESPONSE_LIMIT_MAX_DIGITS,
     RESPONSE_LIMIT_OPTION,
 )
 from sandbox_tools.runtime.child_env import protect_from_oom
@@ -36,6 +37,7 @@ from sandbox_tools.runtime.jsonrpc import (
     encode,
     error_response,
 )
+from sandbox_tools.runtime.limits import Limits, LimitsError
 from sandbox_tools.runtime.methods import Controllers, all_methods
 from sandbox_tools.runtime.paths import ServerPaths
 
@@ -54,8 +56,9 @@ class AlreadyRunning(Exception):
 
 
 class RuntimeServer:
-    def __init__(self, paths: ServerPaths) -> None:
+    def __init__(self, paths: ServerPaths, limits: Limits) -> None:
         self.paths = paths
+        self.limits = limits
         self._stop = asyncio.Event()
         self._lock_fd: int | None = None
         self.controllers: Controllers | None = None
@@ -95,7 +98,7 @@ class RuntimeServer:
             _log(note)
         with open(self.paths.pid_file, "w", encoding="ascii") as handle:
             handle.write(str(os.getpid()))
-        self.controllers = Controllers(lost_jobs_note=note)
+        self.controllers = Controllers(self.limits, lost_jobs_note=note)
         self.methods = all_methods(self.paths.directory, self._stop.set, self.controllers)
         self.methods[RESPONSE_CHUNK_METHOD] = self.held.continuation
         servers = [await self._listen()]
@@ -226,7 +229,8 @@ class RuntimeServer:
                     continue
                 if line.startswith(RESPONSE_LIMIT_OPTION):
                     value = line[len(RESPONSE_LIMIT_OPTION) :].strip()
-                    limit = int(value) if value.isdigit() and 0 < len(value) < 19 else None
+                    digits = 0 < len(value) <= RESPONSE_LIMIT_MAX_DIGITS
+                    limit = int(value) if value.isdigit() and digits else None
                     limit = limit or None
                     continue
                 task = asyncio.create_task(handle(line))
@@ -243,9 +247,17 @@ class RuntimeServer:
 
 
 def run_server(paths: ServerPaths) -> int:
+    # The limits are read here, once, before anything is served: every tool of this server
+    # uses the same values, and a value that cannot be used is said in the log, not as a
+    # traceback from deep inside a tool.
+    try:
+        limits = Limits.from_environ(os.environ)
+    except LimitsError as exc:
+        _log(f"the runtime server cannot start: {exc}")
+        return 1
     protect_from_oom()
     try:
-        asyncio.run(RuntimeServer(paths).serve())
+        asyncio.run(RuntimeServer(paths, limits).serve())
     except AlreadyRunning as exc:
         _log(str(exc))
         return 0

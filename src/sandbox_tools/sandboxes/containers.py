@@ -1,9 +1,11 @@
 """Containers that exist exactly as long as the code using them: create, always remove.
 
-Used by build, validate, `exec-remote`, the tests and the benchmarks. Every container is
-labelled with the process that made it (`OWNER_LABEL`), so what an interrupted run left
-behind is findable, and tracked until removed, so Ctrl-C removes what is still running
-(`remove_live_containers`). `SANDBOX_TOOLS_KEEP_CONTAINERS=1` keeps them for debugging.
+Used by build, validate, `exec-remote`, the tests and the benchmarks. What happens around
+every container is a `ContainerPolicy` the caller passes in (the CLI makes one per
+invocation from its settings): keep containers for debugging, echo each as a replayable
+`+ docker ...` line, and track it in the invocation's `ContainerTracker`, so Ctrl-C
+removes what is still running. Every container is also labelled with the process that
+made it (`OWNER_LABEL`), so what a killed run left behind is findable.
 """
 
 from __future__ import annotations
@@ -14,23 +16,89 @@ import os
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 from docker import DockerClient
 from docker.models.containers import Container
 
-from sandbox_tools import settings
+from sandbox_tools.settings import Settings, load_settings
 
-# Containers made by running_container/run_to_completion and not yet removed: a build or
-# validate interrupted with Ctrl-C removes them from the main thread, which also ends the
-# worker threads waiting on them.
-_LIVE: set[Any] = set()
-_LIVE_LOCK = threading.Lock()
-
+if TYPE_CHECKING:
+    from sandbox_tools.sandboxes.docker import DockerSandbox
 
 OWNER_LABEL = "sandbox-tools.owner-pid"
+
+
+class ContainerTracker:
+    """The containers one invocation made and has not removed yet. A build or validate
+    interrupted with Ctrl-C removes them from the main thread, which also ends the
+    worker threads waiting on them."""
+
+    def __init__(self) -> None:
+        self._live: set[Container] = set()
+        self._lock = threading.Lock()
+
+    def add(self, container: Container) -> None:
+        with self._lock:
+            self._live.add(container)
+
+    def discard(self, container: Container) -> None:
+        with self._lock:
+            self._live.discard(container)
+
+    def remove_all(self) -> int:
+        """Remove every container still tracked; how many."""
+        with self._lock:
+            live = list(self._live)
+            self._live.clear()
+        for container in live:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        return len(live)
+
+
+@dataclass(frozen=True)
+class ContainerPolicy:
+    """What happens around each container of one invocation (see the module's text)."""
+
+    keep: bool = False
+    echo: Callable[[str], None] | None = None
+    tracker: ContainerTracker = field(default_factory=ContainerTracker)
+
+    @classmethod
+    def of(cls, where: Settings, echo: Callable[[str], None] | None = None) -> ContainerPolicy:
+        return cls(keep=where.keep_containers, echo=echo)
+
+    @classmethod
+    def from_cascade(cls) -> ContainerPolicy:
+        """For library entry points called without a policy: the settings as they stand."""
+        return cls.of(load_settings())
+
+    def show(
+        self, action: str, image: str, command: list[str] | None, options: Mapping[str, Any]
+    ) -> None:
+        if self.echo is None:
+            return
+        shown = {k: v for k, v in options.items() if k not in ("labels", "detach") and v}
+        flags = " ".join(f"--{k.replace('_', '-')}={v}" for k, v in sorted(shown.items()))
+        argv = " ".join(command or [])
+        self.echo(f"+ docker {action} {flags} {image} {argv}".replace("  ", " ").rstrip())
+
+    def made(self, container: Container) -> None:
+        self.tracker.add(container)
+
+    def release(self, container: Container) -> None:
+        """The end of every container of ours: untracked, and removed unless kept."""
+        self.tracker.discard(container)
+        if self.echo is not None:
+            self.echo(f"+ docker rm -f {container.short_id}")
+        if not self.keep:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
 
 
 def _owned(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -40,69 +108,89 @@ def _owned(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "labels": labels}
 
 
-def _track(container: Container) -> None:
-    with _LIVE_LOCK:
-        _LIVE.add(container)
+class RunningContainer:
+    """A container that exists exactly as long as the `with` block: started on enter,
+    removed on exit (error and Ctrl-C included) unless the policy keeps it.
 
+    `.container` is the engine's object, `.sandbox` our `Sandbox` over it (one per
+    container, so its engine limit and state are shared by every use)."""
 
-def remove_live_containers() -> int:
-    """Remove every container this process started and still runs; how many."""
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-        _LIVE.clear()
-    for container in live:
-        with contextlib.suppress(Exception):
-            container.remove(force=True)
-    return len(live)
+    def __init__(
+        self,
+        client: DockerClient,
+        image: str,
+        *,
+        command: list[str] | None = None,
+        policy: ContainerPolicy | None = None,
+        **options: Any,
+    ) -> None:
+        self.client = client
+        self.image = image
+        self.command = command or ["sleep", "infinity"]
+        self.policy = policy if policy is not None else ContainerPolicy.from_cascade()
+        self.options = options
+        self._container: Container | None = None
+        self._sandbox: DockerSandbox | None = None
+        self._id = self._name = ""
 
+    def __enter__(self) -> RunningContainer:
+        self.policy.show("run -d", self.image, self.command, self.options)
+        self._container = self.client.containers.run(
+            self.image, command=self.command, detach=True, **_owned(dict(self.options))
+        )
+        self.policy.made(self._container)
+        self._id, self._name = str(self._container.id), str(self._container.name)
+        return self
 
-# Where to echo each container operation (`tools --verbose`): like cibuildwheel's
-# "+ docker ..." lines, so a failing build or cell can be replayed by hand.
-_ECHO: list[Callable[[str], None]] = []
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._container is not None:
+            container, self._container = self._container, None
+            self.policy.release(container)
 
+    @property
+    def container(self) -> Container:
+        if self._container is None:
+            raise RuntimeError("the container exists only inside its `with` block")
+        return self._container
 
-def echo_to(show: Callable[[str], None] | None) -> None:
-    """Echo container operations to `show` (None: stop)."""
-    _ECHO[:] = [show] if show is not None else []
+    @property
+    def id(self) -> str:
+        """The container's id, also after the block (for reports)."""
+        if not self._id:
+            raise RuntimeError("the container is made when its `with` block starts")
+        return self._id
 
+    @property
+    def name(self) -> str:
+        """The container's name, also after the block (for reports)."""
+        if not self._name:
+            raise RuntimeError("the container is made when its `with` block starts")
+        return self._name
 
-def _echo(action: str, image: str, command: list[str] | None, options: Mapping[str, Any]) -> None:
-    if not _ECHO:
-        return
-    shown = {k: v for k, v in options.items() if k not in ("labels", "detach") and v}
-    flags = " ".join(f"--{k.replace('_', '-')}={v}" for k, v in sorted(shown.items()))
-    argv = " ".join(command or [])
-    _ECHO[0](f"+ docker {action} {flags} {image} {argv}".replace("  ", " ").rstrip())
+    @property
+    def sandbox(self) -> DockerSandbox:
+        if self._sandbox is None:
+            from sandbox_tools.sandboxes.docker import DockerSandbox
 
+            self._sandbox = DockerSandbox(self.container, self.client)
+        return self._sandbox
 
-def _release(container: Container) -> None:
-    """The end of every container of ours: untracked, and removed unless kept."""
-    with _LIVE_LOCK:
-        _LIVE.discard(container)
-    if _ECHO:
-        _ECHO[0](f"+ docker rm -f {container.short_id}")
-    if not settings.current().keep_containers:
-        with contextlib.suppress(docker.errors.NotFound):
-            container.remove(force=True)
+    def copy_in(self, files: Mapping[str, Path]) -> None:
+        """Host files or trees at their container paths (by copy: the engine may be remote)."""
+        self.container.put_archive("/", _archive_of(files))
 
+    def copy_out(self, path: str, destination: Path) -> None:
+        """The contents of the container's directory `path` into `destination`."""
+        chunks, _ = self.container.get_archive(path)
+        _extract_into(chunks, destination)
 
-@contextlib.contextmanager
-def running_container(
-    client: DockerClient, image: str, *, command: list[str] | None = None, **kwargs: Any
-) -> Iterator[Any]:
-    """A container that exists exactly as long as the `with` block.
-
-    Removed on exit even on error or Ctrl-C; set SANDBOX_TOOLS_KEEP_CONTAINERS=1
-    to keep it for debugging.
-    """
-    argv = command or ["sleep", "infinity"]
-    _echo("run -d", image, argv, kwargs)
-    container = client.containers.run(image, command=argv, detach=True, **_owned(kwargs))
-    _track(container)
-    try:
-        yield container
-    finally:
-        _release(container)
+    def logs(self) -> str:
+        return bytes(self.container.logs()).decode(errors="replace")
 
 
 def _archive_of(copy_in: Mapping[str, Path]) -> bytes:
@@ -142,6 +230,8 @@ def run_to_completion(
     on_line: Callable[[str], None] = lambda _: None,
     copy_in: Mapping[str, Path] | None = None,
     copy_out: tuple[str, Path] | None = None,
+    *,
+    policy: ContainerPolicy | None = None,
     **kwargs: Any,
 ) -> tuple[int, str]:
     """Run `command` in a fresh container; stream its output lines; always remove it.
@@ -149,9 +239,10 @@ def run_to_completion(
     Files travel by copy (`copy_in` before the start, `copy_out` after the exit), not by
     bind mounts, so the engine may be on another machine.
     """
-    _echo("create", image, command, kwargs)
+    policy = policy if policy is not None else ContainerPolicy.from_cascade()
+    policy.show("create", image, command, kwargs)
     container = client.containers.create(image, command=command, **_owned(kwargs))
-    _track(container)
+    policy.made(container)
     lines: list[str] = []
     try:
         if copy_in:
@@ -172,5 +263,5 @@ def run_to_completion(
             chunks, _ = container.get_archive(copy_out[0])
             _extract_into(chunks, copy_out[1])
     finally:
-        _release(container)
+        policy.release(container)
     return int(status.get("StatusCode", 1)), "\n".join(lines)

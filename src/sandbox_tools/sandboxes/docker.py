@@ -217,7 +217,7 @@ class DockerSandbox(Sandbox):
         if self._read_only_root():
             # The engine refuses archives into such a container even onto a writable
             # tmpfs, but only after receiving the whole body (half a second for 9 MB):
-            # refuse at once, so callers stream through exec instead (issue 16).
+            # refuse at once, so callers stream through exec instead.
             raise SandboxExecError(
                 f"cannot {verb} {path} in {self.name}: container rootfs is marked read-only "
                 "(the engine takes no file uploads into it; write through exec)"

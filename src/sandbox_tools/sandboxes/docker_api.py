@@ -47,8 +47,8 @@ import docker.errors
 import requests.exceptions
 from docker import DockerClient
 
-from sandbox_tools import settings
-from sandbox_tools.errors import SandboxExecError
+from sandbox_tools.errors import ConfigurationError, SandboxExecError
+from sandbox_tools.settings import DEFAULT_ENGINE_CONCURRENCY
 
 T = TypeVar("T")
 FRAME_HEADER = struct.Struct(">BxxxL")
@@ -781,12 +781,22 @@ _APIS: weakref.WeakKeyDictionary[Any, EngineAPI] = weakref.WeakKeyDictionary()
 _APIS_LOCK = threading.Lock()
 
 
-def engine_api(client: DockerClient) -> EngineAPI:
-    """The one EngineAPI of a docker client (so its limit is shared by every sandbox)."""
+def engine_api(client: DockerClient, concurrency: int | None = None) -> EngineAPI:
+    """The one EngineAPI of a docker client, so its limit is shared by every sandbox.
+
+    The limit is fixed when the client is first seen: `engines.docker_client` passes the
+    caller's `engine-concurrency` then; a client made elsewhere gets the default. Asking
+    for another limit later is refused, not ignored."""
     with _APIS_LOCK:
         api = _APIS.get(client)
         if api is None:
-            api = _APIS[client] = _make_api(client, settings.current().engine_concurrency)
+            limit = concurrency if concurrency is not None else DEFAULT_ENGINE_CONCURRENCY
+            api = _APIS[client] = _make_api(client, limit)
+        elif concurrency is not None and concurrency != api.concurrency:
+            raise ConfigurationError(
+                f"this Docker client already runs at most {api.concurrency} requests at once",
+                remedy="Make one client per engine-concurrency, or pass the same limit.",
+            )
         return api
 
 

@@ -15,15 +15,27 @@ from docker import DockerClient
 
 from sandbox_tools.artifacts import TextEnum
 from sandbox_tools.errors import ConfigurationError, EngineUnavailableError
+from sandbox_tools.settings import load_settings
 
 
-def docker_client() -> DockerClient:
-    """A client for the engine named by the environment (DOCKER_HOST, default socket)."""
+def docker_client(concurrency: int | None = None) -> DockerClient:
+    """A client for the engine named by the environment (DOCKER_HOST, default socket),
+    running at most `concurrency` requests at once (the `engine-concurrency` setting;
+    when not given, the settings as they stand: this is a library entry point)."""
     try:
         client = docker.from_env(timeout=300)
         client.ping()
     except docker.errors.DockerException as exc:
         raise EngineUnavailableError(f"no Docker engine answers: {exc}") from None
+    return _limited(client, concurrency)
+
+
+def _limited(client: DockerClient, concurrency: int | None) -> DockerClient:
+    from sandbox_tools.sandboxes.docker_api import engine_api
+
+    engine_api(
+        client, concurrency if concurrency is not None else load_settings().engine_concurrency
+    )
     return client
 
 
@@ -64,7 +76,7 @@ def _base_url(spec: str) -> str:
     return str(context.Host)
 
 
-def connect_engine(spec: str) -> Engine:
+def connect_engine(spec: str, concurrency: int | None = None) -> Engine:
     """An engine from a spec (default, a URL, a docker context, modal); unreachable ones carry
     the reason instead of raising, so a run can report every engine."""
     if spec == "modal":
@@ -73,22 +85,22 @@ def connect_engine(spec: str) -> Engine:
         return Engine(spec, None, modal_unavailable() or "", kind=EngineKind.MODAL)
     try:
         if spec == "default":
-            return Engine(spec, docker_client())
+            return Engine(spec, docker_client(concurrency))
         client = docker.DockerClient(base_url=_base_url(spec), timeout=300)
         client.ping()
-        return Engine(spec, client)
+        return Engine(spec, _limited(client, concurrency))
     except (docker.errors.DockerException, EngineUnavailableError) as exc:
         return Engine(spec, None, str(exc)[:300])
 
 
-def local_engine() -> Engine:
+def local_engine(concurrency: int | None = None) -> Engine:
     """The engine the environment names (DOCKER_HOST, else the default socket)."""
-    return Engine("default", docker_client())
+    return Engine("default", docker_client(concurrency))
 
 
-def connect_engines(specs: Sequence[str]) -> list[Engine]:
+def connect_engines(specs: Sequence[str], concurrency: int | None = None) -> list[Engine]:
     """Every engine named once; fails only when none of them answers."""
-    engines = [connect_engine(spec) for spec in dict.fromkeys(specs or ["default"])]
+    engines = [connect_engine(spec, concurrency) for spec in dict.fromkeys(specs or ["default"])]
     if not any(engine.available for engine in engines):
         reasons = "; ".join(f"{e.label}: {e.error}" for e in engines)
         raise EngineUnavailableError(f"no Docker engine answers ({reasons})")

@@ -2,7 +2,9 @@
 
 A `RootfsRecipe` says what goes into a root filesystem (suite, architecture,
 packages). Its digest names both the cached root tarball and the image tag, so
-an unchanged recipe is built once per machine and then reused.
+an unchanged recipe is built once per machine and then reused. A `RootfsStore` says
+where the bytes come from (the Debian mirror) and where roots are kept (the cache); the
+caller makes it from its resolved settings and passes it in.
 
 The image is built `FROM scratch` + `ADD root.tar /` for the recipe's platform
 rather than with `docker import`: engine 20.10 silently ignores `import --platform`
@@ -14,57 +16,47 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker.errors
 from docker import DockerClient
 
-from sandbox_tools import settings
 from sandbox_tools.artifacts import atomic_output
 from sandbox_tools.cache import cache_root
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
-
-# Bump when the way roots are made changes, so old cache entries are not reused.
-RECIPE_FORMAT = 1
-IMAGE_REPOSITORY = "sandbox-tools/base"
+from sandbox_tools.recipes import IMAGE_REPOSITORY, RECIPE_FORMAT, RootfsRecipe
+from sandbox_tools.settings import Settings, load_settings
 
 
-def cache_dir() -> Path:
-    base = cache_root()
-    base.mkdir(parents=True, exist_ok=True)
-    return base
+@dataclass(frozen=True)
+class RootfsStore:
+    """Where roots come from (a Debian mirror) and where they, and the build's other
+    downloads, are kept (the cache root). Not part of any digest: the same recipe from
+    another mirror is the same root."""
 
+    cache: Path
+    mirror: str
 
-@dataclass(frozen=True, kw_only=True)
-class RootfsRecipe:
-    suite: str
-    arch: Arch
-    include: tuple[str, ...] = ()
-    variant: str = "minbase"
-    mirror: str = field(default_factory=lambda: settings.current().debian_mirror)
+    @classmethod
+    def of(cls, where: Settings) -> RootfsStore:
+        return cls(cache_root(where), where.debian_mirror)
 
-    @property
-    def digest(self) -> str:
-        # The mirror is where bytes come from, not what they are: it stays out of the digest.
-        identity = {"format": RECIPE_FORMAT, **asdict(self), "include": sorted(self.include)}
-        identity.pop("mirror")
-        canonical = json.dumps(identity, sort_keys=True, default=str)
-        return hashlib.sha256(canonical.encode()).hexdigest()
+    @classmethod
+    def from_cascade(cls) -> RootfsStore:
+        """For library entry points called without a store: the settings as they stand."""
+        return cls.of(load_settings())
 
-    @property
-    def image_tag(self) -> str:
-        extra = "-" + "-".join(sorted(self.include)) if self.include else ""
-        name = f"{self.suite}-{self.arch.value}{extra}"[:80]
-        return f"{IMAGE_REPOSITORY}:{name}-{self.digest[:12]}"
+    def directory(self) -> Path:
+        self.cache.mkdir(parents=True, exist_ok=True)
+        return self.cache
 
 
 def _require_tool(name: str, package: str) -> str:
@@ -76,9 +68,11 @@ def _require_tool(name: str, package: str) -> str:
     return path
 
 
-def build_rootfs(recipe: RootfsRecipe, log: Callable[[str], None] = lambda _: None) -> Path:
+def build_rootfs(
+    recipe: RootfsRecipe, store: RootfsStore, log: Callable[[str], None] = lambda _: None
+) -> Path:
     """The recipe's root filesystem as a deterministic tarball, made once and cached."""
-    target = cache_dir() / "roots" / f"{recipe.digest}.tar"
+    target = store.directory() / "roots" / f"{recipe.digest}.tar"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -88,7 +82,7 @@ def build_rootfs(recipe: RootfsRecipe, log: Callable[[str], None] = lambda _: No
         command = [debootstrap, f"--variant={recipe.variant}", f"--arch={recipe.arch.value}"]
         if recipe.include:
             command.append("--include=" + ",".join(sorted(recipe.include)))
-        command += [recipe.suite, str(root), recipe.mirror]
+        command += [recipe.suite, str(root), store.mirror]
         log(" ".join(command))
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
@@ -153,13 +147,18 @@ def import_rootfs(
 
 
 def ensure_image(
-    client: DockerClient, recipe: RootfsRecipe, log: Callable[[str], None] = lambda _: None
+    client: DockerClient,
+    recipe: RootfsRecipe,
+    log: Callable[[str], None] = lambda _: None,
+    *,
+    store: RootfsStore | None = None,
 ) -> str:
-    """The recipe's image tag, building root and image only if missing."""
+    """The recipe's image tag, building root and image only if missing (from `store`,
+    else from the settings as they stand: this is a library entry point)."""
     tag = recipe.image_tag
     if image_exists(client, tag):
         return tag
-    rootfs = build_rootfs(recipe, log)
+    rootfs = build_rootfs(recipe, store or RootfsStore.from_cascade(), log)
     log(f"importing {rootfs} as {tag}")
     import_rootfs(client, rootfs, tag, recipe.arch)
     return tag
@@ -298,6 +297,8 @@ def ensure_busybox_image(
     arch: Arch,
     log: Callable[[str], None] = lambda _: None,
     applets: bool = True,
+    *,
+    store: RootfsStore | None = None,
 ) -> str:
     """A libc-free image: static busybox and a few applet links, nothing else.
 
@@ -307,8 +308,9 @@ def ensure_busybox_image(
     tag = busybox_image_tag(arch, applets)
     if image_exists(client, tag):
         return tag
-    source = build_rootfs(busybox_source_recipe(arch), log)
-    rootfs = cache_dir() / "roots" / f"{tag.rsplit(':', 1)[1]}.tar"
+    store = store or RootfsStore.from_cascade()
+    source = build_rootfs(busybox_source_recipe(arch), store, log)
+    rootfs = store.directory() / "roots" / f"{tag.rsplit(':', 1)[1]}.tar"
     if not rootfs.exists():
         _busybox_rootfs(source, rootfs, applets)
     log(f"importing {rootfs} as {tag}")

@@ -58,7 +58,7 @@
 #define TRAILER_SIZE 72
 #define SERVER_START_TIMEOUT_MS 30000
 #define MAX_REQUEST_BYTES (64 * 1024 * 1024) /* protocol.MAX_FRAME_BYTES */
-#define START_LOCK_FD_ENV "SANDBOX_TOOLS_START_LOCK_FD" /* runtime.client.START_LOCK_FD_ENV */
+#define START_LOCK_FD_ENV "SANDBOX_TOOLS_START_LOCK_FD" /* protocol.START_LOCK_FD_ENV */
 
 static char self_path[4096];
 

@@ -29,9 +29,11 @@ import termios
 import time
 from dataclasses import dataclass, field
 
+from sandbox_tools.protocol import MAX_SESSIONS_ENV
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
+from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
 from sandbox_tools.runtime.tools.bash_session.output import (
     OutputBuffer,
     WaitEnd,
@@ -107,18 +109,14 @@ class _Shell:
         self.master = -1
 
 
-def _max_sessions() -> int:
-    configured = os.environ.get("SANDBOX_TOOLS_MAX_SESSIONS", "")
-    return int(configured) if configured.isdigit() else 16
-
-
-# Shells held at once: each is a process with a PTY and its own output buffer.
-MAX_SESSIONS = _max_sessions()
 RECLAIMED_KEPT = 256
 
 
 class BashSessionController:
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        # Shells held at once (`limits.max_sessions`): each is a process with a PTY and its
+        # own output buffer. Read once by the server (Limits.from_environ).
+        self.limits = limits
         self._sessions: dict[str, _Shell] = {}
         self._users: dict[str, UserSpec | None] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -136,7 +134,7 @@ class BashSessionController:
         # Check and reserve (the slot and the name) in one step, before any await:
         # concurrent starts once all passed the check and shared one name.
         held = len(self._sessions) + len(self._starting)
-        if held >= MAX_SESSIONS:
+        if held >= self.limits.max_sessions:
             # Hosts that never close their sessions (inspect's own, on a sandbox that
             # outlives its samples) would otherwise be refused forever: the least recently
             # used idle session makes room.
@@ -144,14 +142,14 @@ class BashSessionController:
             if victim is None:
                 raise ToolError(
                     f"too many bash sessions: {held} exist or are starting and all are busy "
-                    f"(at most {MAX_SESSIONS}); wait for a command to finish, or raise "
-                    "SANDBOX_TOOLS_MAX_SESSIONS"
+                    f"(at most {self.limits.max_sessions}); wait for a command to finish, "
+                    f"or raise {MAX_SESSIONS_ENV}"
                 )
             self._reclaim(
                 victim,
                 f"bash session {victim!r} was closed to make room for a new one: at most "
-                f"{MAX_SESSIONS} are kept, and the least recently used idle one goes first; "
-                "create a new session",
+                f"{self.limits.max_sessions} are kept, and the least recently used idle one "
+                "goes first; create a new session",
             )
         name = self._next_name()
         self._starting.add(name)

@@ -5,13 +5,13 @@ delivery.py the pure buffering and acknowledgement logic of each job's output.
 Design points (PROTOCOL.md, "exec_remote delivery"):
 - every piece of output is a chunk with a sequence number and stays buffered until
   the client acknowledges it (`ack_seq`), so a lost response loses nothing;
-- buffers are bounded: when a job holds BUFFER_LIMIT unacknowledged bytes its pipe
-  readers pause, the pipe fills, and the process blocks on write (backpressure);
+- buffers are bounded: when a job holds `Limits.exec_buffer_bytes` unacknowledged bytes its
+  pipe readers pause, the pipe fills, and the process blocks on write (backpressure);
 - the terminal state gets a sequence number of its own and is reported only once
   all output has been delivered; it stays until acknowledged, and a small table of
   acknowledged results answers retried polls with the same exit code;
 - stdin never holds a call: `input` is queued at start, `write_stdin` waits at most
-  SANDBOX_TOOLS_STDIN_TIMEOUT for the pipe to take its data (else a clear error),
+  `Limits.stdin_timeout_s` for the pipe to take its data (else a clear error),
   `close_stdin` returns at once (queued input stays ahead of the end of file; input
   a process never reads is dropped when it exits).
 """
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
+from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
 from sandbox_tools.runtime.tools.exec_remote.delivery import (
     STDERR,
     STDOUT,
@@ -48,31 +49,13 @@ from sandbox_tools.runtime.tools.exec_remote.tool_types import (
     WriteStdinParams,
 )
 
-
-def _env_number(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-@dataclass(frozen=True)
-class Limits:
-    buffer_bytes: int = int(_env_number("SANDBOX_TOOLS_EXEC_BUFFER_BYTES", 8 * 1024 * 1024))
-    response_bytes: int = int(_env_number("SANDBOX_TOOLS_EXEC_RESPONSE_BYTES", 2 * 1024 * 1024))
-    kill_grace_s: float = _env_number("SANDBOX_TOOLS_KILL_GRACE", 2.0)
-    # After the command exits, output still arriving from its pipes is collected until
-    # the pipes close or stay silent this long (a `cmd &` child may hold them forever).
-    drain_idle_s: float = 1.0
-    stdin_write_timeout_s: float = _env_number("SANDBOX_TOOLS_STDIN_TIMEOUT", 30.0)
-    # Terminal results nobody acknowledged are dropped after this long.
-    unacked_result_ttl_s: float = 1800.0
-    remembered_results: int = 1024
-    # Jobs held at once (running, or finished with output not yet acknowledged); each
-    # may buffer buffer_bytes, so this bounds the server's memory for exec_remote.
-    max_jobs: int = int(_env_number("SANDBOX_TOOLS_MAX_JOBS", 32))
-
-
+# After the command exits, output still arriving from its pipes is collected until the
+# pipes close or stay silent this long (a `cmd &` child may hold them forever).
+DRAIN_IDLE_S = 1.0
+# Terminal results nobody acknowledged are dropped after this long.
+UNACKED_RESULT_TTL_S = 1800.0
+# Acknowledged results kept to answer retried polls with the same exit code.
+REMEMBERED_RESULTS = 1024
 READ_SIZE = 64 * 1024
 
 
@@ -129,8 +112,8 @@ def _exit_code(returncode: int) -> int:
 
 
 class ExecRemoteController:
-    def __init__(self, limits: Limits | None = None, lost_jobs_note: str | None = None) -> None:
-        self.limits = limits or Limits()
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, lost_jobs_note: str | None = None) -> None:
+        self.limits = limits  # read once by the server (Limits.from_environ)
         self._jobs: dict[int, _Job] = {}
         self._spare_handles = 0
         self._remembered_results: OrderedDict[int, FinalResult] = OrderedDict()
@@ -202,7 +185,7 @@ class ExecRemoteController:
         except OSError as exc:
             raise ToolError(f"cannot start {params.command!r}: {exc.strerror or exc}") from None
         unprotect(process.pid)
-        delivery = Delivery(self.limits.buffer_bytes, self.limits.response_bytes)
+        delivery = Delivery(self.limits.exec_buffer_bytes, self.limits.exec_response_bytes)
         handle = process.pid
         if handle in self._jobs or handle in self._remembered_results:
             # The kernel reused the pid of a job whose caller has not collected it yet
@@ -252,7 +235,7 @@ class ExecRemoteController:
     async def write_stdin(self, params: WriteStdinParams) -> OutputResult:
         """Queue `data` for the process's stdin; return once its pipe has taken it.
 
-        Bounded by `stdin_write_timeout_s` in all (waiting for other writes included).
+        Bounded by `Limits.stdin_timeout_s` in all (waiting for other writes included).
         Input queued before (by `input` or an earlier write) must reach the pipe first:
         if it does not in time, nothing of `data` is queued and the error says so. If
         `data` itself is not taken in time, the error says how much of it is still
@@ -262,7 +245,7 @@ class ExecRemoteController:
         await job.acknowledge(params.ack_seq)
         stdin = self._open_stdin(job)
         data = params.data.encode()
-        timeout = self.limits.stdin_write_timeout_s
+        timeout = self.limits.stdin_timeout_s
         queued = False
 
         async def write() -> None:
@@ -326,10 +309,7 @@ class ExecRemoteController:
     async def collect_garbage(self) -> None:
         now = time.monotonic()
         for job in list(self._jobs.values()):
-            if (
-                job.finished_at is not None
-                and now - job.finished_at > self.limits.unacked_result_ttl_s
-            ):
+            if job.finished_at is not None and now - job.finished_at > UNACKED_RESULT_TTL_S:
                 self._release(job)
 
     # -- internals -----------------------------------------------------------------------
@@ -376,7 +356,7 @@ class ExecRemoteController:
         self._jobs.pop(job.pid, None)
         _discard_stdin(job)  # input a finished job never read is nobody's any more
         self._remembered_results[job.pid] = final
-        while len(self._remembered_results) > self.limits.remembered_results:
+        while len(self._remembered_results) > REMEMBERED_RESULTS:
             self._remembered_results.popitem(last=False)
         return self._remembered(job.pid).poll_result()
 
@@ -426,8 +406,8 @@ class ExecRemoteController:
         returncode = await job.process.wait()
         pending = set(readers)
         while pending:
-            _, pending = await asyncio.wait(pending, timeout=self.limits.drain_idle_s)
-            if pending and time.monotonic() - job.last_output_at >= self.limits.drain_idle_s:
+            _, pending = await asyncio.wait(pending, timeout=DRAIN_IDLE_S)
+            if pending and time.monotonic() - job.last_output_at >= DRAIN_IDLE_S:
                 # A background child still holds the pipes: finish the job, keep draining
                 # (discarding nothing already read) until those pipes close by themselves.
                 break

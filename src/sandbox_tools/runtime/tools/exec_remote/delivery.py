@@ -22,18 +22,19 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from sandbox_tools.runtime.tools.exec_remote.tool_types import JobState, OutputResult, PollResult
+from sandbox_tools.runtime.tools.exec_remote.tool_types import (
+    COMPLETED,
+    KILLED,
+    RUNNING,
+    JobState,
+    OutputResult,
+    PollResult,
+)
 
 Stream = Literal["stdout", "stderr"]
 STDOUT: Stream
 STDERR: Stream
 STDOUT, STDERR = get_args(Stream)
-
-# The job states, taken from the wire type so they cannot drift from it.
-RUNNING: JobState
-COMPLETED: JobState
-KILLED: JobState
-RUNNING, COMPLETED, KILLED = get_args(JobState)
 
 
 @dataclass(frozen=True)

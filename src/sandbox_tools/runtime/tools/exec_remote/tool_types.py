@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, get_args
 
 from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import (
@@ -17,6 +17,13 @@ from sandbox_tools.runtime.jsonrpc import (
 )
 
 JobState = Literal["running", "completed", "killed"]
+# The job states by name, taken from the wire type so they cannot drift from it: the
+# runtime reports them and the host reads them through these, never through literals.
+JOB_STATES: tuple[JobState, ...] = get_args(JobState)
+RUNNING: JobState
+COMPLETED: JobState
+KILLED: JobState
+RUNNING, COMPLETED, KILLED = JOB_STATES
 
 # Long polls are capped so a forgotten client cannot pin a connection forever.
 MAX_WAIT_MS = 60_000

@@ -30,6 +30,7 @@ from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.host_messages import HostMessageRefused, HostMessages
 from sandbox_tools.runtime.identity import Identity, resolve_user
 from sandbox_tools.runtime.jsonrpc import InvalidParams, ToolError, caller_cwd
+from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
 from sandbox_tools.runtime.tools.mcp.tool_types import LaunchParams, SendParams
 
 MAX_LINE_BYTES = 32 * 1024 * 1024  # one message from the server
@@ -39,8 +40,6 @@ KILL_GRACE = 2.0
 MAX_PENDING = 1024
 # An answer waits this long at most for the server's earlier messages to reach the host.
 ORDER_WAIT = 10.0
-DEFAULT_MAX_SESSIONS = 16
-MAX_SESSIONS_ENV = "SANDBOX_TOOLS_MAX_MCP_SESSIONS"
 
 
 def _key(request_id: Any) -> str:
@@ -76,13 +75,13 @@ class _Session:
 
 
 class McpController:
-    def __init__(self, host: HostMessages) -> None:
+    def __init__(self, host: HostMessages, limits: Limits = DEFAULT_LIMITS) -> None:
         self.host = host
+        self.limits = limits  # read once by the server (Limits.from_environ)
         self._sessions: dict[int, _Session] = {}
         # Ids are never given twice, not even by the next server after this one dies: a
         # host holding an id from before a restart must not reach another user's server.
         self._next_id = secrets.randbelow(1 << 40) + 1
-        self.max_sessions = int(os.environ.get(MAX_SESSIONS_ENV, DEFAULT_MAX_SESSIONS))
         self._launching = 0  # launches past the limit check that hold no session yet
 
     # -- methods -------------------------------------------------------------------------
@@ -91,10 +90,10 @@ class McpController:
         # Check and reserve in one step, before any await: launches racing each other
         # must not all pass the check (100 concurrent launches were once all accepted).
         held = sum(1 for s in self._sessions.values() if s.ended is None) + self._launching
-        if held >= self.max_sessions:
+        if held >= self.limits.max_mcp_sessions:
             raise ToolError(
                 f"too many MCP sessions: {held} are running or starting (at most "
-                f"{self.max_sessions}); end some with mcp_kill_server"
+                f"{self.limits.max_mcp_sessions}); end some with mcp_kill_server"
             )
         self._launching += 1
         try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sandbox_tools.runtime.identity import resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
+from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
 from sandbox_tools.runtime.tools.text_editor.file_ops import (
     DirectFileAccess,
     FileAccess,
@@ -105,7 +106,8 @@ class _Edit:
 
 
 class TextEditorController:
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.limits = limits  # read once by the server (Limits.from_environ)
         # path -> previous contents, newest last; None means "did not exist".
         self._history: OrderedDict[str, deque[_Edit]] = OrderedDict()
 
@@ -247,8 +249,7 @@ class TextEditorController:
 
     # -- helpers -------------------------------------------------------------------------
 
-    @staticmethod
-    async def _read_file(files: FileAccess, path: str, found: str | None = None) -> str:
+    async def _read_file(self, files: FileAccess, path: str, found: str | None = None) -> str:
         found = found or await files.kind(path=path)
         if found == "missing":
             raise ToolError(f"the path {path} does not exist")
@@ -256,7 +257,7 @@ class TextEditorController:
             raise ToolError(f"the path {path} is a directory; this command needs a file")
         if found != "file":
             raise ToolError(f"the path {path} is not a regular file")
-        text: str = await files.read_text(path=path)
+        text: str = await files.read_text(path, self.limits.text_editor_max_bytes)
         return text
 
     def _remember(self, path: str, previous: str | None, written: str) -> None:

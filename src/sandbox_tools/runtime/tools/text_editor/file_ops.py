@@ -24,9 +24,6 @@ from sandbox_tools.runtime.identity import Identity, become
 from sandbox_tools.runtime.jsonrpc import ToolError
 
 MAX_LISTED_ENTRIES = 1000
-# The largest file text_editor reads or rewrites; bigger files are edited with commands.
-DEFAULT_MAX_FILE_BYTES = 48 * 1024 * 1024  # a 32 MB create fits; frames are 64 MiB
-MAX_FILE_BYTES_ENV = "SANDBOX_TOOLS_TEXT_EDITOR_MAX_BYTES"
 # A file operation as another user runs in a child; it may take this long at most.
 FILE_OP_TIMEOUT = 60.0
 
@@ -60,11 +57,6 @@ def kind(path: str) -> str:
     return "directory" if stat.S_ISDIR(mode) else "other"
 
 
-def _max_file_bytes() -> int:
-    configured = os.environ.get(MAX_FILE_BYTES_ENV, "")
-    return int(configured) if configured.isdigit() else DEFAULT_MAX_FILE_BYTES
-
-
 def _open_regular(path: str, flags: int) -> tuple[int, os.stat_result]:
     """Open `path` without ever blocking on it, and only if it is a regular file.
 
@@ -84,9 +76,11 @@ def _open_regular(path: str, flags: int) -> tuple[int, os.stat_result]:
     return fd, info
 
 
-def read_text(path: str) -> str:
+def read_text(path: str, max_bytes: int) -> str:
+    """The file's UTF-8 text; a file over `max_bytes` (`Limits.text_editor_max_bytes`)
+    is refused: bigger files are read and changed with commands."""
     fd, info = _open_regular(path, os.O_RDONLY)
-    limit = _max_file_bytes()
+    limit = max_bytes
     try:
         if info.st_size > limit:
             raise ToolError(
@@ -218,8 +212,8 @@ class FileAccess(abc.ABC):
         result: str = await self._run(kind, path)
         return result
 
-    async def read_text(self, path: str) -> str:
-        result: str = await self._run(read_text, path)
+    async def read_text(self, path: str, max_bytes: int) -> str:
+        result: str = await self._run(read_text, path, max_bytes=max_bytes)
         return result
 
     async def write_text(self, path: str, text: str, create_only: bool = False) -> None:

@@ -1,11 +1,12 @@
 """`tools release`: publish exactly the validated bytes, never change published ones.
 
 The order is what makes a crash harmless: every precondition is checked before
-anything is written (the validate report names these bytes, and every distribution the
-maintainer requires passed in full); SHA256SUMS and the manifest are written before any
-upload; every target is compared with the local bytes before the first upload
-(identical objects are skipped, a different one stops the release with nothing
-uploaded); artifacts go up before SHA256SUMS and the manifest, so a published manifest
+anything is written (the validate report names these bytes, every distribution the
+maintainer requires passed in full, and a GitHub release to publish has its tag);
+SHA256SUMS and the manifest are written before any upload; every target is compared with
+the local bytes before anything is created or uploaded anywhere (identical objects are
+skipped, a different one stops the release with nothing created: not even an empty
+GitHub draft); artifacts go up before SHA256SUMS and the manifest, so a published manifest
 never names a missing artifact; finally every object is downloaded again, as a user
 downloads it, and hashed. A run killed anywhere leaves only complete objects with the
 right bytes, which the next plain run recognises and skips.
@@ -42,7 +43,8 @@ from sandbox_tools.errors import (
     ReleaseVerificationError,
 )
 from sandbox_tools.platforms import Arch
-from sandbox_tools.release.coverage import Coverage, coverage, resolve_required
+from sandbox_tools.publishing.coverage import Coverage, coverage, resolve_required
+from sandbox_tools.publishing.targets import PublishConflict, Target, TargetError
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
     PUBLISHED_DIR,
@@ -53,7 +55,6 @@ from sandbox_tools.release.manifest import (
     write_release_files,
 )
 from sandbox_tools.release.progress import NoProgress, Transfers
-from sandbox_tools.release.targets import PublishConflict, Target, TargetError
 from sandbox_tools.validation import ValidationReport
 
 RELEASED_FORMAT = ArtifactFormat.PORTABLE
@@ -90,6 +91,7 @@ class ReleaseResult:
     files: list[str]
     coverage: Coverage
     actions: list[tuple[str, str, str]] = field(default_factory=list)  # target, name, action
+    notes: list[str] = field(default_factory=list)  # where targets stand (a draft left so)
 
 
 # -- preconditions ------------------------------------------------------------------------
@@ -167,10 +169,7 @@ def _check_validated(
         raise ReleaseRefusedError(
             f"{where}: required distributions were not validated in full:\n  "
             + "\n  ".join(found.gaps),
-            remedy="Validate them where their images can be had (`tools validate --only "
-            f"{' --only '.join(dict.fromkeys(g.split(' ', 1)[0] for g in found.gaps))}` on a "
-            "machine that reaches the registry, or with an offline recipe), then release "
-            "with the new report; or require less (--require, release-require).",
+            remedy=found.gap_remedy(),
         )
     return found
 
@@ -296,9 +295,15 @@ def publish(
         files[name] = _ReleaseFile(path, path.stat().st_size, sha256_of(path))
     result = ReleaseResult(manifest=manifest, files=list(files), coverage=validated)
 
+    # Every refusal comes before anything is created or uploaded anywhere: looking is
+    # read-only (the GitHub draft is created by its first upload).
     try:
         for target in targets:
-            target.prepare(create=not request.dry_run)
+            target.prepare()
+        for target in targets:
+            refused = target.refusal()
+            if refused is not None:
+                raise refused
         missing = _compare(targets, files, reporter)
         _check_published_access(targets, files, missing, request.dry_run, reporter, result)
     except TargetError as exc:
@@ -346,7 +351,9 @@ def publish(
     _verify_published(targets, files, reporter, result)
     try:
         for target in targets:
-            target.finalize()  # a GitHub draft becomes public only now
+            said = target.finalize()  # a GitHub draft becomes public only now
+            if said is not None:
+                result.notes.append(said)
     except TargetError as exc:
         raise ReleaseFailedError(f"publishing failed after verification: {exc}") from None
     if request.publish_manifest_to is not None:
@@ -367,29 +374,30 @@ def _check_published_access(
     """What is already published (identical) must be downloadable by users before anything
     more is uploaded: a rerun after "users cannot download it" refuses at once until the
     remedy is in place, or applies it (--s3-public-read) to what is there."""
-    for target in targets:
-        for name in files:
-            if name in missing[target.label]:
-                continue
-            problem = target.user_access(name)
-            if problem is None:
-                continue
-            if not target.grants_access:
+    unreadable = [
+        (target, name, problem)
+        for target in targets
+        for name in files
+        if name not in missing[target.label] and (problem := target.user_access(name)) is not None
+    ]
+    for target, name, problem in unreadable:  # refused before any grant
+        if not target.grants_access:
+            raise ReleaseRefusedError(
+                f"{target.label}/{name} is published, but {problem}",
+                remedy=target.access_remedy(),
+            )
+    for target, name, _ in unreadable:
+        action = "would make public-read" if dry_run else "made public-read"
+        if not dry_run:
+            target.grant_access(name)
+            still = target.user_access(name)
+            if still is not None:
                 raise ReleaseRefusedError(
-                    f"{target.label}/{name} is published, but {problem}",
+                    f"{target.label}/{name}: {still}, even with the public-read ACL",
                     remedy=target.access_remedy(),
                 )
-            action = "would make public-read" if dry_run else "made public-read"
-            if not dry_run:
-                target.grant_access(name)
-                problem = target.user_access(name)
-                if problem is not None:
-                    raise ReleaseRefusedError(
-                        f"{target.label}/{name}: {problem}, even with the public-read ACL",
-                        remedy=target.access_remedy(),
-                    )
-            reporter.outcome(target.label, name, action)
-            result.actions.append((target.label, name, action))
+        reporter.outcome(target.label, name, action)
+        result.actions.append((target.label, name, action))
 
 
 def _user_digest(

@@ -86,6 +86,31 @@ class Coverage:
             grouped.setdefault((row.platform, row.state, row.reason), []).append(row.distro)
         return [(p, state, names, reason) for (p, state, reason), names in grouped.items()]
 
+    def gap_remedy(self, matrix: Matrix | None = None) -> str:
+        """How to validate the required distributions that are gaps. Only a row whose
+        image comes from a registry alone needs a machine that reaches the registry; a
+        row with an offline recipe builds its image from Debian's mirror wherever
+        validate runs (matrix.toml's `offline`)."""
+        distros = {d.name: d for d in (matrix or load_matrix()).distros}
+        names = list(dict.fromkeys(gap.split(" ", 1)[0] for gap in self.gaps))
+        registry_only = [n for n in names if n in distros and distros[n].offline is None]
+        offline = [n for n in names if n not in registry_only]
+        steps = []
+        if registry_only:
+            steps.append(
+                f"`tools validate --only {' --only '.join(registry_only)}` on a machine that "
+                "reaches the registry (they have no offline recipe)"
+            )
+        if offline:
+            steps.append(
+                f"`tools validate --only {' --only '.join(offline)}` (their images are also "
+                "built offline, from Debian's mirror)"
+            )
+        return (
+            f"Validate them with {'; and '.join(steps)}, then release with the new report; "
+            "or require less (--require, release-require)."
+        )
+
     def required_line(self) -> str:
         if not self.required:
             return f"required distributions: none ({REQUIRE_HOW})"

@@ -36,7 +36,7 @@ from sandbox_tools.sandboxes.base import (
     StreamLineTooLong,
 )
 from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.conftest import SRC, RuntimeDir, peak_rss_mib
+from tests.support import SRC, RuntimeDir, peak_rss_mib
 
 
 class HostileSandbox(Sandbox):

@@ -26,13 +26,16 @@ from sandbox_tools.build_containers.package import (
     pack_portable,
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("musl-gcc") is None, reason="needs musl-tools")
 LOADER = {"x86_64": "ld-linux-x86-64.so.2", "aarch64": "ld-linux-aarch64.so.1"}[os.uname().machine]
 TREE_ID = "0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
 def launcher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The launcher built as the builder builds it; only the tests that run it need musl
+    (the ones that read its source or the packer's output run everywhere)."""
+    if shutil.which("musl-gcc") is None:
+        pytest.skip("needs musl-tools")
     out = tmp_path_factory.mktemp("launcher") / "launcher"
     subprocess.run(
         ["musl-gcc", "-static", "-Os", "-o", str(out), str(RESOURCES / "launcher.c")], check=True
@@ -398,7 +401,7 @@ else:
 def test_stdio_starts_the_server_alongside_and_hands_over_the_start_lock(
     launcher: Path, tmp_path: Path
 ) -> None:
-    """Issue 16: the first `stdio` starts the server and the bridge side by side; the start
+    """The first `stdio` starts the server and the bridge side by side; the start
     lock stays held for the bridge so that no other client starts a second server."""
     artifact = echo_server_artifact(launcher, tmp_path, loader=STDIO_LOADER)
     run = tmp_path / "run"
@@ -433,13 +436,9 @@ def test_stdio_starts_the_server_alongside_and_hands_over_the_start_lock(
 
 
 def test_launcher_constants_agree_with_the_runtime() -> None:
-    """The C launcher repeats a few names and limits of the Python side: they must agree."""
-    from sandbox_tools.protocol import (
-        INTERNAL_ERROR,
-        LAUNCHER_SELF_ENV,
-        MAX_FRAME_BYTES,
-        SERVER_DIR_ENV,
-    )
+    """The C launcher repeats names, codes and limits of the Python side: every one it
+    shares with protocol.py (and the runtime's client) must be spelled as they are."""
+    from sandbox_tools import protocol
     from sandbox_tools.runtime import client
     from sandbox_tools.runtime.paths import ServerPaths
 
@@ -449,20 +448,51 @@ def test_launcher_constants_agree_with_the_runtime() -> None:
         for line in source.splitlines()
         if line.startswith("#define ") and len(line.split(None, 2)) == 3
     )
-    assert defines["START_LOCK_FD_ENV"].split("/*")[0].strip() == f'"{client.START_LOCK_FD_ENV}"'
+
+    def c_string(text: str) -> str:
+        """`text` as a C string literal spells it (these hold no quote or backslash)."""
+        return '"' + text.replace("\n", "\\n") + '"'
+
+    # The environment it shares with the runtime: every variable it names is protocol's.
+    shared_env = {
+        protocol.SERVER_DIR_ENV,
+        protocol.LAUNCHER_SELF_ENV,
+        protocol.START_LOCK_FD_ENV,
+        protocol.RESPONSE_MAX_BYTES_ENV,
+    }
+    named = set(re.findall(r"\b(?:SANDBOX_TOOLS|INSPECT_SANDBOX)_[A-Z0-9_]+\b", source))
+    assert named == shared_env
+    assert f"getenv({c_string(protocol.SERVER_DIR_ENV)})" in source
+    assert f"setenv({c_string(protocol.SERVER_DIR_ENV)}, dir, 1)" in source
+    assert f"setenv({c_string(protocol.LAUNCHER_SELF_ENV)}, self_path, 1)" in source
+    assert defines["START_LOCK_FD_ENV"].split("/*")[0].strip() == c_string(
+        protocol.START_LOCK_FD_ENV
+    )
+    assert "setenv(START_LOCK_FD_ENV," in source and "unsetenv(START_LOCK_FD_ENV)" in source
+    # The large-response exchange: the caller's limit, how long it may be, the option line.
+    assert f"getenv({c_string(protocol.RESPONSE_MAX_BYTES_ENV)})" in source
+    assert f"limit_len < {protocol.RESPONSE_LIMIT_MAX_DIGITS + 1};" in source
+    limit_line = c_string(protocol.RESPONSE_LIMIT_OPTION.decode() + "%s\n")
+    assert f"snprintf(option, sizeof option, {limit_line}, limit)" in source
+    # The caller's working directory, as its option line.
+    cwd_line = c_string(protocol.CWD_OPTION.decode() + "%s\n")
+    assert f"snprintf(out, n, {cwd_line}, cwd)" in source
+    # Framing, the socket and start timing.
     assert defines["SERVER_START_TIMEOUT_MS"] == str(int(client.SERVER_START_TIMEOUT * 1000))
     factors = re.findall(r"\d+", defines["MAX_REQUEST_BYTES"].split("/*")[0])
-    assert math.prod(int(factor) for factor in factors) == MAX_FRAME_BYTES
+    assert math.prod(int(factor) for factor in factors) == protocol.MAX_FRAME_BYTES
+    assert protocol.FRAME_TERMINATOR == b"\n" and "request[len++] = '\\n';" in source
     # The server directory's files, as the launcher names them when it starts or finds
     # the server itself.
     paths = ServerPaths("/d")
+    assert os.path.basename(paths.socket) == protocol.SOCKET_NAME
     for path in (paths.socket, paths.start_lock, paths.running_lock, paths.log):
         assert f'"%s/{os.path.basename(path)}"' in source
-    # The environment it shares with the runtime.
-    assert f'getenv("{SERVER_DIR_ENV}")' in source
-    assert f'setenv("{LAUNCHER_SELF_ENV}"' in source
-    # Its own JSON-RPC error responses use the runtime's internal-error code.
-    assert f'\\"code\\":{INTERNAL_ERROR},' in source
+    # Its own JSON-RPC responses: the version, and the runtime's codes for an internal
+    # error and for a request that is no JSON at all (an empty one).
+    responses = re.findall(r'\{\\"jsonrpc\\":\\"([^\\]*)\\"[^;]*?\\"code\\":(-?\d+),', source)
+    assert {version for version, _ in responses} == {protocol.JSONRPC_VERSION}
+    assert {int(code) for _, code in responses} == {protocol.INTERNAL_ERROR, protocol.PARSE_ERROR}
     # The payload trailer it reads is the one the packer writes.
     assert defines["TRAILER_MAGIC"] == f'"{TRAILER_MAGIC.decode()}"'
     assert defines["TRAILER_SIZE"] == str(TRAILER.size)

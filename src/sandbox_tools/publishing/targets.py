@@ -48,8 +48,13 @@ class Target(Protocol):
     def public_base_url(self) -> str:
         """Artifacts are downloadable at <public_base_url>/<name>."""
 
-    def prepare(self, create: bool) -> None:
-        """Connect, and create the container of objects (GitHub release) if `create`."""
+    def prepare(self) -> None:
+        """Connect and look at what is there; creates nothing (the GitHub release is
+        created by the first upload, once every refusal check has passed)."""
+
+    def refusal(self) -> ReleaseRefusedError | None:
+        """Why this target would refuse the release (only reading): e.g. a GitHub release
+        to publish on a tag that does not exist. Asked before anything is uploaded."""
 
     def remote_size(self, name: str) -> int | None:
         """Size of a complete object of that name, or None when there is none."""
@@ -75,8 +80,9 @@ class Target(Protocol):
     def access_remedy(self) -> str:
         """What the maintainer does when users cannot download the objects."""
 
-    def finalize(self) -> None:
-        """Make what was uploaded and verified public (a GitHub draft is published)."""
+    def finalize(self) -> str | None:
+        """Make what was uploaded and verified public (a GitHub draft is published); a
+        line for the maintainer on where that leaves the target, or None."""
 
 
 class _Reading:
@@ -147,7 +153,7 @@ class S3Target:
             self.region = _bucket_region(self.bucket, self.endpoint_url)
         return self.region
 
-    def prepare(self, create: bool) -> None:
+    def prepare(self) -> None:
         try:
             import boto3
         except ImportError:
@@ -286,14 +292,23 @@ class S3Target:
             f"{again}"
         )
 
-    def finalize(self) -> None:
+    def refusal(self) -> ReleaseRefusedError | None:
+        return None  # a bucket users cannot read shows on the first object: access_remedy
+
+    def finalize(self) -> str | None:
         """Objects are public as they land; the manifest, uploaded last, points at them."""
+        return None
 
 
 @dataclass
 class GitHubTarget:
     """A GitHub release, created as a draft and published only once every asset is
     uploaded and verified (goreleaser's order): nobody downloads a half-made release.
+
+    A release is published only on a tag that exists: when a release becomes public
+    and its tag does not exist, GitHub creates the tag itself, at the head of the
+    default branch, which may be neither the commit that was built nor the one that
+    carries the manifest. A draft needs no tag (`keep_draft`).
     """
 
     repo: str  # owner/name
@@ -306,7 +321,6 @@ class GitHubTarget:
     _release: dict[str, Any] | None = field(default=None, init=False, repr=False)
     _assets: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     _session: requests.Session = field(default_factory=requests.Session, init=False, repr=False)
-    _writable: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.repo.count("/") != 1:
@@ -342,32 +356,44 @@ class GitHubTarget:
             )
         return response
 
-    def prepare(self, create: bool) -> None:
-        self._writable = create
+    @property
+    def _published(self) -> bool:
+        return self._release is not None and not self._release.get("draft")
+
+    def prepare(self) -> None:
         response = self._api("GET", f"/repos/{self.repo}/releases/tags/{quote(self.tag)}")
         if response.status_code == 404:
-            # Drafts have no tag yet: an interrupted release left one to continue.
-            draft = self._find_draft()
-            if draft is not None:
-                self._release = draft
-                self._load_assets()
-                return
-            if not create:
-                self._release, self._assets = None, {}
-                return
-            response = self._api(
-                "POST",
-                f"/repos/{self.repo}/releases",
-                json={
-                    "tag_name": self.tag,
-                    "name": self.release_name or self.tag,
-                    "draft": True,
-                    "prerelease": False,
-                },
-            )
-        _check(response, self.label)
-        self._release = response.json()
+            # Drafts have no tag yet: an interrupted release (or --github-draft) left one
+            # to continue. None at all: the first upload creates the draft.
+            self._release = self._find_draft()
+        else:
+            _check(response, self.label)
+            self._release = response.json()
         self._load_assets()
+
+    def tag_exists(self) -> bool:
+        """Whether the tag is a ref of the repository (GET git/ref is an exact match)."""
+        response = self._api("GET", f"/repos/{self.repo}/git/ref/tags/{quote(self.tag)}")
+        if response.status_code == 404:
+            return False
+        _check(response, f"{self.label}: looking up the tag")
+        return True
+
+    def _missing_tag(self) -> ReleaseRefusedError:
+        return ReleaseRefusedError(
+            f"{self.label}: the tag {self.tag} does not exist in {self.repo}, and publishing "
+            "the GitHub release would make GitHub create it at the head of the default "
+            "branch (which may be neither the released commit nor the manifest's)",
+            remedy=f"Push the tag first (git push origin {self.tag}, on the commit that "
+            "carries the manifest: RELEASING.md step 5), or pass --github-draft to upload "
+            "and verify a draft now; the same command without it publishes the draft once "
+            "the tag exists.",
+        )
+
+    def refusal(self) -> ReleaseRefusedError | None:
+        if self.keep_draft or self._published:
+            return None  # a draft needs no tag; a public release has one already
+        return None if self.tag_exists() else self._missing_tag()
 
     def _find_draft(self) -> dict[str, Any] | None:
         page = 1
@@ -384,6 +410,21 @@ class GitHubTarget:
             if len(batch) < 100:
                 return None
             page += 1
+
+    def _create_draft(self) -> dict[str, Any]:
+        response = self._api(
+            "POST",
+            f"/repos/{self.repo}/releases",
+            json={
+                "tag_name": self.tag,
+                "name": self.release_name or self.tag,
+                "draft": True,  # never public on creation: GitHub would create the tag
+                "prerelease": False,
+            },
+        )
+        _check(response, f"{self.label}: creating the draft release")
+        created: dict[str, Any] = response.json()
+        return created
 
     def user_download(self, name: str) -> Iterator[bytes]:
         # A draft's assets are downloadable only through the API (the release becomes
@@ -403,18 +444,36 @@ class GitHubTarget:
     def access_remedy(self) -> str:
         return ""
 
-    def finalize(self) -> None:
-        if self._release is None or not self._release.get("draft") or self.keep_draft:
-            return
+    def finalize(self) -> str | None:
+        if self._release is None:
+            return None
+        if self._published:
+            if self.keep_draft:
+                return (
+                    f"{self.label}: the GitHub release was already published; --github-draft "
+                    "does not make it a draft again"
+                )
+            return None
+        if self.keep_draft:
+            return (
+                f"{self.label}: the GitHub release is a draft: once the tag {self.tag} exists, "
+                "run the same command without --github-draft to publish it"
+            )
+        # Checked before anything was uploaded; asked again right before publishing, so
+        # that a tag deleted meanwhile never lets GitHub create one.
+        if not self.tag_exists():
+            raise self._missing_tag()
         response = self._api(
             "PATCH", f"/repos/{self.repo}/releases/{self._release['id']}", json={"draft": False}
         )
         _check(response, f"{self.label}: publishing the draft")
         self._release = response.json()
+        return None
 
     def _load_assets(self) -> None:
-        assert self._release is not None
         self._assets = {}
+        if self._release is None:
+            return
         page = 1
         while True:
             response = self._api(
@@ -432,22 +491,21 @@ class GitHubTarget:
 
     def remote_size(self, name: str) -> int | None:
         asset = self._assets.get(name)
-        if asset is None:
-            return None
-        if asset.get("state") != "uploaded":
-            # An upload cut off mid-way leaves a "starter" asset that blocks the name and
-            # has no complete bytes: it was never published, so it is removed and redone
-            # (not in a dry run, which changes nothing anywhere).
-            if self._writable:
-                self._api("DELETE", f"/repos/{self.repo}/releases/assets/{asset['id']}")
-                del self._assets[name]
+        if asset is None or asset.get("state") != "uploaded":
+            # An upload cut off mid-way leaves a "starter" asset with no complete bytes:
+            # never published, so it counts as missing (`upload` removes it first).
             return None
         return int(asset["size"])
 
     def upload(self, name: str, path: Path, advance: Callable[[int], None]) -> None:
         if self._release is None:
-            self.prepare(create=True)
-        assert self._release is not None
+            self._release = self._create_draft()
+        starter = self._assets.pop(name, None)
+        if starter is not None and starter.get("state") != "uploaded":
+            # It blocks the name (a second asset of a name is a 422): delete, then redo.
+            response = self._api("DELETE", f"/repos/{self.repo}/releases/assets/{starter['id']}")
+            if response.status_code != 404:
+                _check(response, f"{self.label}/{name}: deleting the cut-off upload")
         upload_url = str(self._release["upload_url"]).split("{", 1)[0]
         with path.open("rb") as handle:
             try:

@@ -1,4 +1,4 @@
-"""The bridge's side of the launcher's early server start (issue 16), with a real server.
+"""The bridge's side of the launcher's early server start, with a real server.
 
 The launcher starts the server and hands the `stdio` bridge the start lock it holds; the
 bridge waits for that server instead of starting one and then releases the lock. A
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_tools.protocol import START_LOCK_FD_ENV
 from sandbox_tools.runtime import client
 from sandbox_tools.runtime.paths import ServerPaths, server_paths
 
@@ -49,7 +50,7 @@ def test_the_bridge_waits_for_the_launchers_server_and_releases_the_lock(
     lock = os.open(paths.start_lock, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     _start_server(paths)  # what the launcher does before it runs the bridge
-    monkeypatch.setenv(client.START_LOCK_FD_ENV, str(lock))
+    monkeypatch.setenv(START_LOCK_FD_ENV, str(lock))
     started: list[object] = []
     monkeypatch.setattr(client.subprocess, "Popen", lambda *a, **k: started.append(a))
 
@@ -57,7 +58,7 @@ def test_the_bridge_waits_for_the_launchers_server_and_releases_the_lock(
     sock.close()
 
     assert started == []  # no second server
-    assert client.START_LOCK_FD_ENV not in os.environ  # used once
+    assert START_LOCK_FD_ENV not in os.environ  # used once
     with pytest.raises(OSError):
         os.fstat(lock)  # released: closed
     other = os.open(paths.start_lock, os.O_RDWR)
@@ -69,7 +70,7 @@ def test_a_descriptor_that_is_not_the_start_lock_is_left_alone(
     paths: ServerPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     unrelated = os.open(tmp_path / "unrelated", os.O_RDWR | os.O_CREAT, 0o600)
-    monkeypatch.setenv(client.START_LOCK_FD_ENV, str(unrelated))
+    monkeypatch.setenv(START_LOCK_FD_ENV, str(unrelated))
 
     client.connect(paths).close()  # starts the server the ordinary way
 

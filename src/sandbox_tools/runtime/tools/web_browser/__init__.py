@@ -1,0 +1,1 @@
+"""web_browser: a headless Chromium driven over the DevTools protocol on a private pipe."""

@@ -1,0 +1,223 @@
+"""One Chromium process: started as the identity a call acts as, stopped as a group.
+
+Why it is started this way:
+- `--remote-debugging-pipe`, never a port: the protocol travels on two pipes only this
+  server holds (Chromium reads fd 3, writes fd 4), so no other user of the container can
+  reach the browser, and no agent can point its own client at it;
+- the identity is switched by the kernel as the child starts (as exec_remote does for
+  `user`), before the browser touches a file, so it never has more rights than the agent;
+- the profile is a fresh directory of a random name (mode 0700), handed to that identity
+  through a descriptor of the directory we just made (never a path someone could swap),
+  and the browser's caches and config go inside it (XDG_*): no other user reads them;
+- its own session and process group, so a stop kills renderers and helpers with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass
+
+from sandbox_tools.runtime.child_env import child_environment, unprotect
+from sandbox_tools.runtime.identity import Identity
+from sandbox_tools.runtime.jsonrpc import ToolError
+from sandbox_tools.runtime.tools.web_browser.cdp import BrowserFailed, CdpConnection, EventHandler
+
+VIEWPORT_WIDTH = 1280
+VIEWPORT_HEIGHT = 1080
+# One DevTools message from the browser at most; a DOM snapshot of a very large page is
+# tens of MB, a screenshot of our viewport a few.
+MAX_CDP_FRAME_BYTES = 128 * 1024 * 1024
+# The browser's last words on stderr, kept to explain a failed start.
+STDERR_KEPT_BYTES = 4096
+# Chromium's DevTools pipe: it reads commands from fd 3 and writes to fd 4.
+CDP_READ_FD = 3
+CDP_WRITE_FD = 4
+
+_FLAGS = (
+    "--headless",
+    "--remote-debugging-pipe",
+    # No sandbox and no zygote: containers rarely allow the namespaces Chromium's sandbox
+    # needs, and the browser has no rights beyond the agent's anyway (THREAT_MODEL.md).
+    "--no-sandbox",
+    "--no-zygote",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",  # a container's /dev/shm is often 64 MB
+    f"--window-size={VIEWPORT_WIDTH},{VIEWPORT_HEIGHT}",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-breakpad",
+    "--disable-crash-reporter",
+    "--password-store=basic",
+    "--use-mock-keychain",
+    "--lang=en-GB",
+    # Back and forward load pages again instead of restoring them from memory, so every
+    # history step ends with the same load events a navigation does.
+    "--disable-features=BackForwardCache",
+    # Sites that refuse automated browsers look for this flag's effect.
+    "--disable-blink-features=AutomationControlled",
+)
+
+
+@dataclass
+class BrowserProcess:
+    process: asyncio.subprocess.Process
+    connection: CdpConnection
+    profile_dir: str
+    identity: Identity
+    version: str
+    stderr_tail: collections.deque[bytes]
+    tasks: list[asyncio.Task[None]]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def _private_profile(identity: Identity) -> str:
+    """A new directory only `identity` may enter (made by us, then given to it)."""
+    path = tempfile.mkdtemp(prefix="sandbox-tools-browser-")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if identity.uid is not None and identity.gid is not None:
+            os.fchown(fd, identity.uid, identity.gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _child_pipes(read_end: int, write_end: int) -> None:
+    """In the forked child: put the DevTools pipe on fds 3 and 4 (Chromium's fixed
+    numbers). Copies first, so neither end is overwritten by the other's move; then the
+    two are made inheritable (dup2 onto the same number would keep close-on-exec)."""
+    read_copy, write_copy = os.dup(read_end), os.dup(write_end)
+    os.dup2(read_copy, CDP_READ_FD)
+    os.dup2(write_copy, CDP_WRITE_FD)
+    os.set_inheritable(CDP_READ_FD, True)
+    os.set_inheritable(CDP_WRITE_FD, True)
+
+
+async def _keep_tail(stream: asyncio.StreamReader, tail: collections.deque[bytes]) -> None:
+    """Drain the browser's stderr (it must never block on it), keeping only its end."""
+    size = 0
+    while chunk := await stream.read(4096):
+        tail.append(chunk)
+        size += len(chunk)
+        while size > STDERR_KEPT_BYTES and len(tail) > 1:
+            size -= len(tail.popleft())
+
+
+async def launch(
+    executable: str, identity: Identity, on_event: EventHandler, timeout: float
+) -> BrowserProcess:
+    """Start the browser as `identity`; BrowserFailed if it does not answer in time."""
+    if not os.access(executable, os.X_OK):
+        raise ToolError(
+            f"no browser at {executable}: install the browser add-on, or point "
+            "SANDBOX_TOOLS_BROWSER at a Chromium headless shell before the runtime's server "
+            "starts"
+        )
+    profile = _private_profile(identity)
+    env = child_environment(
+        {
+            **identity.env(),
+            "XDG_CONFIG_HOME": os.path.join(profile, "config"),
+            "XDG_CACHE_HOME": os.path.join(profile, "cache"),
+        }
+    )
+    to_browser_read, to_browser_write = os.pipe()
+    from_browser_read, from_browser_write = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            executable,
+            *_FLAGS,
+            f"--user-data-dir={profile}",
+            "about:blank",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=profile if identity.uid is None else "/",
+            start_new_session=True,
+            user=identity.uid,
+            group=identity.gid,
+            extra_groups=identity.groups,
+            # The pipes must sit on fds 3 and 4 in the child, which pass_fds cannot do;
+            # everything else the server holds is close-on-exec (PEP 446), so close_fds
+            # is not needed to keep it from the browser.
+            close_fds=False,
+            preexec_fn=lambda: _child_pipes(to_browser_read, from_browser_write),
+        )
+    except OSError as exc:
+        shutil.rmtree(profile, ignore_errors=True)
+        raise ToolError(f"cannot start the browser {executable}: {exc.strerror or exc}") from None
+    finally:
+        os.close(to_browser_read)
+        os.close(from_browser_write)
+    unprotect(process.pid)
+    tail: collections.deque[bytes] = collections.deque()
+    assert process.stderr is not None
+    tasks = [asyncio.create_task(_keep_tail(process.stderr, tail))]
+    connection = CdpConnection(MAX_CDP_FRAME_BYTES, on_event)
+    await connection.open(from_browser_read, to_browser_write)
+    browser = BrowserProcess(process, connection, profile, identity, "", tail, tasks)
+    try:
+        version = await connection.call("Browser.getVersion", timeout=timeout)
+        await connection.call("Target.setDiscoverTargets", {"discover": True}, timeout=timeout)
+    except BrowserFailed as exc:
+        await stop(browser)
+        said = b"".join(tail).decode(errors="replace").strip()[-1000:]
+        raise BrowserFailed(
+            f"{executable} did not start ({exc.reason})" + (f"; it said: {said}" if said else "")
+        ) from None
+    product = version.get("product")
+    browser.version = product if isinstance(product, str) else "unknown"
+    return browser
+
+
+async def stop(browser: BrowserProcess) -> None:
+    """Kill the browser's whole process group, reap it, and remove its profile."""
+    browser.connection.close()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(browser.process.pid, signal.SIGKILL)
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(browser.process.wait(), 5.0)
+    for task in browser.tasks:
+        task.cancel()
+    # rmtree works through directory descriptors and never follows a link the browser's
+    # user may have planted in its profile (shutil.rmtree.avoids_symlink_attacks).
+    shutil.rmtree(browser.profile_dir, ignore_errors=True)
+
+
+async def browser_version(executable: str, timeout: float) -> str | None:
+    """`<browser> --version` for a browser that is not running, or None."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            executable,
+            "--version",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), timeout)
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+        return None
+    return out.decode(errors="replace").strip()[:200] or None

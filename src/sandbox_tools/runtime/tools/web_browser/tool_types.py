@@ -1,0 +1,130 @@
+"""Typed parameters and results of the web browser methods (PROTOCOL.md, "Web browser").
+
+The names and shapes are the ones inspect_ai's `web_browser` tools send and read, so its
+host drives this runtime unchanged; `user`, `web_screenshot`, `web_close_session` and
+`browser_info` are ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypedDict
+
+from sandbox_tools.runtime.identity import UserSpec, parse_user
+from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, WireParams, optional, required
+
+ScrollDirection = Literal["up", "down"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewSessionParams(WireParams):
+    # inspect's host always sends it; a headless shell has no window to show either way.
+    headful: bool
+    user: UserSpec | None
+
+    @classmethod
+    def parse(cls, params: Params) -> NewSessionParams:
+        return cls(headful=optional(params, "headful", bool, False), user=parse_user(params))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionParams(WireParams):
+    """web_back, web_forward, web_refresh, web_screenshot, web_close_session."""
+
+    session_name: str
+
+    @classmethod
+    def parse(cls, params: Params) -> SessionParams:
+        return cls(session_name=required(params, "session_name", str))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoParams(WireParams):
+    session_name: str
+    url: str
+
+    @classmethod
+    def parse(cls, params: Params) -> GoParams:
+        return cls(
+            session_name=required(params, "session_name", str), url=required(params, "url", str)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClickParams(WireParams):
+    session_name: str
+    element_id: int
+
+    @classmethod
+    def parse(cls, params: Params) -> ClickParams:
+        return cls(
+            session_name=required(params, "session_name", str),
+            element_id=required(params, "element_id", int),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TypeParams(WireParams):
+    """web_type and web_type_submit."""
+
+    session_name: str
+    element_id: int
+    text: str
+
+    @classmethod
+    def parse(cls, params: Params) -> TypeParams:
+        return cls(
+            session_name=required(params, "session_name", str),
+            element_id=required(params, "element_id", int),
+            text=required(params, "text", str),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScrollParams(WireParams):
+    session_name: str
+    direction: ScrollDirection
+
+    @classmethod
+    def parse(cls, params: Params) -> ScrollParams:
+        direction = required(params, "direction", str)
+        if direction not in ("up", "down"):
+            raise InvalidParams('Invalid params: field "direction" must be "up" or "down"')
+        return cls(
+            session_name=required(params, "session_name", str),
+            direction="up" if direction == "up" else "down",
+        )
+
+
+class NewSessionResult(TypedDict):
+    session_name: str
+
+
+class CrawlerResult(TypedDict):
+    """What every page action answers; a page's failure is in `error`, not a JSON-RPC
+    error, so the host shows it to the model as the tool's result."""
+
+    web_url: str
+    main_content: str | None
+    web_at: str
+    error: str | None
+
+
+class ScreenshotResult(TypedDict):
+    png_base64: str
+    width: int
+    height: int
+
+
+class CloseResult(TypedDict):
+    closed: bool
+
+
+class BrowserInfo(TypedDict):
+    installed: bool
+    executable: str
+    version: str | None
+    running: bool
+    pid: int | None
+    uid: int | None
+    sessions: int

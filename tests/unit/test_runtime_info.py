@@ -1,0 +1,45 @@
+"""The host reads `runtime_info` in one place, into a typed record (RuntimeInfo.parse).
+
+A sandbox's answer is untrusted (THREAT_MODEL.md): a missing or mistyped field is a
+typed transport error naming the field, never a KeyError or a dict passed on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sandbox_tools.errors import RuntimeTransportError
+from sandbox_tools.injector.jsonrpc_client import RuntimeInfo
+
+ANSWER: dict[str, Any] = {
+    "version": "0.1.0",
+    "build_id": "sha256:" + "1" * 64,
+    "format": "portable",
+    "platform": "linux/amd64",
+    "pid": 42,
+    "server_dir": "/opt/sandbox-tools/run",
+}
+
+
+def test_an_answer_becomes_a_typed_record() -> None:
+    info = RuntimeInfo.parse(ANSWER)
+    assert info == RuntimeInfo(**ANSWER)
+    assert (info.build_id, info.pid) == (ANSWER["build_id"], 42)
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        ({k: v for k, v in ANSWER.items() if k != "build_id"}, "'build_id'"),
+        ({**ANSWER, "pid": True}, "'pid'"),  # JSON true is not a number
+        ({**ANSWER, "server_dir": None}, "'server_dir'"),
+        (["not", "an", "object"], "expected an object"),
+    ],
+)
+def test_a_malformed_answer_is_a_transport_error_naming_what_is_wrong(
+    answer: Any, named: str
+) -> None:
+    with pytest.raises(RuntimeTransportError, match=named):
+        RuntimeInfo.parse(answer)
