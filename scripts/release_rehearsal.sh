@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Rehearse a release end to end with the real artifacts and no outside service:
-#   build -> validate -> release to a local S3 (moto on 127.0.0.1) -> release again
-#   (idempotent) -> fetch from the published URLs -> bundle -> fetch offline from the
-#   bundle -> wheel -> install it offline into a fresh venv -> resolve both platforms.
+#   build -> validate -> release to a local S3 (moto on 127.0.0.1) and the GitHub stand-in
+#   (tests/release/servers.py on 127.0.0.1): refused while the tag is missing, a draft
+#   with --github-draft, then, once the tag is pushed, the same command publishes the
+#   draft (everything else identical, nothing uploaded) -> fetch from the published URLs
+#   -> fetch anonymously from the stand-in's download URLs -> bundle -> fetch offline from
+#   the bundle -> wheel -> install it offline into a fresh venv -> resolve both platforms.
 # It refuses like the real release does (a dirty tree, unvalidated bytes, a bucket users
-# cannot read, a required distribution not validated), and never touches the package's
-# published manifest (--no-package-manifest). Everything it writes outside a scratch
-# directory (dist/manifest.json, dist/SHA256SUMS) is put back as it was, however it ends.
+# cannot read, a required distribution not validated, a GitHub tag that does not exist),
+# and never touches the package's published manifest (--no-package-manifest). Everything
+# it writes outside a scratch directory (dist/manifest.json, dist/SHA256SUMS) is put back
+# as it was, however it ends; both servers are stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
@@ -14,6 +18,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 work=$(mktemp -d /tmp/sandbox-tools-rehearsal.XXXXXX)
 moto_pid=""
+github_pid=""
 # The release writes dist/manifest.json (with the stand-in's URLs) and dist/SHA256SUMS:
 # put back what was there before.
 touched=(manifest.json SHA256SUMS)
@@ -22,6 +27,7 @@ for name in "${touched[@]}"; do
 done
 cleanup() {
   [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null || true
+  [ -n "$github_pid" ] && kill "$github_pid" 2>/dev/null || true
   for name in "${touched[@]}"; do
     if [ -e "$work/$name.before" ]; then
       cp -p "$work/$name.before" "dist/$name"
@@ -33,6 +39,8 @@ cleanup() {
 }
 trap cleanup EXIT
 step() { printf '\n== %s\n' "$*"; }
+fail() { cat "$@" >&2; exit 1; }
+version=$(python3 -c 'import sandbox_tools; print(sandbox_tools.__version__)')
 
 step "build (a no-op when the sources are unchanged)"
 tools build --all
@@ -82,6 +90,19 @@ client.create_bucket(Bucket="sandbox-tools-rehearsal")
 client.create_bucket(Bucket="sandbox-tools-rehearsal-private")
 PY
 
+step "a GitHub stand-in on 127.0.0.1 (tests/release/servers.py), with a token"
+export GITHUB_TOKEN=rehearsal-token
+python3 -m tests.release.servers github --token "$GITHUB_TOKEN" \
+  >"$work/github.url" 2>"$work/github.log" &
+github_pid=$!
+for _ in $(seq 100); do [ -s "$work/github.url" ] && break; sleep 0.1; done
+github_url=$(cat "$work/github.url")
+[ -n "$github_url" ] || fail "$work/github.log"
+repo=rehearsal/sandbox-tools
+tag="v$version"
+github=(--github-repo "$repo" --github-api-url "$github_url" --github-web-url "$github_url")
+echo "$github_url (repository $repo; no tag $tag yet)"
+
 common=(--s3-endpoint-url "$endpoint" --validate-report "$work/validate-report.json"
         --checkout "$tree" --no-package-manifest)
 step "a bucket users cannot read: refused after one object, with the remedy"
@@ -120,16 +141,48 @@ fi
 # Public-read, as a real bucket must be readable by its users (an ACL here; a bucket
 # policy in production): the release checks it, and the fetch below is anonymous, as a
 # user's is. debian-12 validates offline (debootstrap), so it can be required here.
-release=(tools release --s3-bucket sandbox-tools-rehearsal --s3-public-read --require debian-12
-         "${common[@]}")
-step "release"
-"${release[@]}"
-step "release again: everything identical, nothing uploaded"
-"${release[@]}"
+release=(tools release --version "$version" --s3-bucket sandbox-tools-rehearsal --s3-public-read
+         --require debian-12 "${github[@]}" "${common[@]}")
+step "a GitHub release on a tag that does not exist: refused before anything is uploaded"
+set +e
+"${release[@]}" >"$work/no-tag.out" 2>"$work/no-tag.err"
+code=$?
+set -e
+grep -q "the tag $tag does not exist in $repo" "$work/no-tag.err" && [ "$code" = 11 ] \
+  || fail "$work/no-tag.out" "$work/no-tag.err" <(echo "expected a refusal (exit 11), got $code")
+grep -E "^(error|what to do):" "$work/no-tag.err"
 
-step "fetch from the published URLs"
+step "release with --github-draft: S3 published, the GitHub release uploaded and verified as a draft"
+"${release[@]}" --github-draft | tee "$work/draft.out"
+grep -q "the GitHub release is a draft" "$work/draft.out" || fail "$work/draft.out"
+
+step "the tag pushed (created on the stand-in, at the released commit)"
+sha=$(git -C "$tree" rev-parse HEAD)
+curl -fsS -X POST -H "Authorization: Bearer $GITHUB_TOKEN" \
+  "$github_url/repos/$repo/git/refs" -d "{\"ref\": \"refs/tags/$tag\", \"sha\": \"$sha\"}" >/dev/null
+echo "$tag -> $sha"
+
+step "the same command without --github-draft: everything identical, the draft published"
+"${release[@]}" | tee "$work/publish.out"
+uploaded=$(grep -c ': uploaded$' "$work/publish.out" || true)
+identical=$(grep -c ': skipped (identical)$' "$work/publish.out" || true)
+[ "$uploaded" = 0 ] && [ "$identical" = 8 ] \
+  || fail "$work/publish.out" <(echo "expected 8 identical, 0 uploaded; got $identical, $uploaded")
+curl -fsS -H "Authorization: Bearer $GITHUB_TOKEN" "$github_url/repos/$repo/releases/tags/$tag" \
+  | python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["draft"] is False, r; print(r["tag_name"] + ": published")'
+
+step "fetch from the published URLs (the manifest's order: S3 first)"
 tools fetch --manifest dist/manifest.json --dest "$work/fetched"
 (cd "$work/fetched" && sha256sum -c "$OLDPWD/dist/SHA256SUMS")
+
+step "fetch anonymously from the GitHub stand-in's download URLs"
+download="$github_url/$repo/releases/download/$tag"
+env -u GITHUB_TOKEN -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY \
+  tools fetch --manifest dist/manifest.json --mirror "$download" --out "$work/from-github" \
+  | tee "$work/from-github.out"
+[ "$(grep -c ": fetched from $download/" "$work/from-github.out" || true)" = 2 ] \
+  || fail "$work/from-github.out" <(echo "expected both artifacts fetched from $download")
+(cd "$work/from-github" && sha256sum -c "$OLDPWD/dist/SHA256SUMS")
 
 step "bundle, then fetch offline from it"
 tools bundle create --out "$work/carry/"  # a directory, created, receives the bundle

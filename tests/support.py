@@ -75,6 +75,22 @@ def peak_rss_mib(pid: int | str = "self") -> float:
     raise AssertionError(f"no VmHWM for {pid}")
 
 
+def reset_peak_rss() -> None:
+    """Start this process's VmHWM again from its current RSS (Linux: clear_refs 5), so a
+    test's peak is its own, not that of a test before it."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def rss_mib(pid: int | str = "self") -> float:
+    """Resident memory (VmRSS) of a process now, MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
 @dataclass
 class RuntimeDir:
     """A private server directory and helpers to drive the runtime CLI from source."""

@@ -70,6 +70,15 @@ MAX_JSON_VALUES = 1_000_000
 VALUE_COST = 96
 
 
+# A message an MCP server sends on its own (a request or a notification) holds at most
+# this many JSON values. Whole frames may hold MAX_JSON_VALUES, but the host's MCP SDK
+# validates such a message into pydantic models that cost far more (a sampling request
+# of a million values held about 400 MiB of the host and 7.7 s of its event loop).
+# 50,000 values is still 10,000 sampling messages. The runtime drops a bigger one before
+# it is queued (a request is answered with an error), and the host checks again.
+MAX_SERVER_MESSAGE_VALUES = 50_000
+
+
 def json_values(text: bytes | str) -> int:
     """An upper bound on the values in a JSON text (every value after a container's first
     follows a comma; commas inside strings only make it larger), counted in C speed."""

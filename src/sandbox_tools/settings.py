@@ -154,8 +154,10 @@ SETTINGS: tuple[Setting, ...] = (
     # What `tools release` demands of the validate report (the flag is --require).
     Setting(
         "release-require", "SANDBOX_TOOLS_RELEASE_REQUIRE", _names, (),
-        "`tools release`: matrix distributions (or prefixes: `debian`) whose every cell must "
-        "have passed for every platform, none skipped; a list, or `a,b` in the environment",
+        "`tools release`: matrix distributions (or families, the name before the dash: "
+        "`debian` means every `debian-*` row) whose every cell must have passed for every "
+        "platform, none skipped but those a shell-less image cannot run; a list, or `a,b` "
+        "in the environment",
     ),
 )  # fmt: skip
 

@@ -34,15 +34,23 @@ from sandbox_tools.injector.model_proxy import ModelProxy, ProxyResponse, forwar
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
 from tests.proxy.upstream import RecordingListener
-from tests.support import RuntimeDir
+from tests.support import RuntimeDir, peak_rss_mib, reset_peak_rss
 
 pytest.importorskip("httpx", reason="the [proxy] extra is not installed")
 mcp = pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.types import CreateMessageResult, TextContent  # noqa: E402
+from mcp.types import (  # noqa: E402
+    INVALID_REQUEST,
+    CreateMessageResult,
+    LoggingMessageNotificationParams,
+    TextContent,
+)
 
-from sandbox_tools.injector.mcp_client import sandbox_mcp_client  # noqa: E402
+from sandbox_tools.injector.mcp_client import (  # noqa: E402
+    MAX_DROPPED_MESSAGES,
+    sandbox_mcp_client,
+)
 
 pytestmark = [pytest.mark.security, pytest.mark.timeout(300)]
 
@@ -71,7 +79,9 @@ async def runtime(
 
 
 async def raw_http(port: int, request: bytes) -> bytes:
-    """One request to the in-sandbox proxy, as the agent's own client sends it."""
+    """One request to the in-sandbox proxy, as the agent's own client sends it: `Host: x`
+    stands for the proxy's own address, which every SDK sends (the host refuses others)."""
+    request = request.replace(b"Host: x\r\n", b"Host: 127.0.0.1:%d\r\n" % port)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     await writer.drain()
@@ -115,7 +125,12 @@ async def test_the_sandbox_cannot_send_the_hosts_credentials_anywhere_else(
                 ):
                     head = await attacker.call(
                         "http_tunnel_open",
-                        {"method": "GET", "path": path, "headers": [], "body": ""},
+                        {
+                            "method": "GET",
+                            "path": path,
+                            "headers": [["Host", f"127.0.0.1:{port}"]],
+                            "body": "",
+                        },
                         timeout=60,
                     )
                     body = await attacker.call(
@@ -334,6 +349,109 @@ async def test_an_oversized_or_chatty_server_blocks_no_other_session(
             )
             assert answer.startswith(b"HTTP/1.1 200")
         assert (await first.call_tool("echo", {"text": "still"})).content
+
+
+async def _loop_stalls(worst: list[float]) -> None:
+    """Keeps in worst[0] the longest the event loop was held (ticks of 10 ms)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(0.01)
+        worst[0] = max(worst[0], loop.time() - started - 0.01)
+
+
+async def test_mcp_requests_over_the_message_value_cap_never_reach_the_sdk(
+    runtime: SourceRuntime,
+) -> None:
+    """THREAT_MODEL.md rule 3 (everything read from a sandbox is bounded in bytes and
+    time): two servers each send three sampling requests of 199,000 tiny messages (995,000
+    values, just under the transport's million). Validated into the SDK's models each held
+    ~400 MiB and 7.7 s of the event loop (two sessions: 1061 MiB, an 11.4 s stall). Over
+    MAX_SERVER_MESSAGE_VALUES they are answered with an error before the SDK sees them,
+    the host's callback is never called, and a quiet session keeps answering."""
+    calls = 0
+    answers: list[str] = []
+
+    async def sampling(context: Any, params: Any) -> CreateMessageResult:
+        nonlocal calls
+        calls += 1
+        return CreateMessageResult(
+            role="assistant", content=TextContent(type="text", text="ok"), model="m"
+        )
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        answers.append(str(params.data))
+
+    wide = StdioServerParameters(command=sys.executable, args=[HOSTILE, "wide", "199000", "3"])
+    quiet = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
+    stalls = [0.0]
+    ticker = asyncio.create_task(_loop_stalls(stalls))
+    reset_peak_rss()
+    baseline = rss_mib()
+    worst = 0.0
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            read, write = await stack.enter_async_context(sandbox_mcp_client(runtime.client, quiet))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+            for _ in range(2):
+                read, write = await stack.enter_async_context(
+                    sandbox_mcp_client(runtime.client, wide)
+                )
+                flooder = await stack.enter_async_context(
+                    ClientSession(read, write, sampling_callback=sampling, logging_callback=on_log)
+                )
+                await flooder.initialize()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 90
+            while len(answers) < 6 and loop.time() < deadline:
+                started = loop.time()
+                await asyncio.wait_for(session.list_tools(), 30)
+                worst = max(worst, loop.time() - started)
+                await asyncio.sleep(0.2)
+    finally:
+        ticker.cancel()
+    growth = peak_rss_mib() - baseline
+    print(
+        f"2 x 3 sampling requests of 995k values: RSS {baseline:.0f} MiB + {growth:.0f}, "
+        f"longest loop stall {stalls[0]:.2f} s, quiet session's worst {worst:.2f} s"
+    )
+    assert answers == [f"answered {INVALID_REQUEST}"] * 6  # over MAX_SERVER_MESSAGE_VALUES
+    assert calls == 0
+    assert growth < 600, f"the host grew by {growth:.0f} MiB"
+    assert stalls[0] < 4, f"the event loop was held {stalls[0]:.2f} s"
+
+
+async def test_mcp_notifications_the_sdk_cannot_validate_are_counted_not_logged_each(
+    runtime: SourceRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """THREAT_MODEL.md rule 3 (nothing a sandbox sends grows the host without bound,
+    its log included): a server sends notifications of a method MCP does not have, paced
+    under the listener's bound. The SDK logged one WARNING with pydantic's error text for
+    each (about 400 a second, 6 GB an hour, and inspect keeps every record in the
+    transcript). They are dropped before the SDK sees them, told once and then in a
+    summary, and past MAX_DROPPED_MESSAGES the session is ended and its server killed."""
+    caplog.set_level(logging.INFO)
+    server = StdioServerParameters(command=sys.executable, args=[HOSTILE, "invalid", "0.002"])
+    ended: Exception | None = None
+    async with (
+        sandbox_mcp_client(runtime.client, server) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        for _ in range(60):
+            await asyncio.sleep(1)
+            try:
+                await asyncio.wait_for(session.send_ping(), 10)
+            except Exception as exc:
+                ended = exc
+                break
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    print(f"{MAX_DROPPED_MESSAGES}+ invalid notifications: {len(records)} warnings; {ended!r:.200}")
+    assert ended is not None, "the session was not ended"
+    assert f"more than {MAX_DROPPED_MESSAGES} messages the host refused" in caplog.text
+    assert not [r for r in records if r.name == "root"], "the SDK logged them one by one"
+    assert len(records) <= 5, [r.getMessage()[:200] for r in records]
 
 
 def test_hostile_server_is_valid_json_lines() -> None:

@@ -42,6 +42,7 @@ from sandbox_tools.sandboxes.docker_api import (
     engine_api,
 )
 from sandbox_tools.settings import load_settings
+from tests.support import peak_rss_mib, reset_peak_rss, rss_mib
 
 DEADLINE = 0.5  # every engine deadline, in the tests that shorten them
 SLACK = 3.0  # generous: a loaded CI host, never the minutes an unbounded wait takes
@@ -459,7 +460,10 @@ MALFORMED = [
     # is a RecursionError in json.loads, before and after the engine refuses (500)
     pytest.param("create", _http(201, b"not json"), "not JSON|malformed", id="create-not-json"),
     pytest.param(
-        "create", _http(201, b"[" * 100_000), "not JSON|malformed", id="create-nested-too-deep"
+        "create",
+        _http(201, b"[" * 100_000),
+        "not JSON|malformed|JSON values",  # over MAX_ENGINE_JSON_VALUES too, on the native API
+        id="create-nested-too-deep",
     ),
     pytest.param("create", _http(201, b'["e1"]'), "not an object", id="create-a-list"),
     pytest.param("create", _http(201, b"{}"), "no valid Id", id="create-no-id"),
@@ -523,6 +527,36 @@ async def test_malformed_engine_json_is_a_typed_error(
         for api in _both(tmp_path):
             with pytest.raises(SandboxExecError, match=named):
                 await _run(api, b"")
+
+
+DENSE = b'{"Running": false, "ExitCode": 0, "pad": [' + b"{}," * 5_592_000 + b"{}]}"
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("status", [200, 500], ids=["answer", "error"])
+async def test_dense_engine_json_is_refused_before_it_is_parsed(
+    tmp_path: Path, status: int
+) -> None:
+    """THREAT_MODEL.md rule 3 (everything read from a sandbox is bounded in bytes and
+    time): a hostile engine answers exec inspect with 16 MiB of `[{},{},...]`, within
+    the byte cap. Counted in values over the raw bytes, it is refused unparsed: parsed,
+    it took the host from 65 to 505 MiB and held the loop 0.7 s per answer. An error
+    answer as dense is reported by its first bytes, unparsed too."""
+    async with scripted_engine(tmp_path, [_frame(STDOUT, b"ok\n")]) as engine:
+        engine.answers["inspect"] = _http(status, DENSE)
+        api = NativeEngineAPI("1.41", 4, unix_path=str(tmp_path / "engine.sock"))
+        reset_peak_rss()
+        before = rss_mib()
+        started = time.monotonic()
+        for _ in range(3):
+            named = "JSON values" if status == 200 else "ExitCode"  # the error's first bytes
+            with pytest.raises(SandboxExecError, match=named):
+                await api.exit_code("e1")
+        elapsed = time.monotonic() - started
+    growth = peak_rss_mib() - before
+    print(f"16 MiB of dense engine JSON x3: RSS {before:.0f} MiB + {growth:.0f}, {elapsed:.2f} s")
+    assert growth < 150, f"the host grew by {growth:.0f} MiB"
+    assert elapsed < 2
 
 
 @pytest.mark.security

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,7 +37,7 @@ from sandbox_tools.sandboxes.base import (
     StreamLineTooLong,
 )
 from sandbox_tools.sandboxes.local import LocalSandbox
-from tests.support import SRC, RuntimeDir, peak_rss_mib
+from tests.support import SRC, RuntimeDir, peak_rss_mib, reset_peak_rss, rss_mib
 
 
 class HostileSandbox(Sandbox):
@@ -123,6 +124,33 @@ async def test_local_exec_flood_is_cut_at_the_byte_cap() -> None:
         await LocalSandbox().exec(["sh", "-c", "yes flood"], max_output=8 << 20, timeout=60)
     assert time.monotonic() - started < 30
     assert peak_rss_mib() - before < 64  # 8 MiB kept at most, plus working buffers
+
+
+SHORT_LINES = "import sys\nsys.stdout.buffer.write(b'ab\\n' * (64 * 1024 * 1024 // 3 - 20))\n"
+ANSWER = 'print(\'{"jsonrpc": "2.0", "id": 1, "result": "kept"}\')\n'
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("last", ["", ANSWER], ids=["garbage", "then-an-answer"])
+async def test_an_exec_answer_of_many_short_lines_is_not_split(tmp_path: Path, last: str) -> None:
+    """THREAT_MODEL.md rule 3 (everything read from a sandbox is bounded in bytes and
+    time): a replaced runtime (an agent with the runtime's uid, a hostile image) answers
+    an exec with 64 MiB of `ab\\n`. Only the last line is taken: split, the output was
+    22 million bytes objects (the host grew by 1.3 GB for one call). A real answer after
+    the lines is still the call's result."""
+    runtime = tmp_path / "runtime.py"
+    runtime.write_text(SHORT_LINES + last)
+    client = ExecRuntimeClient(LocalSandbox(), [sys.executable, str(runtime)])
+    reset_peak_rss()
+    before = rss_mib()
+    if last:
+        assert await client.call("version", timeout=60) == "kept"
+    else:
+        with pytest.raises(RuntimeTransportError, match="not JSON"):
+            await client.call("version", timeout=60)
+    growth = peak_rss_mib() - before
+    print(f"64 MiB of short lines: host RSS {before:.0f} MiB, grew by {growth:.0f} MiB")
+    assert growth < 400, f"the host grew by {growth:.0f} MiB"
 
 
 def test_line_splitter_caps_lines_and_scans_each_byte_once() -> None:

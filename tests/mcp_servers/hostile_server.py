@@ -7,6 +7,10 @@ and once initialised does what its mode says, from a thread of its own:
     sampling SIZE COUNT  COUNT sampling requests of SIZE bytes each
     unicode CHARS        one notification holding CHARS characters of "é" (6x as JSON)
     dense SIZE COUNT     COUNT notifications of SIZE bytes of `[{},{},...]` (~24x as objects)
+    wide MESSAGES COUNT  COUNT sampling requests of MESSAGES tiny messages each (5 JSON values
+                         a message), each sent once the host answered the one before; every
+                         answer is reported back as a log notification "answered CODE"
+    invalid PACE         notifications of a method MCP does not have, one every PACE s
     chatter              small notifications, without end
     quiet                nothing
 """
@@ -16,9 +20,11 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 lock = threading.Lock()
+answered = threading.Semaphore(0)  # the host answered one of our requests
 
 
 def send(message: dict[str, Any]) -> None:
@@ -70,6 +76,20 @@ def attack(mode: str, args: list[str]) -> None:
     elif mode == "chatter":
         while True:
             send(notification("chatter"))
+    elif mode == "wide":
+        messages, count = int(args[0]), int(args[1])
+        message = {"role": "user", "content": {"type": "text", "text": ""}}
+        request = sampling(0, "")
+        request["params"]["messages"] = [message] * messages
+        for n in range(count):
+            request["id"] = f"w{n}"
+            send(request)
+            answered.acquire()
+    elif mode == "invalid":
+        pace = float(args[0])
+        while True:
+            send({"jsonrpc": "2.0", "method": "notifications/zzz", "params": {}})
+            time.sleep(pace)
 
 
 def main() -> None:
@@ -86,14 +106,21 @@ def main() -> None:
         elif method == "notifications/initialized":
             threading.Thread(target=attack, args=(mode, args), daemon=True).start()
             continue
+        elif method == "ping":
+            result = {}
         elif method == "tools/list":
             schema = {"type": "object", "properties": {"text": {"type": "string"}}}
             result = {"tools": [{"name": "echo", "inputSchema": schema}]}
         elif method == "tools/call":
             text = message["params"]["arguments"]["text"]
             result = {"content": [{"type": "text", "text": text}]}
+        elif method is None and request_id is not None:  # the answer to one of our requests
+            code = message["error"]["code"] if "error" in message else "result"
+            send(notification(f"answered {code}"))
+            answered.release()
+            continue
         elif request_id is None or method is None:
-            continue  # a notification, or the answer to one of our requests
+            continue  # a notification
         else:
             send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "?"}})
             continue

@@ -9,7 +9,10 @@
   branch's head).
 - `FaultProxy`: a forwarding proxy that can stall a request (so a test can kill the
   client at an exact point), cut a response short, or flip a byte of one.
+- `ShortFileServer`: a mirror whose file is complete and short (a wrong size, not a cut).
 - `SilentServer`, `refused_url`: mirrors that accept and never answer, or refuse.
+- `python -m tests.release.servers github --token T`: the GitHub stand-in on its own
+  (scripts/release_rehearsal.sh), with POST git/refs to push a tag.
 
 Faults are switched on by tests; untouched, every server behaves like the real thing.
 """
@@ -131,9 +134,11 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Running:
-    def __init__(self, handler: type[BaseHTTPRequestHandler], faults: Faults) -> None:
+    def __init__(
+        self, handler: type[BaseHTTPRequestHandler], faults: Faults, port: int = 0
+    ) -> None:
         self.faults = faults
-        self.httpd = _Server(("127.0.0.1", 0), handler)
+        self.httpd = _Server(("127.0.0.1", port), handler)
         self.httpd.owner = self  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -165,7 +170,7 @@ DEFAULT_BRANCH_HEAD = "d" * 40  # the commit GitHub tags when a release creates 
 
 
 class GitHubReleasesServer(_Running):
-    def __init__(self, token: str = "test-token") -> None:
+    def __init__(self, token: str = "test-token", port: int = 0) -> None:
         self.token = token
         self.releases: dict[int, dict[str, Any]] = {}
         self.assets: dict[int, Asset] = {}
@@ -176,7 +181,7 @@ class GitHubReleasesServer(_Running):
         self.tags_made_by_releases: list[tuple[str, str]] = []
         self._ids = iter(range(1000, 10**9))
         self.state_lock = threading.Lock()
-        super().__init__(_GitHubHandler, Faults())
+        super().__init__(_GitHubHandler, Faults(), port)
 
     def next_id(self) -> int:
         with self.state_lock:
@@ -274,6 +279,7 @@ class _GitHubHandler(_Handler):
         routes: list[tuple[str, str, Callable[..., None]]] = [
             ("GET", r"/repos/([^/]+/[^/]+)/releases/tags/([^/]+)", self.get_release_by_tag),
             ("GET", r"/repos/([^/]+/[^/]+)/git/ref/tags/(.+)", self.get_tag_ref),
+            ("POST", r"/repos/([^/]+/[^/]+)/git/refs", self.create_ref),
             ("POST", r"/repos/([^/]+/[^/]+)/releases", self.create_release),
             ("GET", r"/repos/([^/]+/[^/]+)/releases", self.list_releases),
             ("PATCH", r"/repos/([^/]+/[^/]+)/releases/(\d+)", self.update_release),
@@ -340,6 +346,31 @@ class _GitHubHandler(_Handler):
                 "ref": f"refs/tags/{tag}",
                 "url": f"{base}/refs/tags/{tag}",
                 "object": {"sha": commit, "type": "commit", "url": f"{base}/commits/{commit}"},
+            },
+        )
+
+    def create_ref(self, repo: str) -> None:
+        """POST /repos/{owner}/{repo}/git/refs: a tag pushed (what `git push origin TAG`
+        does), for a process that cannot call `push_tag` (the release rehearsal)."""
+        if not self._authorised():
+            return
+        request = json.loads(read_body(self) or b"{}")
+        ref, sha = str(request.get("ref", "")), str(request.get("sha", ""))
+        if not ref.startswith("refs/tags/") or not re.fullmatch(r"[0-9a-f]{40}", sha):
+            self._json(422, {"message": "Validation Failed"})
+            return
+        tag = ref.removeprefix("refs/tags/")
+        if (repo, tag) in self.gh.tags:
+            self._json(422, {"message": "Reference already exists"})
+            return
+        self.gh.push_tag(repo, tag, sha)
+        base = f"{self.gh.url}/repos/{repo}/git"
+        self._json(
+            201,
+            {
+                "ref": ref,
+                "url": f"{base}/refs/tags/{tag}",
+                "object": {"sha": sha, "type": "commit", "url": f"{base}/commits/{sha}"},
             },
         )
 
@@ -531,6 +562,36 @@ class _ProxyHandler(_Handler):
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
 
 
+# -- a mirror with a complete but short file ----------------------------------------------
+
+
+class ShortFileServer(_Running):
+    """Serves `size` bytes at every path, whole and well-formed (a Content-Length it keeps):
+    a mirror holding a short, wrong file. `ranges`: honours Range (206, 416 past the end)
+    or ignores it (always 200)."""
+
+    def __init__(self, size: int = 1000, ranges: bool = True) -> None:
+        self.data = b"s" * size
+        self.ranges = ranges
+        super().__init__(_ShortFileHandler, Faults())
+
+
+class _ShortFileHandler(_Handler):
+    def do_GET(self) -> None:
+        owner = self.running
+        assert isinstance(owner, ShortFileServer)
+        if owner.ranges:
+            send_payload(self, owner.data, owner.faults, self.path, "application/octet-stream")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(owner.data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(owner.data)
+        self.close_connection = True
+
+
 # -- mirrors that never answer ------------------------------------------------------------
 
 
@@ -570,3 +631,33 @@ def refused_url() -> str:
 def hold_until(event: threading.Event, timeout: float) -> None:
     if not event.wait(timeout):
         raise AssertionError(f"the expected request did not arrive within {timeout}s")
+
+
+# -- started on its own (scripts/release_rehearsal.sh) ------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tests.release.servers github --token T [--port P]`: the GitHub stand-in on
+    127.0.0.1 until stopped (SIGTERM, Ctrl-C); prints its URL once it listens."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m tests.release.servers")
+    parser.add_argument("server", choices=["github"])
+    parser.add_argument("--token", required=True, help="the token API requests must carry")
+    parser.add_argument("--port", type=int, default=0, help="default: any free port")
+    args = parser.parse_args(argv)
+    server = GitHubReleasesServer(token=args.token, port=args.port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(server.url, flush=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -293,9 +293,16 @@ def test_fetch_says_which_mirror_refused_and_why_before_falling_back(
     fetched = f"linux/amd64/{amd64.name}: fetched from {github_url}"
     assert plan in lines and fetched in lines, result.stdout
     assert lines.index(plan) < lines.index(refused) < lines.index(fetched)
-    # Without -v the refusal is still said (only the plan is verbose); --quiet drops both.
+    # Without -v the refusal is still said (only the plan is verbose), and so is each source
+    # before it is tried; --quiet drops all of it; --json moves it to stderr.
     plain = fetch_cli(fake_release, tmp_path / "again", "--platform", "amd64")
     assert refused in plain.stdout.splitlines() and plan not in plain.stdout
+    trying = f"{amd64.name}: trying {s3_url}"
+    assert plain.stdout.splitlines()[0] == trying, plain.stdout
+    as_json = fetch_cli(fake_release, tmp_path / "as-json", "--platform", "amd64", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["artifacts"][0]["result"] == "fetched"
+    assert trying in as_json.stderr.splitlines() and refused in as_json.stderr.splitlines()
     hushed = run_tools(
         "--quiet",
         "fetch",

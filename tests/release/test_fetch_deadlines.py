@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,12 @@ from sandbox_tools.platforms import Arch
 from sandbox_tools.release.fetch import FIRST_BYTE_TIMEOUT
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, manifest_from_records
 from tests.release.conftest import GITHUB_REPO, FakeRelease, tools_env
-from tests.release.servers import GitHubReleasesServer, SilentServer, refused_url
+from tests.release.servers import (
+    GitHubReleasesServer,
+    ShortFileServer,
+    SilentServer,
+    refused_url,
+)
 
 TAG = f"v{__version__}"
 # docs/CLI.md's command, run here as written (in a directory holding manifest.json).
@@ -39,24 +45,34 @@ def silent() -> Iterator[SilentServer]:
     server.stop()
 
 
-def fetch_as_documented(
+def start_as_documented(
     release: FakeRelease, cwd: Path, mirror: str, manifest: Manifest | None = None
-) -> subprocess.CompletedProcess[str]:
-    """docs/CLI.md's `tools fetch --manifest ... --mirror ... --out ...` line, with bash."""
+) -> subprocess.Popen[str]:
+    """docs/CLI.md's `tools fetch --manifest ... --mirror ... --out ...` line, with bash,
+    started (its output read as it comes)."""
     cwd.mkdir(exist_ok=True)
     if manifest is None:
         shutil.copyfile(release.dist / MANIFEST_FILE, cwd / "manifest.json")
     else:
         (cwd / "manifest.json").write_text(manifest.dumps())
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    return subprocess.run(
+    return subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", FETCH_WITH_A_MIRROR],
         cwd=cwd,
         env=tools_env(MIRROR=mirror, PATH=path),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=240,
     )
+
+
+def fetch_as_documented(
+    release: FakeRelease, cwd: Path, mirror: str, manifest: Manifest | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The same, run to the end."""
+    process = start_as_documented(release, cwd, mirror, manifest)
+    stdout, stderr = process.communicate(timeout=240)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def test_a_mirror_that_never_answers_is_given_up_after_the_first_byte_deadline(
@@ -66,15 +82,26 @@ def test_a_mirror_that_never_answers_is_given_up_after_the_first_byte_deadline(
     mirror = f"{silent.url}/sandbox-tools"
     started = time.monotonic()
 
-    done = fetch_as_documented(fake_release, tmp_path, mirror)
+    process = start_as_documented(fake_release, tmp_path, mirror)
+    # The terminal was blank while the mirror was silent: each source is named before it
+    # is tried, at normal verbosity.
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], 5)
+    assert ready, "nothing printed within 5 s"
+    first_line = process.stdout.readline().rstrip("\n")
+    said_after = time.monotonic() - started
+    stdout, stderr = process.communicate(timeout=240)
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
     elapsed = time.monotonic() - started
+    first, second = published.artifacts
+    assert first_line == f"{first.name}: trying {mirror}/{first.name}", first_line
+    assert said_after < FIRST_BYTE_TIMEOUT / 2, said_after
     assert done.returncode == 0, done.stderr + done.stdout
     assert FIRST_BYTE_TIMEOUT - 1 < elapsed < FIRST_BYTE_TIMEOUT + 15, elapsed
     assert silent.connections == 1  # one attempt, and not asked again for the next artifact
     # Artifacts are fetched in the manifest's order: the first waits, the second does not.
-    first, second = published.artifacts
-    lines = done.stdout.splitlines()
+    lines = [first_line, *done.stdout.splitlines()]
     assert (
         f"{first.name}: {mirror}/{first.name}: no answer within {FIRST_BYTE_TIMEOUT:g} s; "
         f"trying {first.urls[0]}"
@@ -109,14 +136,20 @@ def test_a_refused_port_is_one_clean_line(
     for word in URLLIB3_WORDS:
         assert word not in done.stdout + done.stderr
 
-    # Nothing else to try: the error lists the reason, once, in the same words.
+    # Nothing else to try: the error lists the reasons, once, in the same words, for every
+    # artifact (each was tried, the first failure did not stop the second).
     alone = replace(published, artifacts=tuple(replace(a, urls=()) for a in published.artifacts))
     failed = fetch_as_documented(fake_release, tmp_path / "alone", mirror, alone)
     assert failed.returncode == 13, failed.stderr + failed.stdout
     error = " ".join(failed.stderr.split())
     first = published.artifacts[0]
+    assert (
+        f"2 of 2 artifacts could not be fetched: {first.name} ({first.platform}), "
+        f"{second.name} ({second.platform}):" in error
+    )
     assert f"no source supplied {first.name} ({first.platform}) with the pinned size and " in error
-    assert f"SHA-256: {mirror}/{first.name}: connection refused what to do:" in error
+    assert f"SHA-256: {mirror}/{first.name}: connection refused no source supplied" in error
+    assert f"SHA-256: {mirror}/{second.name}: not asked ({server}: connection refused" in error
     for word in URLLIB3_WORDS:
         assert word not in failed.stdout + failed.stderr
     assert "Traceback" not in failed.stderr
@@ -163,3 +196,64 @@ def test_the_injector_gives_up_silent_and_refusing_mirrors_within_the_deadline(
     assert f"{refused}/m/" in message and "connection refused" in message
     for word in URLLIB3_WORDS:
         assert word not in message
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["honours-range", "ignores-range"])
+def test_a_complete_but_short_file_is_the_wrong_size_at_once(
+    fake_release: FakeRelease, published: Manifest, tmp_path: Path, ranges: bool
+) -> None:
+    """A mirror's whole file, shorter than the manifest's (Content-Length: 1000, then the
+    connection closes), was taken for a dropped connection: five tries "resuming at 1,000",
+    or "HTTP 416 for a resume" from a server honouring Range. It is a wrong size: said at
+    once, and the next source is tried."""
+    server = ShortFileServer(size=1000, ranges=ranges)
+    try:
+        mirror = f"{server.url}/sandbox-tools"
+        done = fetch_as_documented(fake_release, tmp_path, mirror)
+    finally:
+        server.stop()
+
+    assert done.returncode == 0, done.stderr + done.stdout
+    lines = done.stdout.splitlines()
+    for artifact in published.artifacts:
+        assert (
+            f"{artifact.name}: {mirror}/{artifact.name}: 1,000 bytes, the manifest pins "
+            f"{artifact.size:,}; trying {artifact.urls[0]}"
+        ) in lines, done.stdout
+        assert f"{artifact.platform}/{artifact.name}: fetched from {artifact.urls[0]}" in lines
+    for word in ("resuming", "416", "attempts"):
+        assert word not in done.stdout + done.stderr
+    assert len(server.faults.log) == 2  # one request per artifact, no resume
+
+
+def test_a_failing_artifact_does_not_stop_the_others(
+    fake_release: FakeRelease, published: Manifest, tmp_path: Path
+) -> None:
+    """The first artifact that failed ended the fetch (exit 13): the others were neither
+    tried nor reported. Now each is tried, each failure said, and the exit names them."""
+    first, second = published.artifacts
+    pinned = "0" * 64
+    wrong = replace(
+        published,
+        artifacts=tuple(
+            replace(a, sha256=pinned) if a is first else a for a in published.artifacts
+        ),
+    )
+    mirror = f"{refused_url()}/sandbox-tools"
+
+    done = fetch_as_documented(fake_release, tmp_path, mirror, wrong)
+
+    assert done.returncode == 13, done.stderr + done.stdout
+    error = " ".join(done.stderr.split())
+    assert (
+        f"1 of 2 artifacts could not be fetched: {first.name} ({first.platform}) "
+        f"({second.name} verified in artifacts):" in error
+    ), error
+    assert f"{first.urls[0]}: sha256 {first.sha256}, the manifest pins {pinned}" in error
+    assert (
+        f"{first.name}: no source supplied it (why: below); going on with the 1 other artifact"
+        in done.stdout.splitlines()
+    )
+    assert f"{second.name}: trying {mirror}/{second.name}" not in done.stdout  # not asked
+    assert (tmp_path / "artifacts" / second.name).is_file()
+    assert not (tmp_path / "artifacts" / first.name).exists()

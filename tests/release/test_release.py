@@ -15,7 +15,7 @@ import pytest
 
 from sandbox_tools import __version__
 from sandbox_tools.artifacts import ArtifactFormat, artifact_name
-from sandbox_tools.errors import ReleaseRefusedError
+from sandbox_tools.errors import ConfigurationError, ReleaseRefusedError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.publishing.publish import ReleaseRequest, publish
 from sandbox_tools.publishing.targets import S3Target
@@ -36,6 +36,7 @@ from tests.release.servers import (
     FaultProxy,
     GitHubReleasesServer,
     hold_until,
+    refused_url,
 )
 
 TAG = f"v{__version__}"
@@ -343,7 +344,8 @@ def test_refuses_bytes_that_were_not_validated(fake_release: FakeRelease, s3: S3
 def test_refuses_a_dirty_tree(fake_release: FakeRelease, s3: S3Server) -> None:
     (fake_release.checkout / "README").write_text("uncommitted\n")
     assert "uncommitted changes" in refusal(fake_release, s3)
-    assert "only for --dry-run" in refusal(fake_release, s3, allow_dirty=True)
+    with pytest.raises(ConfigurationError, match="only for --dry-run"):
+        publish(request_for(fake_release, allow_dirty=True), [S3Target(bucket=s3.bucket)])
     git(fake_release.checkout, "commit", "-qam", "now committed")
     publish(
         request_for(fake_release, dry_run=True),
@@ -676,3 +678,135 @@ def test_the_require_remedy_names_the_registry_only_for_rows_that_need_it(
     remedy = " ".join(both.stderr.split()).split("what to do:", 1)[1]
     assert "`tools validate --only ubuntu-24.04` on a machine that reaches the registry" in remedy
     assert "`tools validate --only debian-13` (their images are also built offline" in remedy
+
+
+def test_allow_dirty_without_dry_run_is_bad_input_said_first(
+    fake_release: FakeRelease, s3: S3Server
+) -> None:
+    """`tools release --allow-dirty` without --dry-run printed the validation table, then
+    exited 11: it is bad input, refused in one line before anything is read."""
+    (fake_release.checkout / "README").write_text("uncommitted\n")
+
+    result = run_tools(*release_args(fake_release, s3), "--allow-dirty")
+
+    assert result.returncode == 2, result.stderr + result.stdout
+    assert result.stderr.splitlines()[0] == "error: --allow-dirty is only for --dry-run"
+    assert "validated by" not in result.stdout + result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert s3_objects(s3) == {}
+    assert run_tools(*release_args(fake_release, s3), "--allow-dirty", "--dry-run").returncode == 0
+
+
+def test_commit_the_manifest_is_said_only_while_there_is_something_to_commit(
+    fake_release: FakeRelease, s3: S3Server
+) -> None:
+    """An all-identical rerun after the manifest was committed still said "wrote
+    .../published/manifest.json: commit it"."""
+    package = fake_release.checkout / "src" / "sandbox_tools" / "release"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    git(fake_release.checkout, "add", "src")
+    git(fake_release.checkout, "commit", "-qm", "the package")
+    args = release_args(fake_release, s3)
+
+    first = run_tools(*args)
+    assert first.returncode == 0, first.stderr + first.stdout
+    said = "".join(first.stdout.split())
+    assert f"wrote{package}/published/{MANIFEST_FILE}:commitit" in said, first.stdout
+
+    rerun = run_tools(*args)  # identical, and not committed yet: still to commit
+    assert rerun.returncode == 0, rerun.stderr + rerun.stdout
+    said = "".join(rerun.stdout.split())
+    assert f"kept(notcommittedyet){package}/published/{MANIFEST_FILE}:commitit" in said
+
+    git(fake_release.checkout, "add", "src")
+    git(fake_release.checkout, "commit", "-qm", "Manifest")
+    committed = run_tools(*args)
+    assert committed.returncode == 0, committed.stderr + committed.stdout
+    assert outcomes(committed, "skipped (identical)") == 4
+    assert "commit it" not in committed.stdout and "wrote" not in committed.stdout
+
+
+def test_a_dry_run_that_cannot_reach_github_says_what_to_do_without_uploads(
+    fake_release: FakeRelease,
+) -> None:
+    """Its remedy said "... objects already published are compared and skipped, the rest
+    are uploaded": a dry run uploads nothing."""
+    github = ["--github-repo", GITHUB_REPO, "--github-api-url", refused_url(), "--github-draft"]
+    args = [*release_args(fake_release), *github]
+
+    dry = run_tools(*args, "--dry-run")
+
+    assert dry.returncode == 14, dry.stderr + dry.stdout
+    error, remedy = " ".join(dry.stderr.split()).split("what to do:", 1)
+    assert "cannot compare with what is published" in error
+    assert "upload" not in remedy and "run the same dry run again" in remedy
+    real = run_tools(*args)  # the real run's remedy is about resuming the uploads
+    assert real.returncode == 14
+    assert "the rest are uploaded" in " ".join(real.stderr.split())
+
+
+def test_require_says_which_cells_were_skipped_by_design(
+    fake_release: FakeRelease, s3: S3Server
+) -> None:
+    """`--require no-shell` said "every cell passed" while 3 of its 4 cells were skipped
+    (by design: they need a shell the image lacks, so they are no gap)."""
+    from sandbox_tools.distro_matrix.matrix import load_matrix, shell_less_skip
+    from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
+
+    matrix = load_matrix()
+    (no_shell,) = [d for d in matrix.distros if d.name == "no-shell"]
+    results = []
+    for record in fake_release.records:
+        for scenario in matrix.scenarios:
+            why = shell_less_skip(no_shell, scenario)
+            status = CellStatus.PASSED if why is None else CellStatus.SKIPPED
+            results.append(
+                CellResult(
+                    record.name,
+                    record.platform,
+                    "no-shell",
+                    scenario.name,
+                    status,
+                    detail=why or "",
+                )
+            )
+    skipped = sum(r.status is CellStatus.SKIPPED for r in results)
+    assert skipped == 6 and len(results) == 8
+    ValidationReport(artifacts=fake_release.records, results=results).dump(fake_release.report)
+
+    result = run_tools(*release_args(fake_release, s3), "--dry-run", "--require", "no-shell")
+
+    assert result.returncode == 0, result.stderr + result.stdout
+    text = " ".join(result.stdout.split())
+    assert (
+        "required distributions: no-shell: every cell that can run there passed; "
+        f"{skipped} skipped by design" in text
+    ), text
+    assert "every cell passed" not in text
+
+
+def test_the_github_stand_in_runs_on_its_own_and_takes_a_pushed_tag(tmp_path: Path) -> None:
+    """scripts/release_rehearsal.sh starts it as a process and pushes the tag over HTTP."""
+    import requests
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.release.servers", "github", "--token", TOKEN],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        refs = f"{url}/repos/{GITHUB_REPO}/git/refs"
+        ref = {"ref": f"refs/tags/{TAG}", "sha": "f" * 40}
+        assert requests.post(refs, json=ref, timeout=10).status_code == 401  # no token
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert requests.post(refs, json=ref, headers=auth, timeout=10).status_code == 201
+        assert requests.post(refs, json=ref, headers=auth, timeout=10).status_code == 422
+        got = requests.get(f"{refs[:-1]}/tags/{TAG}", headers=auth, timeout=10)
+        assert got.json()["object"]["sha"] == "f" * 40
+    finally:
+        server.terminate()
+    assert server.wait(timeout=10) == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,7 +42,12 @@ from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import checkout_root
 from sandbox_tools.platforms import parse_arches
 from sandbox_tools.publishing.coverage import Coverage
-from sandbox_tools.publishing.publish import ReleaseRequest, ReleaseResult, publish
+from sandbox_tools.publishing.publish import (
+    ReleaseRequest,
+    ReleaseResult,
+    check_allow_dirty,
+    publish,
+)
 from sandbox_tools.publishing.targets import release_targets
 from sandbox_tools.publishing.wheel import build_wheel
 from sandbox_tools.release.bundle import bundle_name, create_bundle
@@ -185,9 +191,11 @@ def release_command(
         typer.Option(
             "--require",
             metavar="DISTRO",
-            help="Refuse unless every cell of this matrix distribution (or prefix: debian) "
-            "passed for every platform in the validate report, none skipped; repeatable or "
-            "a,b. Replaces release-require from the settings; --require '' requires none.",
+            help="Refuse unless every cell of this matrix distribution (or family, the name "
+            "before the dash: debian means every debian-*) passed for every platform in the "
+            "validate report, none skipped but those a shell-less image cannot run; "
+            "repeatable or a,b. Replaces release-require from the settings; --require '' "
+            "requires none.",
         ),
     ] = None,
     s3_bucket: Annotated[
@@ -264,7 +272,11 @@ def release_command(
         bool, typer.Option(help="Check and compare everything; upload nothing.", metavar="")
     ] = (False),
     allow_dirty: Annotated[
-        bool, typer.Option(help="Allow uncommitted changes (only with --dry-run).", metavar="")
+        bool,
+        typer.Option(
+            help="Allow uncommitted changes (only with --dry-run; without it, bad input).",
+            metavar="",
+        ),
     ] = False,
     checkout: Annotated[
         Path | None,
@@ -296,6 +308,7 @@ def release_command(
     """
     if as_json:
         humans_to_stderr()
+    check_allow_dirty(allow_dirty, dry_run)  # bad input: refused before anything is read
     flags = {
         "s3_bucket": s3_bucket,
         "s3_prefix": s3_prefix,
@@ -366,11 +379,32 @@ def release_command(
         return
     for note in result.notes:  # e.g. the GitHub release left a draft, and how to publish it
         console.print(note, highlight=False, markup=False, soft_wrap=True)
-    if package_dir is not None:
+    if package_dir is not None and (
+        result.package_manifest_changed or _uncommitted(tree, package_dir)
+    ):
+        written = "wrote" if result.package_manifest_changed else "kept (not committed yet)"
         console.print(
-            f"wrote {package_dir}/{MANIFEST_FILE}: commit it, so that installs of this "
+            f"{written} {package_dir}/{MANIFEST_FILE}: commit it, so that installs of this "
             "version know which bytes to fetch (tag that commit: see RELEASING.md)"
         )
+
+
+def _uncommitted(tree: Path | None, path: Path) -> bool:
+    """Whether git sees changes under `path` (an unchanged manifest an earlier run wrote
+    and nobody committed yet); False when git cannot tell."""
+    if tree is None:
+        return False
+    try:
+        status = subprocess.run(
+            ["git", "-C", str(tree), "status", "--porcelain", "--", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return bool(status.strip())
 
 
 def _actions(outcomes: list[tuple[str, str, str]]) -> dict[tuple[str, str], list[str]]:

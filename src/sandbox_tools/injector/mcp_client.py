@@ -7,6 +7,14 @@ the session as sandbox -> host messages: pushed on the persistent channel, long-
 on exec-per-call transports. The host's answers to server requests go back with
 `mcp_send_response`.
 
+What a server sends on its own is untrusted (THREAT_MODEL.md, rule 3) and checked before
+the SDK sees it: at most MAX_SERVER_MESSAGE_VALUES JSON values (a request over it is
+answered with an error, a notification dropped), and valid as the SDK's ServerRequest or
+ServerNotification (else the same). Drops are counted and told in the log once, then in
+a summary at most every DROP_SUMMARY_SECONDS; past MAX_DROPPED_MESSAGES the session is
+ended and its server killed. Answers to the host's own requests keep the transport's
+bound (MAX_JSON_VALUES).
+
     async with sandbox_mcp_client(support, StdioServerParameters(command="my-server")) as (
         read,
         write,
@@ -21,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,18 +39,22 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.message import SessionMessage
 from mcp.types import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
     ErrorData,
     JSONRPCError,
     JSONRPCMessage,
     JSONRPCNotification,
     JSONRPCRequest,
+    ServerNotification,
+    ServerRequest,
 )
 from pydantic import ValidationError
 
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient
-from sandbox_tools.protocol import HOST_MESSAGE_MCP, User
+from sandbox_tools.protocol import HOST_MESSAGE_MCP, MAX_SERVER_MESSAGE_VALUES, User
 from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, session_params
 
 log = logging.getLogger(__name__)
@@ -50,6 +63,15 @@ log = logging.getLogger(__name__)
 DEFAULT_REQUEST_TIMEOUT = 600.0
 KILL_TIMEOUT = 30.0
 
+# Messages of one session the host refused or dropped (too big, or not valid for the
+# SDK): past this many the server is broken or hostile, and the session is ended.
+MAX_DROPPED_MESSAGES = 1000
+# Drops are told in the log at the first, then in a summary at most this often (seconds):
+# a server cannot turn them into a flood of the host's log.
+DROP_SUMMARY_SECONDS = 60.0
+# A request id the host echoes in a refusal, at most (characters).
+MAX_REQUEST_ID_CHARS = 200
+
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
 
@@ -57,6 +79,76 @@ WriteStream = MemoryObjectSendStream[SessionMessage]
 def _as_dict(message: JSONRPCMessage) -> dict[str, Any]:
     dumped: dict[str, Any] = message.model_dump(by_alias=True, mode="json", exclude_none=True)
     return dumped
+
+
+def more_values_than(value: Any, limit: int) -> bool:
+    """Whether parsed JSON holds more than `limit` values (every container and scalar, as
+    `protocol.json_values` counts them in the text); it stops past `limit`, so it costs at
+    most that many steps whatever the message's size."""
+    count = 1
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (dict, list)):
+            count += len(item) or 1  # `{}` counts 2 in the text too, as `{` and the value
+            if count > limit:
+                return True
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return count > limit
+
+
+def _server_message(message: dict[str, Any]) -> SessionMessage:
+    """A message the server sent on its own, validated as the SDK will (ValidationError
+    if it is not a ServerRequest or ServerNotification the SDK knows)."""
+    parsed = JSONRPCMessage.model_validate(message)
+    root = parsed.root
+    if isinstance(root, JSONRPCRequest | JSONRPCNotification):
+        body = root.model_dump(by_alias=True, mode="json", exclude_none=True)
+        kind = ServerRequest if isinstance(root, JSONRPCRequest) else ServerNotification
+        kind.model_validate(body)
+    return SessionMessage(parsed)
+
+
+class _Drops:
+    """What the host dropped of one session's messages, told without flooding the log:
+    a warning at the first, then a summary at most every DROP_SUMMARY_SECONDS (and one
+    at the end for what is left)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._untold = 0
+        self._told_at: float | None = None
+        self._latest = ""
+
+    def note(self, what: str) -> None:
+        """One more drop, `what` saying which and why (a short text)."""
+        self.total += 1
+        self._latest = what
+        now = time.monotonic()
+        if self._told_at is None:
+            self._told_at = now
+            log.warning(
+                "MCP server in the sandbox: %s (further drops are counted and told at most "
+                "every %g s)",
+                what,
+                DROP_SUMMARY_SECONDS,
+            )
+            return
+        self._untold += 1
+        if now - self._told_at >= DROP_SUMMARY_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Tell what was dropped since the last warning, if anything."""
+        if self._untold:
+            log.warning(
+                "MCP server in the sandbox: %d more messages dropped (%d in all); the latest: %s",
+                self._untold,
+                self.total,
+                self._latest,
+            )
+            self._untold = 0
+            self._told_at = time.monotonic()
 
 
 @contextlib.asynccontextmanager
@@ -77,9 +169,11 @@ async def sandbox_mcp_client(
     tag = secrets.token_hex(16)
     launched = anyio.Event()
 
-    async def to_session(message: dict[str, Any] | Exception) -> None:
+    drops = _Drops()
+
+    async def to_session(message: dict[str, Any] | SessionMessage | Exception) -> None:
         item: SessionMessage | Exception
-        if isinstance(message, Exception):
+        if isinstance(message, SessionMessage | Exception):
             item = message
         else:
             try:
@@ -89,6 +183,57 @@ async def sandbox_mcp_client(
                 item = ValueError(f"the MCP server sent an invalid message: {exc}")
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             await read_writer.send(item)
+
+    async def drop(message: dict[str, Any], why: str, code: int) -> None:
+        """Refuse a request (an error answer for its id) or drop a notification; counted,
+        and past MAX_DROPPED_MESSAGES the session ends."""
+        method = message.get("method")
+        name = repr(method[:80]) if isinstance(method, str) else type(method).__name__
+        kind = "request" if "id" in message else "notification"
+        drops.note(f"a {kind} {name} was refused: {why}")
+        request_id = message.get("id")
+        answer_to: str | int | None = None  # an id that can be echoed, if any
+        if type(request_id) is int or (
+            isinstance(request_id, str) and len(request_id) <= MAX_REQUEST_ID_CHARS
+        ):
+            answer_to = request_id
+        # Emptied now, not when this function returns: the answer below may wait behind
+        # other sessions' messages on the channel, each one such message would keep.
+        message.clear()
+        if answer_to is not None and session_id is not None:
+            error = JSONRPCError(
+                jsonrpc="2.0", id=answer_to, error=ErrorData(code=code, message=why[:500])
+            )
+            with contextlib.suppress(SandboxToolsError):
+                await client.call(
+                    "mcp_send_response",
+                    SendParams(session_id, _as_dict(JSONRPCMessage(error))).to_params("response"),
+                )
+        if drops.total > MAX_DROPPED_MESSAGES:
+            listener.fail(
+                f"the server sent more than {MAX_DROPPED_MESSAGES} messages the host refused "
+                f"(too big or not valid MCP); the latest: {why}"
+            )
+
+    async def from_server(message: dict[str, Any]) -> None:
+        if "method" not in message:  # the answer to one of the host's requests
+            await to_session(message)
+            return
+        if more_values_than(message, MAX_SERVER_MESSAGE_VALUES):
+            await drop(
+                message,
+                f"it holds more than {MAX_SERVER_MESSAGE_VALUES} JSON values, the most the "
+                "host takes in a message the server sends on its own",
+                INVALID_REQUEST,
+            )
+            return
+        try:
+            item = _server_message(message)
+        except ValidationError as exc:
+            why = f"it is not valid MCP ({exc.error_count()} validation errors for {exc.title})"
+            await drop(message, why, INVALID_PARAMS)
+            return
+        await to_session(item)
 
     async def from_sandbox(params: dict[str, Any]) -> None:
         await launched.wait()  # messages sent before the launch returned wait, in order
@@ -100,7 +245,7 @@ async def sandbox_mcp_client(
             return
         message = params.get("message")
         if isinstance(message, dict) and params.get("session_id") == session_id:
-            await to_session(message)
+            await from_server(message)
 
     async def transport_failed(reason: str) -> None:
         # Messages were lost: the session cannot be trusted to be whole any more, so the
@@ -179,6 +324,7 @@ async def sandbox_mcp_client(
             finally:
                 task_group.cancel_scope.cancel()
     finally:
+        drops.flush()
         await listener.aclose()
         if session_id is not None:
             with anyio.move_on_after(KILL_TIMEOUT, shield=True), contextlib.suppress(Exception):

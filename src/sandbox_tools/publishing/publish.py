@@ -92,6 +92,8 @@ class ReleaseResult:
     coverage: Coverage
     actions: list[tuple[str, str, str]] = field(default_factory=list)  # target, name, action
     notes: list[str] = field(default_factory=list)  # where targets stand (a draft left so)
+    # The package's published manifest or SHA256SUMS got other bytes (to commit).
+    package_manifest_changed: bool = False
 
 
 # -- preconditions ------------------------------------------------------------------------
@@ -174,13 +176,18 @@ def _check_validated(
     return found
 
 
+def check_allow_dirty(allow_dirty: bool, dry_run: bool) -> None:
+    """Bad input, said before anything is read: a release is made from a committed tree."""
+    if allow_dirty and not dry_run:
+        raise ConfigurationError(
+            "--allow-dirty is only for --dry-run",
+            remedy="Commit your changes (a release is made from a committed tree), or add "
+            "--dry-run to look without publishing.",
+        )
+
+
 def _check_clean(request: ReleaseRequest) -> None:
     if request.allow_dirty:
-        if not request.dry_run:
-            raise ReleaseRefusedError(
-                "--allow-dirty is only for --dry-run",
-                remedy="Commit or stash your changes: a release is made from a committed tree.",
-            )
         return
     if request.checkout is None:
         raise ReleaseRefusedError(
@@ -275,6 +282,7 @@ def publish(
         raise ConfigurationError(
             "no release target", remedy="Give --s3-bucket and/or --github-repo."
         )
+    check_allow_dirty(request.allow_dirty, request.dry_run)
     _check_version(request)
     manifest = _release_manifest(request, [t.public_base_url for t in targets])
     validated = _check_validated(request, manifest, reporter)
@@ -307,7 +315,14 @@ def publish(
         missing = _compare(targets, files, reporter)
         _check_published_access(targets, files, missing, request.dry_run, reporter, result)
     except TargetError as exc:
-        raise ReleaseFailedError(f"cannot compare with what is published: {exc}") from None
+        raise ReleaseFailedError(
+            f"cannot compare with what is published: {exc}",
+            # A dry run uploads nothing, now or when run again.
+            remedy="Fix the cause above (the network, the target's URL, the credentials) and "
+            "run the same dry run again; it changes nothing anywhere."
+            if request.dry_run
+            else None,
+        ) from None
 
     for target in targets:
         nothing_there = len(missing[target.label]) == len(files)
@@ -359,7 +374,11 @@ def publish(
     if request.publish_manifest_to is not None:
         request.publish_manifest_to.mkdir(parents=True, exist_ok=True)
         for name in (MANIFEST_FILE, SUMS_FILE):
-            shutil.copyfile(request.dist / name, request.publish_manifest_to / name)
+            there = request.publish_manifest_to / name
+            fresh = (request.dist / name).read_bytes()
+            if not there.is_file() or there.read_bytes() != fresh:
+                shutil.copyfile(request.dist / name, there)
+                result.package_manifest_changed = True
     return result
 
 

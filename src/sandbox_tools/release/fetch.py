@@ -276,11 +276,48 @@ class HttpSource:
                     f"{self.url}: HTTP {response.status_code} {response.reason}{why}"
                 )
             offset = have if resumed else 0
+            declared = _declared_size(response, resumed)
+            if declared is not None and declared != artifact.size:
+                # The server says how long its file is, and it is not the manifest's: a
+                # complete answer of the wrong size, not a transfer to resume.
+                raise _SourceFailed(
+                    f"{self.url}: {declared:,} bytes, the manifest pins {artifact.size:,}"
+                )
             try:
                 blocks = response.iter_content(CHUNK)
                 _write_blocks(blocks, partial, artifact, self.url, progress, offset)
             except requests.RequestException as exc:
                 raise _CutShort(_cut_short(exc)) from None
+            held = partial.stat().st_size if partial.exists() else 0
+            if held < artifact.size and not resumed and _delimited(response):
+                # The answer ended where its own length said (urllib3 raises when a body
+                # stops short of its Content-Length): complete, and short.
+                raise _SourceFailed(
+                    f"{self.url}: {held:,} bytes, the manifest pins {artifact.size:,}"
+                )
+
+
+def _delimited(response: requests.Response) -> bool:
+    """Whether the body's end is marked (a length, or chunked): a clean end is its end,
+    not a dropped connection."""
+    headers = response.headers
+    if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+        return False
+    return "Content-Length" in headers or "chunked" in headers.get("Transfer-Encoding", "")
+
+
+def _declared_size(response: requests.Response, resumed: bool) -> int | None:
+    """The size of the whole file as the server states it (Content-Length of a 200, the
+    total of a 206's Content-Range), or None when it does not say."""
+    headers = response.headers
+    if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+        return None  # the length is of the encoded body
+    text = (
+        headers.get("Content-Range", "").rsplit("/", 1)[-1]
+        if resumed
+        else headers.get("Content-Length", "")
+    )
+    return int(text) if text.strip().isdigit() else None
 
 
 def source_for(location: str) -> Source:
@@ -392,10 +429,13 @@ def fetch_artifact(
     # another mirror's bytes, so that source gets one more try from zero.
     attempts: list[tuple[Source, bool]] = [(source, partial.exists()) for source in sources]
 
+    named: list[Source] = []  # the source last said to be tried next
+
     def refused(reason: str) -> None:
         """A source gave up: said now, with the one tried next (the error lists them all)."""
         failures.append(reason)
         if attempts:
+            named.append(attempts[0][0])
             progress.note(f"{artifact.name}: {reason}; trying {attempts[0][0].label}")
 
     try:
@@ -405,6 +445,11 @@ def fetch_artifact(
             if server in unanswered:
                 refused(f"{source.label}: not asked ({server}: {unanswered[server]}, just before)")
                 continue
+            if not named or named[-1] is not source:
+                # Before a source that may stay silent for FIRST_BYTE_TIMEOUT: never a
+                # blank terminal. The next ones are named by the line saying why.
+                named.append(source)
+                progress.note(f"{artifact.name}: trying {source.label}")
             try:
                 source.fetch_into(partial, artifact, progress)
             except _Unanswered as exc:
@@ -457,8 +502,31 @@ def fetch(
     plan = [(artifact, sources_for(artifact, mirrors, origin)) for artifact in wanted]
     dest.mkdir(parents=True, exist_ok=True)
     unanswered: dict[str, str] = {}  # a server silent for one artifact is for the next
+    outcomes: list[FetchOutcome] = []
+    failed: list[tuple[Artifact, FetchError]] = []
     with _directory_lock(dest):
-        return [
-            fetch_artifact(artifact, dest, sources, progress, unanswered)
-            for artifact, sources in plan
-        ]
+        for artifact, sources in plan:
+            try:
+                outcomes.append(fetch_artifact(artifact, dest, sources, progress, unanswered))
+            except FetchError as exc:
+                # Said now; the others are still tried, and the error names them all.
+                rest = len(plan) - len(outcomes) - len(failed) - 1
+                if rest:
+                    progress.note(
+                        f"{artifact.name}: no source supplied it (why: below); "
+                        f"going on with the {rest} other artifact{'s' if rest > 1 else ''}"
+                    )
+                failed.append((artifact, exc))
+    if not failed:
+        return outcomes
+    if len(failed) == 1 and not outcomes:
+        raise failed[0][1]
+    names = ", ".join(f"{a.name} ({a.platform})" for a, _ in failed)
+    got = ", ".join(o.artifact.name for o in outcomes)
+    raise FetchError(
+        f"{len(failed)} of {len(plan)} artifacts could not be fetched: {names}"
+        + (f" ({got} verified in {dest})" if got else "")
+        + ":\n  "
+        + "\n  ".join(exc.message.replace("\n", "\n  ") for _, exc in failed),
+        remedy=failed[0][1].remedy,
+    )

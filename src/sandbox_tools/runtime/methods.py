@@ -50,14 +50,19 @@ class Controllers:
     """The server's state: one controller per tool, each bounded by the same `limits`
     (read once, when the server started)."""
 
-    def __init__(self, limits: Limits, lost_jobs_note: str | None = None) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        lost_jobs_note: str | None = None,
+        state_directory: str | None = None,
+    ) -> None:
         self.exec_remote = ExecRemoteController(limits, lost_jobs_note=lost_jobs_note)
         self.bash_session = BashSessionController(limits)
         self.text_editor = TextEditorController(limits)
         self.host_messages = HostMessages()
         self.mcp = McpController(self.host_messages, limits)
         self.http_tunnel = HttpTunnelController(self.host_messages)
-        self.web_browser = WebBrowserController(limits)
+        self.web_browser = WebBrowserController(limits, state_directory=state_directory)
 
     async def shutdown(self) -> None:
         self.host_messages.stop()

@@ -98,7 +98,9 @@ class RuntimeServer:
             _log(note)
         with open(self.paths.pid_file, "w", encoding="ascii") as handle:
             handle.write(str(os.getpid()))
-        self.controllers = Controllers(self.limits, lost_jobs_note=note)
+        self.controllers = Controllers(
+            self.limits, lost_jobs_note=note, state_directory=self.paths.directory
+        )
         self.methods = all_methods(self.paths.directory, self._stop.set, self.controllers)
         self.methods[RESPONSE_CHUNK_METHOD] = self.held.continuation
         servers = [await self._listen()]

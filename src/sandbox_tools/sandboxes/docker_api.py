@@ -2,7 +2,7 @@
 
 The docker SDK is synchronous: driving it from an event loop cost one OS thread per
 exec and one per read of a persistent stream, so a host with hundreds of sandboxes
-ran hundreds of threads (issue 16). For engines reached over a Unix socket or plain
+ran hundreds of threads. For engines reached over a Unix socket or plain
 TCP, this module speaks the few HTTP calls an exec needs (create, start with the
 connection upgraded to a raw stream, inspect) and the archive calls directly on
 asyncio streams: no thread at all per call or per stream.
@@ -23,7 +23,8 @@ instead of overwhelming it.
 A hung or hostile engine must not hang the host (THREAT_MODEL.md, rule 3): every wait
 on the engine has a deadline (ENGINE_TIMEOUT for a control request, ARCHIVE_TIMEOUT for
 a file copy, SLOT_TIMEOUT for a free slot), past which the caller gets EngineTimeoutError;
-and every JSON answer is checked before use, a malformed one is a SandboxExecError
+every JSON answer is bounded in bytes (MAX_ENGINE_JSON) and in values before it is parsed
+(MAX_ENGINE_JSON_VALUES), and checked before use: a malformed one is a SandboxExecError
 naming what was wrong.
 """
 
@@ -48,6 +49,7 @@ import requests.exceptions
 from docker import DockerClient
 
 from sandbox_tools.errors import ConfigurationError, SandboxExecError
+from sandbox_tools.protocol import json_values
 from sandbox_tools.settings import DEFAULT_ENGINE_CONCURRENCY
 
 T = TypeVar("T")
@@ -56,6 +58,10 @@ STDOUT, STDERR = 1, 2
 MAX_FRAME = 1 << 32
 MAX_RESPONSE_HEAD = 64 * 1024  # status line and headers of one engine response
 MAX_ENGINE_JSON = 16 * 1024 * 1024  # an engine's JSON answer (exec inspect and the like)
+# ...and the values in it, counted over the raw bytes before parsing (protocol.json_values):
+# 16 MiB of `[{},{},...]` parsed is 440 MiB of objects and most of a second of the loop.
+# An exec inspect holds a few dozen values plus the command's arguments.
+MAX_ENGINE_JSON_VALUES = 100_000
 SEND_SLICE = 256 * 1024  # large bodies go out in slices: the transport copies only what waits
 CONTINUE_WAIT = 5.0  # seconds to wait for "100 Continue" before sending anyway
 # Deadlines (seconds) on the engine, each read when an EngineAPI is made:
@@ -97,6 +103,12 @@ async def within(seconds: float, what: str, awaitable: Awaitable[T]) -> T:
 
 
 def _json(answer: bytes, what: str) -> Any:
+    values = json_values(answer)
+    if values > MAX_ENGINE_JSON_VALUES:
+        raise SandboxExecError(
+            f"the engine's answer to {what} may hold {values} JSON values; the host parses "
+            f"at most {MAX_ENGINE_JSON_VALUES}"
+        )
     try:
         return json.loads(answer)
     except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested too deep
@@ -367,10 +379,10 @@ async def _read_body(
 
 
 def _error_message(status: int, body: bytes) -> str:
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError):
-        value = None
+    value = None
+    if json_values(body) <= MAX_ENGINE_JSON_VALUES:  # else its first bytes say enough
+        with contextlib.suppress(ValueError, RecursionError):
+            value = json.loads(body)
     message = value.get("message") if isinstance(value, dict) else None
     if not isinstance(message, str):
         message = body[:300].decode(errors="replace")

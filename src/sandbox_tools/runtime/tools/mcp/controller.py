@@ -25,7 +25,14 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_tools.protocol import HOST_MESSAGE_MCP, MAX_JSON_VALUES, json_values
+from sandbox_tools.protocol import (
+    HOST_MESSAGE_MCP,
+    INVALID_REQUEST,
+    MAX_JSON_VALUES,
+    MAX_SERVER_MESSAGE_VALUES,
+    METHOD_NOT_FOUND,
+    json_values,
+)
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.host_messages import HostMessageRefused, HostMessages
 from sandbox_tools.runtime.identity import Identity, resolve_user
@@ -303,6 +310,17 @@ class McpController:
                 else:
                     future.set_result(message)
             return
+        if session.forward and values > MAX_SERVER_MESSAGE_VALUES:
+            # Dropped here, before the queue: the host would refuse it too (its SDK would
+            # spend hundreds of MB on it), and a frame that size delays every session.
+            reason = (
+                f"{session.label} sent a {message.get('method')!r} message of up to {values} "
+                f"JSON values (at most {MAX_SERVER_MESSAGE_VALUES}); it was dropped"
+            )
+            await self._report_dropped(session, message.get("method"), reason)
+            if "id" in message:
+                await self._refuse(session, message["id"], reason, INVALID_REQUEST)
+            return
         if session.forward:
             await self._to_host(session, message)
         elif "id" in message:  # a request nobody will answer: say so at once
@@ -335,8 +353,10 @@ class McpController:
             params["tag"] = session.tag  # how the host routes it to the session it launched
         session.forwarded_seq = await self.host.put(HOST_MESSAGE_MCP, params, f"mcp:{session.id}")
 
-    async def _refuse(self, session: _Session, request_id: Any, reason: str) -> None:
-        refusal = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": reason}}
+    async def _refuse(
+        self, session: _Session, request_id: Any, reason: str, code: int = METHOD_NOT_FOUND
+    ) -> None:
+        refusal = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": reason}}
         with contextlib.suppress(ToolError):
             await self._write(session, refusal)
 

@@ -20,8 +20,9 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import Identity
@@ -78,6 +79,9 @@ class BrowserProcess:
     version: str
     stderr_tail: collections.deque[bytes]
     tasks: list[asyncio.Task[None]]
+    # A descriptor of the leader process itself (Linux >= 5.3), opened before it could
+    # be reaped: a signal through it never reaches a process that later got its pid.
+    pidfd: int | None = field(default=None)
 
     @property
     def pid(self) -> int:
@@ -165,13 +169,14 @@ async def launch(
     finally:
         os.close(to_browser_read)
         os.close(from_browser_write)
+    pidfd = _open_pidfd(process)
     unprotect(process.pid)
     tail: collections.deque[bytes] = collections.deque()
     assert process.stderr is not None
     tasks = [asyncio.create_task(_keep_tail(process.stderr, tail))]
     connection = CdpConnection(MAX_CDP_FRAME_BYTES, on_event)
     await connection.open(from_browser_read, to_browser_write)
-    browser = BrowserProcess(process, connection, profile, identity, "", tail, tasks)
+    browser = BrowserProcess(process, connection, profile, identity, "", tail, tasks, pidfd)
     try:
         version = await connection.call("Browser.getVersion", timeout=timeout)
         await connection.call("Target.setDiscoverTargets", {"discover": True}, timeout=timeout)
@@ -186,18 +191,136 @@ async def launch(
     return browser
 
 
-async def stop(browser: BrowserProcess) -> None:
-    """Kill the browser's whole process group, reap it, and remove its profile."""
+def _open_pidfd(process: asyncio.subprocess.Process) -> int | None:
+    """A pidfd of the browser's leader, or None where the kernel has none. Opened before
+    the loop runs again; a leader already reaped (its pid perhaps someone else's) is not
+    opened."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None or process.returncode is not None:
+        return None
+    try:
+        fd: int = pidfd_open(process.pid)
+    except OSError:
+        return None
+    if process.returncode is not None:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _group_members(pgid: int, uid: int | None) -> list[int]:
+    """Pids whose process group is `pgid` and whose real uid is `uid` (any, if None)."""
+    members: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return members
+    for name in names:
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) != pgid:
+                continue
+            if uid is not None and os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+        except (OSError, ValueError, IndexError):
+            continue
+        members.append(pid)
+    return members
+
+
+def kill_group(browser: BrowserProcess) -> None:
+    """SIGKILL the browser's process group, never a group that merely reuses its number.
+
+    asyncio reaps the leader as soon as it exits (say, killed by the agent, which shares
+    its uid), and its pid may then be given to any process, root's included: a plain
+    killpg(pid) later would kill that process's group. So the leader is signalled through
+    its pidfd, and every other member through a pidfd of its own, opened and then checked
+    to be in the browser's group and of the browser's uid. Without pidfds, the group is
+    signalled only while the leader is unreaped (its pid cannot be reused then)."""
+    pgid = browser.process.pid
+    if browser.pidfd is None:
+        if browser.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        return
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(browser.pidfd, signal.SIGKILL)
+    uid = browser.identity.uid if browser.identity.uid is not None else os.getuid()
+    for pid in _group_members(pgid, uid):
+        if pid == pgid:
+            continue  # the leader's pid: signalled through its own pidfd above
+        try:
+            member = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            # The pidfd pins the process: if it is still in the group, it is ours.
+            if pid in _group_members(pgid, uid):
+                signal.pidfd_send_signal(member, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(member)
+
+
+async def stop(browser: BrowserProcess) -> asyncio.Task[None]:
+    """Kill the browser's whole process group and reap it; return the task removing its
+    profile (in a child process of the browser's identity, off the event loop)."""
     browser.connection.close()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(browser.process.pid, signal.SIGKILL)
+    kill_group(browser)
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(browser.process.wait(), 5.0)
+    if browser.pidfd is not None:
+        os.close(browser.pidfd)
+        browser.pidfd = None
     for task in browser.tasks:
         task.cancel()
-    # rmtree works through directory descriptors and never follows a link the browser's
-    # user may have planted in its profile (shutil.rmtree.avoids_symlink_attacks).
-    shutil.rmtree(browser.profile_dir, ignore_errors=True)
+    return asyncio.create_task(remove_profile(browser.profile_dir, browser.identity))
+
+
+PROFILE_REMOVAL_TIMEOUT_S = 600.0
+
+
+def _remove_in_child(path: str, identity: Identity) -> None:
+    """In a forked child: become the browser's identity, remove the profile, and exit
+    (never returning into the server's code). A profile swapped for a link is left."""
+    code = 0
+    try:
+        if identity.uid is not None and identity.gid is not None:
+            os.setgroups(identity.groups or [])
+            os.setresgid(identity.gid, identity.gid, identity.gid)
+            os.setresuid(identity.uid, identity.uid, identity.uid)
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+    except BaseException:
+        code = 1
+    os._exit(code)
+
+
+async def remove_profile(path: str, identity: Identity) -> None:
+    """Remove a profile directory as `identity`, in a child process: root never walks a
+    tree the agent owns, and a tree of a million files costs that child its time, not
+    the server's event loop. rmtree works through directory descriptors and never
+    follows a link the browser's user may have planted (shutil.rmtree.avoids_symlink_attacks).
+
+    A plain fork, not a subprocess: a frozen runtime has no interpreter to exec, and
+    Popen's preexec_fn would hold the server until the child finished."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    if pid == 0:
+        _remove_in_child(path, identity)  # never returns
+    try:
+        await asyncio.wait_for(asyncio.to_thread(os.waitpid, pid, 0), PROFILE_REMOVAL_TIMEOUT_S)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        raise
 
 
 async def browser_version(executable: str, timeout: float) -> str | None:

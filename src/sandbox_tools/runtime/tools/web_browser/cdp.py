@@ -1,9 +1,10 @@
 """A DevTools protocol connection over the browser's two pipes, on asyncio.
 
-Every command has a deadline: a browser that does not answer in time is treated as hung
-(`BrowserFailed`), and so is one whose pipe closes or that sends bytes that are not the
-protocol; the controller then kills it and the next call starts a fresh one. An error the
-browser answers with (a node that no longer exists, a navigation it refused) is a
+Every command has a deadline: a browser that does not answer a browser-level command in
+time is treated as hung (`BrowserFailed`), and so is one whose pipe closes or that sends
+bytes that are not the protocol (a page that does not answer is a `PageTimeout`, which
+the controller judges); the controller then kills it and the next call starts a fresh
+one. An error the browser answers with (a node that no longer exists, a navigation it refused) is a
 `CdpCommandError`: the page's problem, reported to the model, not the browser's.
 """
 
@@ -13,9 +14,11 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
+from sandbox_tools.protocol import json_values
 from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.tools.web_browser.cdp_framing import (
     CdpFramingError,
@@ -40,6 +43,29 @@ class BrowserFailed(ToolError):
 
 class CdpCommandError(Exception):
     """The browser answered a command with an error."""
+
+
+class PageTimeout(CdpCommandError):
+    """A command sent to a page was not answered in time: the page's problem (a script
+    spinning, a server that never answers) until a browser-level command also goes
+    unanswered."""
+
+    def __init__(self, method: str, timeout: float) -> None:
+        super().__init__(f"the page did not answer {method} within {timeout:g} s")
+        self.method = method
+
+
+# The events we act on are a few hundred bytes; a bigger one is dropped unparsed (anything
+# of the browser's uid can write frames into our pipe, and parsing costs far more memory
+# and time than the bytes do).
+MAX_EVENT_BYTES = 64 * 1024
+# A reply's JSON values at most (counted in C before parsing, as protocol.json_values
+# does): the tree and the snapshot of a page of 50,000 links hold a few million.
+MAX_REPLY_VALUES = 6_000_000
+# Replies bigger than this are parsed in a thread, not in the event loop's own turn.
+PARSE_IN_THREAD_BYTES = 1024 * 1024
+# How a reply the browser writes begins; a big frame that does not begin so is no reply.
+_REPLY_HEAD = re.compile(rb'\{"id":([0-9]{1,15})[,}]')
 
 
 EventHandler = Callable[[CdpMessage], None]
@@ -69,6 +95,8 @@ class CdpConnection:
         self._reader: asyncio.ReadTransport | None = None
         self.failure: str | None = None  # why the connection is unusable, once it is
         self.lost = asyncio.Event()
+        self.dropped_events = 0  # events past MAX_EVENT_BYTES, dropped unparsed
+        self._parsing: set[asyncio.Future[CdpMessage]] = set()
 
     async def open(self, read_fd: int, write_fd: int) -> None:
         """Take ownership of our ends of the two pipes."""
@@ -97,6 +125,10 @@ class CdpConnection:
             self._writer.write(encode_command(message_id, method, params, session_id))
             return await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
+            if session_id is not None:
+                # A page that does not answer is that page's problem; the controller asks
+                # the browser itself before calling the browser hung.
+                raise PageTimeout(method, timeout) from None
             self.fail(f"it did not answer {method} within {timeout:g} s")
             raise BrowserFailed(f"it did not answer {method} within {timeout:g} s") from None
         except (BrokenPipeError, ConnectionResetError):
@@ -107,6 +139,8 @@ class CdpConnection:
 
     def close(self) -> None:
         self.fail("it was stopped")
+        for parsing in self._parsing:
+            parsing.cancel()
         for transport in (self._writer, self._reader):
             if transport is not None:
                 with contextlib.suppress(Exception):
@@ -116,11 +150,54 @@ class CdpConnection:
         try:
             frames = self._splitter.feed(data)
             for frame in frames:
-                self._deliver(parse_frame(frame))
+                if len(frame) > MAX_EVENT_BYTES:
+                    self._big_frame(frame)
+                else:
+                    self._deliver(parse_frame(frame))
         except CdpFramingError as exc:
-            self.fail(str(exc))
-            if self._reader is not None:
-                self._reader.close()
+            self._broke(str(exc))
+
+    def _broke(self, reason: str) -> None:
+        self.fail(reason)
+        if self._reader is not None:
+            self._reader.close()
+
+    def _big_frame(self, frame: bytes) -> None:
+        """A frame past MAX_EVENT_BYTES is kept only as the reply to a call waiting for
+        it, of at most MAX_REPLY_VALUES values; the biggest are parsed in a thread."""
+        head = _REPLY_HEAD.match(frame)
+        waiting = self._pending.get(int(head[1])) if head is not None else None
+        if waiting is None or waiting[1].done():
+            self.dropped_events += 1
+            return
+        future = waiting[1]
+        values = json_values(frame)
+        if values > MAX_REPLY_VALUES:
+            future.set_exception(
+                CdpCommandError(
+                    f"the browser's answer holds more than {MAX_REPLY_VALUES} JSON values "
+                    f"({values}); it was not read"
+                )
+            )
+            return
+        if len(frame) <= PARSE_IN_THREAD_BYTES:
+            self._deliver(parse_frame(frame))
+            return
+        parsing = asyncio.ensure_future(asyncio.to_thread(parse_frame, frame))
+        self._parsing.add(parsing)
+        parsing.add_done_callback(self._parsed)
+
+    def _parsed(self, parsing: asyncio.Future[CdpMessage]) -> None:
+        self._parsing.discard(parsing)
+        if parsing.cancelled() or self.failure is not None:
+            return
+        exc = parsing.exception()
+        if isinstance(exc, CdpFramingError):
+            self._broke(str(exc))
+        elif exc is not None:
+            self._broke(f"its answer could not be read ({exc})")
+        else:
+            self._deliver(parsing.result())
 
     def _deliver(self, message: CdpMessage) -> None:
         if message.id is None:

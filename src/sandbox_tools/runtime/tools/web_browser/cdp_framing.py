@@ -2,8 +2,9 @@
 
 Chromium reads commands from its fd 3 and writes replies and events to its fd 4, each
 message one JSON document ended by a NUL byte. The browser runs as the agent's identity,
-so anything of that uid can write into our end of the pipe (through /proc/<pid>/fd):
-every frame is bounded before it is kept, and parsed strictly into a `CdpMessage` or a
+so anything of that uid that can take the browser's descriptor (ptrace, pidfd_getfd) can
+write into our end of the pipe: every frame is bounded in bytes before it is kept (and
+in values before it is parsed, cdp.py), and parsed strictly into a `CdpMessage` or a
 `CdpFramingError`, never into an exception the server does not expect.
 """
 

@@ -20,7 +20,10 @@ import asyncio
 import base64
 import contextlib
 import itertools
+import json
+import os
 import secrets
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,7 +33,11 @@ from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
 from sandbox_tools.runtime.tools.web_browser import browser as chromium
-from sandbox_tools.runtime.tools.web_browser.cdp import BrowserFailed, CdpCommandError
+from sandbox_tools.runtime.tools.web_browser.cdp import (
+    BrowserFailed,
+    CdpCommandError,
+    PageTimeout,
+)
 from sandbox_tools.runtime.tools.web_browser.cdp_framing import CdpMessage
 from sandbox_tools.runtime.tools.web_browser.page_text import PageText, Rect, render_page
 from sandbox_tools.runtime.tools.web_browser.png import NotPng, png_size
@@ -59,6 +66,19 @@ EMPTY_TREE_PAUSE_S = 0.25
 # A screenshot of the 1280x1080 viewport is a few MB at most; past this it is refused.
 SCREENSHOT_MAX_BYTES = 16 * 1024 * 1024
 IDLE_CHECK_S = 5.0
+# A page that did not answer gets this long to stop loading before it is reset.
+STOP_LOADING_S = 5.0
+# After a page missed its deadline, how long the browser itself has to answer before it
+# is called hung (Browser.getVersion needs no page: a few ms even for a busy browser).
+HEALTH_CHECK_S = 10.0
+# How long the server's shutdown waits for the profile's removal.
+SHUTDOWN_REMOVAL_S = 10.0
+# Commands that start a navigation: one the page does not answer is stopped, not reset.
+_NAVIGATIONS = ("Page.navigate", "Page.reload", "Page.navigateToHistoryEntry")
+# In the server's directory: the profiles not yet removed, so a server killed before it
+# removed them has the next server remove them.
+PROFILES_FILE = "browser-profiles.json"
+_PROFILE_PREFIX = "sandbox-tools-browser-"
 
 
 T = TypeVar("T")
@@ -111,8 +131,12 @@ class _Before:
 
 
 class WebBrowserController:
-    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, state_directory: str | None = None) -> None:
         self.limits = limits  # read once by the server (Limits.from_environ)
+        self._profiles_file = (
+            os.path.join(state_directory, PROFILES_FILE) if state_directory else None
+        )
+        self._profiles: dict[str, Identity] = {}  # not yet removed
         self._browser: chromium.BrowserProcess | None = None
         self._generation = 0
         self._stopped_because: str | None = None
@@ -126,6 +150,8 @@ class WebBrowserController:
         self._busy = 0
         self._idle_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._removals: set[asyncio.Task[None]] = set()
+        self._sweep_leftovers()
 
     # -- methods -------------------------------------------------------------------------
 
@@ -270,6 +296,8 @@ class WebBrowserController:
         for task in self._background:
             task.cancel()
         await self._stop_browser("the runtime server stopped")
+        if self._removals:
+            await asyncio.wait(set(self._removals), timeout=SHUTDOWN_REMOVAL_S)
 
     # -- sessions and the browser --------------------------------------------------------
 
@@ -424,10 +452,7 @@ class WebBrowserController:
             if browser is not None and browser.connection.failure is not None:
                 await self._stop_browser(f"the browser failed ({browser.connection.failure})")
                 browser = None
-            if browser is not None and (browser.identity.uid, browser.identity.gid) != (
-                identity.uid,
-                identity.gid,
-            ):
+            if browser is not None and _identity_key(browser.identity) != _identity_key(identity):
                 if any(s.generation == self._generation for s in self._sessions.values()):
                     raise ToolError(
                         f"the browser runs as {browser.identity.describe()} for other "
@@ -445,6 +470,9 @@ class WebBrowserController:
                 )
                 self._generation += 1
                 self._stopped_because = None
+                self._profiles[self._browser.profile_dir] = identity
+                self._record_profiles()
+                self._in_background(self._wake_when_lost(self._browser))
                 if self._idle_task is None or self._idle_task.done():
                     self._idle_task = asyncio.create_task(self._stop_when_idle())
 
@@ -458,7 +486,68 @@ class WebBrowserController:
         for session in self._sessions.values():
             session.tab = None
             session.context_id = None
-        await chromium.stop(browser)
+        removal = await chromium.stop(browser)
+        self._track_removal(removal, browser.profile_dir)
+
+    def _track_removal(self, removal: asyncio.Task[None], profile: str) -> None:
+        def removed(task: asyncio.Task[None]) -> None:
+            self._removals.discard(task)
+            if not task.cancelled() and not os.path.lexists(profile):
+                self._profiles.pop(profile, None)
+                self._record_profiles()
+
+        self._removals.add(removal)
+        removal.add_done_callback(removed)
+
+    def _record_profiles(self) -> None:
+        """Write the profiles not yet removed into the server's directory (replaced
+        whole, so a server killed mid-write leaves the old list or the new one)."""
+        if self._profiles_file is None:
+            return
+        entries = [
+            {"path": path, "uid": who.uid, "gid": who.gid, "groups": who.groups}
+            for path, who in self._profiles.items()
+        ]
+        partial = self._profiles_file + ".new"
+        with contextlib.suppress(OSError):
+            with open(partial, "w", encoding="utf-8") as handle:
+                json.dump(entries, handle)
+            os.replace(partial, self._profiles_file)
+
+    def _sweep_leftovers(self) -> None:
+        """Remove the profiles a server killed before it could (SIGKILL, a crash) left,
+        each as the identity its browser ran as, never following a link."""
+        if self._profiles_file is None:
+            return
+        try:
+            with open(self._profiles_file, encoding="utf-8") as handle:
+                entries = json.load(handle)
+            loop = asyncio.get_running_loop()
+        except (OSError, ValueError, RuntimeError):
+            return
+        base = os.path.join(tempfile.gettempdir(), _PROFILE_PREFIX)
+        for entry in entries if isinstance(entries, list) else []:
+            path = entry.get("path") if isinstance(entry, dict) else None
+            uid, gid, groups = (entry.get(k) for k in ("uid", "gid", "groups"))
+            if (
+                not isinstance(path, str)
+                or not path.startswith(base)
+                or "/" in path[len(base) :]
+                or not all(isinstance(i, int) or i is None for i in (uid, gid))
+                or not (groups is None or all(isinstance(g, int) for g in groups))
+            ):
+                continue
+            identity = Identity(uid, gid, groups, None, None)
+            self._profiles[path] = identity
+            removal = loop.create_task(chromium.remove_profile(path, identity))
+            self._track_removal(removal, path)
+
+    async def _wake_when_lost(self, browser: chromium.BrowserProcess) -> None:
+        """When the browser's pipe closes (or it is found broken), every session waiting
+        for a page hears it at once, not at the end of its load wait."""
+        await browser.connection.lost.wait()
+        for session in self._sessions.values():
+            session.changed.set()
 
     async def _forget_context(self, session: _Session, dispose: bool) -> None:
         context_id, session.context_id, session.tab = session.context_id, None, None
@@ -505,9 +594,43 @@ class WebBrowserController:
             raise BrowserFailed(self._stopped_because or "it is not running")
         if tab.crashed is not None:
             raise PageError(tab.crashed)
-        return await self._browser.connection.call(
-            method, params, session_id=tab.cdp_session, timeout=self.limits.browser_call_timeout_s
+        connection = self._browser.connection
+        try:
+            return await connection.call(
+                method,
+                params,
+                session_id=tab.cdp_session,
+                timeout=self.limits.browser_call_timeout_s,
+            )
+        except PageTimeout as exc:
+            await self._page_timed_out(tab, exc)
+            raise
+
+    async def _page_timed_out(self, tab: _Tab, exc: PageTimeout) -> None:
+        """A page did not answer: a navigation is stopped and the page kept; otherwise (or
+        if it does not stop) the page is reset, its session starting again on a blank
+        page. Only when the browser itself does not answer either is it called hung."""
+        if exc.method in _NAVIGATIONS and self._browser is not None:
+            with contextlib.suppress(CdpCommandError):
+                await self._browser.connection.call(
+                    "Page.stopLoading", {}, session_id=tab.cdp_session, timeout=STOP_LOADING_S
+                )
+                return
+        # Raises BrowserFailed (and marks the connection failed) if the browser is hung.
+        if self._browser is None:
+            raise BrowserFailed(self._stopped_because or "it is not running")
+        await self._browser.connection.call(
+            "Browser.getVersion",
+            {},
+            timeout=min(self.limits.browser_call_timeout_s, HEALTH_CHECK_S),
         )
+        if tab.crashed is None:
+            tab.crashed = str(exc)
+            for session, known in self._by_cdp_session.values():
+                if known is tab:
+                    session.changed.set()
+            if self._browser is not None:
+                self._browser.connection.fail_page(tab.cdp_session, tab.crashed)
 
     def _on_event(self, message: CdpMessage) -> None:
         method, params = message.method, message.params
@@ -540,8 +663,11 @@ class WebBrowserController:
             tab.same_document += 1
         elif method == "Page.javascriptDialogOpening":
             # A dialog blocks the page's scripts, and with them every later command: it
-            # is dismissed at once, as headless browsers driven by tools usually do.
-            self._in_background(self._call("Page.handleJavaScriptDialog", {"accept": False}, tab))
+            # is dismissed at once, as headless browsers driven by tools usually do. A
+            # beforeunload dialog is accepted: refusing it would keep the page from ever
+            # being left.
+            leave = params.get("type") == "beforeunload"
+            self._in_background(self._call("Page.handleJavaScriptDialog", {"accept": leave}, tab))
         else:
             return
         session.changed.set()
@@ -659,8 +785,17 @@ class WebBrowserController:
             )
 
         timeout = self.limits.browser_call_timeout_s
-        if not await self._wait(session, loaded, timeout) and required:
-            raise PageError(f"the page did not finish loading within {timeout:g} s")
+        if not await self._wait(session, loaded, timeout):
+            # The load is stopped at its deadline: what arrived is shown, and a page that
+            # never finishes keeps no renderer busy after the answer.
+            tab = session.tab
+            if tab is not None and tab.crashed is None and self._browser is not None:
+                with contextlib.suppress(CdpCommandError, BrowserFailed):
+                    await self._browser.connection.call(
+                        "Page.stopLoading", {}, session_id=tab.cdp_session, timeout=STOP_LOADING_S
+                    )
+            if required:
+                raise PageError(f"the page did not finish loading within {timeout:g} s")
 
     async def _click(self, tab: _Tab, element_id: int) -> None:
         rendered = tab.rendered
@@ -783,3 +918,9 @@ class WebBrowserController:
         with contextlib.suppress(CdpCommandError):
             return await self._url(session.tab)
         return ""
+
+
+def _identity_key(identity: Identity) -> tuple[int | None, int | None, list[int]]:
+    """What makes two identities the same to the browser: uid, gid and the supplementary
+    groups (a browser with group `docker` must not serve a session without it)."""
+    return identity.uid, identity.gid, sorted(identity.groups or [])
