@@ -104,3 +104,26 @@ def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
         return cache[arch, fmt]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def built_browser(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The browser add-on built for real by `tools build` code, once per architecture;
+    a later session copies it from the cache by build id (about a second)."""
+    from pathlib import Path
+
+    from sandbox_tools.build_containers.browser import build_browser
+    from sandbox_tools.sandboxes.containers import ContainerPolicy
+    from sandbox_tools.sandboxes.images import RootfsStore
+
+    out = Path(tmp_path_factory.mktemp("dist-browser"))
+    cache: dict[Arch, Any] = {}
+    roots, containers = RootfsStore.from_cascade(), ContainerPolicy.from_cascade()
+
+    def get(arch: Arch) -> Any:
+        if arch not in cache:
+            record = build_browser(docker_engine, arch, out, lambda _: None, roots, containers)
+            cache[arch] = record, out / record.name
+        return cache[arch]
+
+    return get

@@ -48,10 +48,21 @@ class TextEnum(str, enum.Enum):
 class ArtifactFormat(TextEnum):
     PORTABLE = "portable"  # static launcher + onedir tree with its own glibc, unpacked once
     STATICX = "staticx"  # PyInstaller onefile + StaticX: unpacks itself on every start
+    TAR_XZ = "tar.xz"  # a tree as tar + xz: the standard library (tarfile, lzma) unpacks it
 
     @property
     def suffix(self) -> str:
-        return "" if self is ArtifactFormat.PORTABLE else ".staticx"
+        return {"portable": "", "staticx": ".staticx", "tar.xz": ".tar.xz"}[self.value]
+
+
+RUNTIME_FORMATS = (ArtifactFormat.PORTABLE, ArtifactFormat.STATICX)
+
+
+class ArtifactKind(TextEnum):
+    """What an artifact is for: the runtime itself, or an optional add-on beside it."""
+
+    RUNTIME = "runtime"  # the executable injected into every sandbox
+    BROWSER = "browser"  # headless Chromium with its own glibc, fonts and licences
 
 
 class Provenance(TextEnum):
@@ -66,6 +77,10 @@ class Provenance(TextEnum):
 
 def artifact_name(arch: Arch, fmt: ArtifactFormat, version: str = __version__) -> str:
     return f"sandbox-tools-{version}-linux-{arch.value}{fmt.suffix}"
+
+
+def browser_artifact_name(arch: Arch, version: str = __version__) -> str:
+    return f"sandbox-tools-browser-{version}-linux-{arch.value}{ArtifactFormat.TAR_XZ.suffix}"
 
 
 # -- writing files -----------------------------------------------------------------------
@@ -185,6 +200,7 @@ class Artifact:
     sha256: str
     build_id: str
     tool_versions: Mapping[str, str] = field(default_factory=dict)
+    kind: ArtifactKind = ArtifactKind.RUNTIME
     urls: tuple[str, ...] = ()
     path: Path | None = None
     provenance: Provenance | None = None
@@ -231,6 +247,8 @@ class Artifact:
             "sha256": self.sha256,
             "build_id": self.build_id,
         }
+        if self.kind is not ArtifactKind.RUNTIME:  # absent means the runtime (older records)
+            document["kind"] = self.kind.value
         if urls:
             document["urls"] = list(self.urls)
         else:
@@ -251,6 +269,7 @@ class Artifact:
         try:
             arch = Arch.parse(str(required("platform")).removeprefix("linux/"))
             fmt = ArtifactFormat(str(required("format")))
+            kind = ArtifactKind(str(data.get("kind", ArtifactKind.RUNTIME.value)))
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         tool_versions = data.get("tool_versions") or {}
@@ -265,6 +284,7 @@ class Artifact:
             sha256=str(required("sha256")),
             build_id=str(required("build_id")),
             tool_versions={str(k): str(v) for k, v in tool_versions.items()},
+            kind=kind,
             urls=tuple(str(u) for u in urls),
         )
 
@@ -282,7 +302,9 @@ def read_build_records(directory: Path) -> list[Artifact]:
 
 
 def write_build_records(directory: Path, records: list[Artifact]) -> Path:
-    """Replace the records of the same platform and format; keep the others."""
+    """Replace the records of the same platform and format; keep the others.
+
+    The format tells the kinds apart too: the browser add-on is the only tar.xz."""
     merged = {(r.platform, r.format.value): r for r in read_build_records(directory)}
     merged.update({(r.platform, r.format.value): r for r in records})
     document = {

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,9 @@ import pytest
 from sandbox_tools.artifacts import (
     Artifact,
     ArtifactFormat,
+    ArtifactKind,
     artifact_name,
+    browser_artifact_name,
     read_build_records,
     write_build_records,
 )
@@ -79,6 +82,27 @@ def test_records_round_trip_and_merge_per_platform(tmp_path: Path) -> None:
     assert document["schema"] == 1 and len(document["artifacts"]) == 2
     assert not list(tmp_path.glob("*.partial"))
     assert records[1].arch is Arch.ARM64
+
+
+def test_a_browser_add_on_record_sits_beside_the_runtime_of_its_platform(tmp_path: Path) -> None:
+    addon = replace(
+        record("linux/amd64", "4"),
+        name=browser_artifact_name(Arch.AMD64, "1.2.3"),
+        format=ArtifactFormat.TAR_XZ,
+        kind=ArtifactKind.BROWSER,
+    )
+    assert addon.name == "sandbox-tools-browser-1.2.3-linux-amd64.tar.xz"
+    write_build_records(tmp_path, [record("linux/amd64", "1"), addon])
+    write_build_records(tmp_path, [record("linux/amd64", "3")])  # a runtime-only rebuild
+    runtime, browser = read_build_records(tmp_path)
+    assert (runtime.kind, runtime.sha256) == (ArtifactKind.RUNTIME, "3")
+    assert browser == addon
+    written = json.loads((tmp_path / "build.json").read_text())["artifacts"]
+    # A runtime record reads as before (no "kind"): manifests and older readers unchanged.
+    assert [a.get("kind") for a in written] == [None, "browser"]
+    assert Artifact.from_json(addon.to_json(urls=True)).kind is ArtifactKind.BROWSER
+    with pytest.raises(ValueError, match="'browser-ish' is not a valid ArtifactKind"):
+        Artifact.from_json({**addon.to_json(), "kind": "browser-ish"})
 
 
 def test_complete_wheelhouse_is_reused_without_network(

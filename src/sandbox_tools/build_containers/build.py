@@ -30,9 +30,15 @@ from sandbox_tools.artifacts import (
     TextEnum,
     artifact_name,
     atomic_output,
+    browser_artifact_name,
     read_build_records,
     sha256_of,
     write_build_records,
+)
+from sandbox_tools.build_containers.browser import (
+    browser_build_id,
+    build_browser,
+    reusable_browser,
 )
 from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root
 from sandbox_tools.build_containers.lock import (
@@ -72,6 +78,7 @@ class Stage(TextEnum):
     FREEZE = "freeze"
     PACKAGE = "package"
     SMOKE_TEST = "smoke test"
+    BROWSER = "browser add-on"  # only with --with-browser: build_containers/browser.py
 
     @property
     def number(self) -> int:
@@ -107,6 +114,7 @@ class BuildRequest:
     out_dir: Path
     roots: RootfsStore  # the Debian mirror and the cache, from the caller's settings
     containers: ContainerPolicy  # keep/echo, and the tracker Ctrl-C empties
+    with_browser: bool = False  # also the optional browser add-on of each architecture
 
 
 def _reusable(out_dir: Path, name: str, build_id: str, fmt: ArtifactFormat) -> Artifact | None:
@@ -313,17 +321,39 @@ def _remove_unrecorded(request: BuildRequest, records: list[Artifact], since: fl
     """Outputs this run wrote but did not record (interrupted mid-way) are not artifacts."""
     recorded = {record.name for record in records}
     for arch in request.arches:
-        output = request.out_dir / artifact_name(arch, request.format)
-        with contextlib.suppress(FileNotFoundError):
-            if output.name not in recorded and output.stat().st_mtime >= since:
-                output.unlink()
-        for partial in request.out_dir.glob(f".{output.name}*"):
-            partial.unlink(missing_ok=True)
+        names = [artifact_name(arch, request.format)]
+        names += [browser_artifact_name(arch)] if request.with_browser else []
+        for output in (request.out_dir / name for name in names):
+            with contextlib.suppress(FileNotFoundError):
+                if output.name not in recorded and output.stat().st_mtime >= since:
+                    output.unlink()
+            for partial in request.out_dir.glob(f".{output.name}*"):
+                partial.unlink(missing_ok=True)
+
+
+def _browser_addon(
+    client: DockerClient, arch: Arch, request: BuildRequest, reporter: BuildReporter
+) -> Artifact:
+    existing = reusable_browser(request.out_dir, arch, browser_build_id(arch))
+    if existing is not None:
+        reporter.finished(arch, existing, skipped=True)
+        return existing
+    _stage(reporter, arch, Stage.BROWSER)
+    record = build_browser(
+        client,
+        arch,
+        request.out_dir,
+        lambda line: reporter.log(arch, line),
+        request.roots,
+        request.containers,
+    )
+    reporter.finished(arch, record, skipped=False)
+    return record
 
 
 def _on_engine(
     engine: Engine, arch: Arch, request: BuildRequest, reporter: BuildReporter
-) -> Artifact:
+) -> list[Artifact]:
     if engine.kind is EngineKind.MODAL:
         raise BuildError(
             "builds do not run on Modal: the builder image is made locally from Debian's "
@@ -336,7 +366,10 @@ def _on_engine(
             remedy="Start that engine, or build without it.",
         )
     reporter.log(arch, f"building on engine {engine.label}")
-    return build_arch(engine.client, arch, request, reporter)
+    records = [build_arch(engine.client, arch, request, reporter)]
+    if request.with_browser:
+        records.append(_browser_addon(engine.client, arch, request, reporter))
+    return records
 
 
 def build(
@@ -346,6 +379,9 @@ def build(
     on_error: Callable[[Arch, BaseException], None] | None = None,
 ) -> list[Artifact]:
     """Build every requested architecture in parallel; records go to dist/build.json.
+
+    With `request.with_browser`, each architecture's browser add-on follows its runtime
+    in the same worker.
 
     The architectures are dealt round-robin across `engines` (each builds its share, in
     parallel); `local_engine()` is this machine's.
@@ -361,7 +397,7 @@ def build(
         }
         for arch, future in futures.items():
             try:
-                records.append(future.result())
+                records += future.result()
             except Exception as exc:  # report every architecture, then fail
                 errors.append((arch, exc))
                 if on_error is not None:

@@ -13,7 +13,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sandbox_tools.artifacts import Artifact, ArtifactFormat
+from sandbox_tools.artifacts import RUNTIME_FORMATS, Artifact, ArtifactFormat, ArtifactKind
 from sandbox_tools.build_containers.build import BuildRequest, NullReporter, Stage, build
 from sandbox_tools.cli.invocation import invocation
 from sandbox_tools.cli.output import (
@@ -90,15 +90,18 @@ class PlainReporter:
 
 
 class RichReporter(PlainReporter):
-    """A live progress line per architecture: stage n/6, name, elapsed time."""
+    """A live progress line per architecture: stage n/6 (7 with the browser add-on),
+    name, elapsed time."""
 
-    def __init__(self, progress: Progress, verbose: bool) -> None:
+    def __init__(self, progress: Progress, verbose: bool, with_browser: bool = False) -> None:
         super().__init__(verbose)
         self.progress = progress
         self.tasks: dict[Arch, TaskID] = {}
+        self.with_browser = with_browser
+        self.total = len(Stage) if with_browser else Stage.BROWSER.number
 
     def add(self, arch: Arch) -> None:
-        self.tasks[arch] = self.progress.add_task(f"{arch.value}: waiting", total=len(Stage))
+        self.tasks[arch] = self.progress.add_task(f"{arch.value}: waiting", total=self.total)
 
     def stage(self, arch: Arch, stage: Stage) -> None:
         done = stage.number
@@ -110,8 +113,11 @@ class RichReporter(PlainReporter):
 
     def finished(self, arch: Arch, record: Artifact, skipped: bool) -> None:
         verdict = "up to date" if skipped else "built"
+        last = record.kind is ArtifactKind.BROWSER or not self.with_browser
         self.progress.update(
-            self.tasks[arch], completed=len(Stage), description=f"{arch.value}: {verdict}"
+            self.tasks[arch],
+            completed=self.total if last else Stage.BROWSER.number,
+            description=f"{arch.value}: {record.kind} {verdict}",
         )
 
 
@@ -120,7 +126,7 @@ def _result_table(records: list[Artifact], out_dir: Path, seconds: float) -> Tab
     # Names and digests are never cut: they are copied into scripts and compared.
     for column in ("artifact", "platform", "format", "size", "sha256", "build id"):
         table.add_column(column, overflow="fold", no_wrap=column not in ("sha256", "build id"))
-    for record in sorted(records, key=lambda r: r.platform):
+    for record in sorted(records, key=lambda r: (r.platform, r.kind.value)):
         table.add_row(
             record.name,
             record.platform,
@@ -144,7 +150,10 @@ def build_command(
         bool, typer.Option("--all", help="Build every architecture.", metavar="")
     ] = False,
     fmt: Annotated[
-        ArtifactFormat, typer.Option("--format", help="Artifact format.")
+        ArtifactFormat,
+        typer.Option(
+            "--format", help="The runtime's format: portable or staticx (tar.xz: --with-browser)."
+        ),
     ] = ArtifactFormat.PORTABLE,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("dist"),
     verbose: Annotated[
@@ -164,10 +173,24 @@ def build_command(
             "repeatable, architectures are spread across them.",
         ),
     ] = None,
+    with_browser: Annotated[
+        bool,
+        typer.Option(
+            "--with-browser",
+            help="Also build the optional browser add-on (headless Chromium, tar.xz, "
+            "about 100 MB) of each architecture.",
+            metavar="",
+        ),
+    ] = False,
 ) -> None:
     """Build the runtime into one self-contained executable per architecture."""
     if all_arches and arch:
         raise ConfigurationError("--all and --arch exclude each other")
+    if fmt not in RUNTIME_FORMATS:
+        raise ConfigurationError(
+            f"--format {fmt} is the browser add-on's packing, not a runtime format",
+            remedy="Build the add-on with --with-browser.",
+        )
     try:
         arches = tuple(Arch) if all_arches else tuple(parse_arches(arch or [os.uname().machine]))
     except ValueError as exc:
@@ -176,7 +199,12 @@ def build_command(
     limit = run.settings.engine_concurrency
     client = connect_engines(engine, limit) if engine else [local_engine(limit)]
     request = BuildRequest(
-        arches=arches, format=fmt, out_dir=out, roots=run.roots, containers=run.containers
+        arches=arches,
+        format=fmt,
+        out_dir=out,
+        roots=run.roots,
+        containers=run.containers,
+        with_browser=with_browser,
     )
     started = time.monotonic()
     verbose = verbose or globally_verbose()
@@ -192,7 +220,7 @@ def build_command(
             TimeElapsedColumn(),
             console=notes,
         ) as progress:
-            reporter = RichReporter(progress, verbose)
+            reporter = RichReporter(progress, verbose, with_browser)
             for target in arches:
                 reporter.add(target)
             records = build(client, request, reporter)
@@ -213,6 +241,6 @@ def build_command(
 def _summary_lines(records: list[Artifact], seconds: float) -> list[str]:
     lines = [f"## tools build: {len(records)} artifact(s) in {seconds:.0f} s", ""]
     lines += ["| artifact | platform | size | sha256 |", "|---|---|---|---|"]
-    for r in sorted(records, key=lambda r: r.platform):
+    for r in sorted(records, key=lambda r: (r.platform, r.kind.value)):
         lines.append(f"| {r.name} | {r.platform} | {r.size / 1e6:.1f} MB | `{r.sha256}` |")
     return lines

@@ -13,7 +13,13 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sandbox_tools.artifacts import Artifact, ArtifactFormat, Provenance, read_build_records
+from sandbox_tools.artifacts import (
+    Artifact,
+    ArtifactFormat,
+    ArtifactKind,
+    Provenance,
+    read_build_records,
+)
 from sandbox_tools.cli.invocation import invocation
 from sandbox_tools.cli.output import (
     actions_error,
@@ -100,6 +106,23 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
     if not chosen:
         raise ConfigurationError(f"no artifacts to validate in {dist}; run `tools build` first")
     return chosen
+
+
+def _addons(dist: Path, arches: list[Arch]) -> dict[str, list[str]]:
+    """The static findings of each browser add-on built in `dist` (none built: none)."""
+    found: dict[str, list[str]] = {}
+    for record in read_build_records(dist):
+        if record.kind is not ArtifactKind.BROWSER or (arches and record.arch not in arches):
+            continue
+        located = record.found_at(dist / record.name, Provenance.DIST)
+        if located is None:
+            found[record.name] = [
+                "missing or does not match its record in build.json; rebuild it with "
+                "`tools build --with-browser`"
+            ]
+        else:
+            found[record.name] = static_checks(located.located, located)
+    return found
 
 
 def validate_command(
@@ -190,6 +213,7 @@ def validate_command(
     matrix = load_matrix().select(only)
     artifacts = _artifacts(dist, arches)
     problems = {art.name: static_checks(art.located, art) for art in artifacts}
+    problems.update(_addons(dist, arches))  # add-ons: static checks only, no cells yet
     for name, found in problems.items():
         verdict = "[green]ok[/]" if not found else "[bold red]" + escape("; ".join(found)) + "[/]"
         (console if found else notes).print(f"static checks {name}: {verdict}")

@@ -11,10 +11,16 @@ defines. Every problem is collected, not just the first.
 
 from __future__ import annotations
 
+import json
+import lzma
 import posixpath
+import tarfile
+from collections.abc import Mapping
 from pathlib import Path
+from xml.etree import ElementTree
 
-from sandbox_tools.artifacts import Artifact, ArtifactFormat
+from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind
+from sandbox_tools.build_containers.elf import ElfError, glibc_version, is_elf, read_elf
 from sandbox_tools.build_containers.package import (
     METADATA_ENTRY,
     PayloadError,
@@ -22,7 +28,7 @@ from sandbox_tools.build_containers.package import (
     read_payload,
 )
 from sandbox_tools.build_containers.records import tree_id
-from sandbox_tools.distro_matrix.elf import ElfError, glibc_version, is_elf, read_elf
+from sandbox_tools.build_containers.tree_archive import read_archive
 from sandbox_tools.platforms import Arch
 
 MAX_ARTIFACT_BYTES = 15 * 1000 * 1000
@@ -33,6 +39,8 @@ LIBRARY_PATH = ("lib", "_internal")  # the launcher's --library-path, relative t
 
 def static_checks(path: Path, record: Artifact) -> list[str]:
     """Every problem found in the artifact without running it; empty when it is sound."""
+    if record.kind is ArtifactKind.BROWSER:
+        return browser_static_checks(path, record)
     problems: list[str] = []
     data = path.read_bytes()
     if len(data) != record.size:
@@ -76,32 +84,49 @@ def payload_problems(data: bytes, record: Artifact) -> list[str]:
     libc = files.get("lib/libc.so.6")
     newest = _newest_glibc(libc.content) if libc is not None else None
     present = set(files) | set(links)
-    for entry in files.values():
-        if not is_elf(entry.content):
-            continue
+    elves = {e.path: e.content for e in files.values() if is_elf(e.content)}
+    problems += [
+        f"payload: {found}"
+        for found in tree_elf_problems(elves, present, LIBRARY_PATH, record.arch, newest)
+    ]
+    return problems
+
+
+def tree_elf_problems(
+    elves: Mapping[str, bytes],
+    present: set[str],
+    library_path: tuple[str, ...],
+    arch: Arch,
+    newest: tuple[int, ...] | None,
+) -> list[str]:
+    """Each ELF of a tree for the right machine, every DT_NEEDED present (by the library
+    path, the file's own directory and its `$ORIGIN` run paths), no GLIBC_x.y newer than
+    `newest` (the bundled glibc's)."""
+    problems: list[str] = []
+    for path, content in sorted(elves.items()):
         try:
-            info = read_elf(entry.content)
+            info = read_elf(content)
         except ElfError as exc:
-            problems.append(f"payload: {entry.path}: {exc}")
+            problems.append(f"{path}: {exc}")
             continue
-        if info.machine != ELF_MACHINES[record.arch]:
-            problems.append(f"payload: {entry.path} is built for ELF machine {info.machine}")
-        here = posixpath.dirname(entry.path)
-        search = [*LIBRARY_PATH, here]
+        if info.machine != ELF_MACHINES[arch]:
+            problems.append(f"{path} is built for ELF machine {info.machine}")
+        here = posixpath.dirname(path)
+        search = [*library_path, here]
         search += [
             posixpath.normpath(posixpath.join(here, p.replace("$ORIGIN", ".")))
             for p in info.run_path
             if p.startswith("$ORIGIN")
         ]
         for library in info.needed:
-            if not any(posixpath.join(d, library) in present for d in search):
-                problems.append(f"payload: {entry.path} needs {library}, which the tree lacks")
+            if not any(posixpath.normpath(posixpath.join(d, library)) in present for d in search):
+                problems.append(f"{path} needs {library}, which the tree lacks")
         if newest is not None:
             for tag in sorted(info.needs_versions):
                 version = glibc_version(tag)
                 if version is not None and version > newest:
                     problems.append(
-                        f"payload: {entry.path} needs {tag}, newer than the bundled glibc "
+                        f"{path} needs {tag}, newer than the bundled glibc "
                         f"(GLIBC_{'.'.join(map(str, newest))})"
                     )
     return problems
@@ -133,3 +158,129 @@ def _newest_glibc(libc: bytes) -> tuple[int, ...] | None:
         return None
     versions = [v for v in map(glibc_version, defined) if v is not None]
     return max(versions) if versions else None
+
+
+# -- the browser add-on ------------------------------------------------------------------
+
+MAX_BROWSER_BYTES = 110 * 1000 * 1000
+BROWSER_ENTRY = "chrome"  # the static launcher
+BROWSER_BINARY = "chromium-headless-shell"
+BROWSER_LIBRARY_PATH = ("", "lib")  # the launcher's --library-path, and the browser's own dir
+BROWSER_METADATA = "browser.json"
+# Opened with dlopen, so no DT_NEEDED names them: NSS's modules (with the checksums the
+# softoken verifies itself against) and the library the softoken keeps its database in.
+NSS_MODULES = ("libsoftokn3.so", "libfreebl3.so", "libfreeblpriv3.so", "libnssckbi.so")
+NSS_CHECKSUMS = ("libsoftokn3.chk", "libfreebl3.chk", "libfreeblpriv3.chk")
+
+
+def browser_static_checks(path: Path, record: Artifact) -> list[str]:
+    """The add-on read back as the runtime will unpack it (tarfile + lzma), without
+    running it: the members, the launcher, the ELF closure, glibc versions, the fonts
+    and their configuration, a licence per package, and the metadata."""
+    problems: list[str] = []
+    size = path.stat().st_size
+    if size != record.size:
+        problems.append(f"size {size} differs from the record's {record.size}")
+    if size > MAX_BROWSER_BYTES:
+        problems.append(f"{size} bytes exceeds the {MAX_BROWSER_BYTES} byte budget")
+    files: dict[str, bytes] = {}
+    try:
+        for member, content in read_archive(str(path)):
+            name = member.name
+            if name.startswith("/") or ".." in name.split("/"):
+                problems.append(f"archive: {name} points outside the tree")
+            elif member.isfile():
+                files[name] = content
+            elif not member.isdir():
+                problems.append(f"archive: {name} is neither a file nor a directory")
+    except (OSError, EOFError, tarfile.TarError, lzma.LZMAError) as exc:
+        return [*problems, f"archive: cannot be read back ({exc})"]
+    problems += _browser_metadata_problems(files, record)
+    loader = posixpath.basename(LOADERS[record.arch])
+    required = (BROWSER_ENTRY, BROWSER_BINARY, loader, "lib/libc.so.6", "icudtl.dat")
+    problems += [f"no {name}" for name in required if name not in files]
+    problems += [
+        f"no lib/{name} (NSS opens it with dlopen)"
+        for name in (*NSS_MODULES, *NSS_CHECKSUMS)
+        if f"lib/{name}" not in files
+    ]
+    if BROWSER_ENTRY in files:
+        problems += _launcher_problems(files[BROWSER_ENTRY], record.arch)
+    problems += _fonts_problems(files)
+    problems += _licence_problems(files)
+    libc = files.get("lib/libc.so.6")
+    newest = _newest_glibc(libc) if libc is not None else None
+    elves = {name: content for name, content in files.items() if is_elf(content)}
+    elves.pop(BROWSER_ENTRY, None)  # static: checked above
+    problems += tree_elf_problems(elves, set(files), BROWSER_LIBRARY_PATH, record.arch, newest)
+    return problems
+
+
+def _browser_metadata_problems(files: Mapping[str, bytes], record: Artifact) -> list[str]:
+    try:
+        metadata = json.loads(files[BROWSER_METADATA])
+    except KeyError:
+        return [f"no {BROWSER_METADATA}"]
+    except ValueError as exc:
+        return [f"{BROWSER_METADATA} is not JSON ({exc})"]
+    expected = {
+        "build_id": record.build_id,
+        "platform": record.platform,
+        "kind": ArtifactKind.BROWSER.value,
+    }
+    return [
+        f"{BROWSER_METADATA} says {key} {metadata.get(key)!r}, the record {value!r}"
+        for key, value in expected.items()
+        if metadata.get(key) != value
+    ]
+
+
+def _launcher_problems(content: bytes, arch: Arch) -> list[str]:
+    try:
+        info = read_elf(content)
+    except ElfError as exc:
+        return [f"{BROWSER_ENTRY}: {exc}"]
+    problems = []
+    if info.machine != ELF_MACHINES[arch]:
+        problems.append(f"{BROWSER_ENTRY} is built for ELF machine {info.machine}")
+    if info.interpreter or info.dynamic:
+        problems.append(f"{BROWSER_ENTRY} is not statically linked")
+    return problems
+
+
+def _fonts_problems(files: Mapping[str, bytes]) -> list[str]:
+    """fonts.conf present and parseable, and every directory it names holds fonts."""
+    if "fonts.conf" not in files:
+        return ["no fonts.conf (without one Chromium aborts, even for --dump-dom)"]
+    try:
+        config = ElementTree.fromstring(files["fonts.conf"])
+    except ElementTree.ParseError as exc:
+        return [f"fonts.conf is not XML ({exc})"]
+    directories = [d.text or "" for d in config.iter("dir")]
+    if not directories:
+        return ["fonts.conf names no font directory"]
+    problems = []
+    for directory in directories:
+        if directory.startswith("/"):
+            problems.append(f"fonts.conf names {directory}, outside the tree")
+        elif not any(
+            name.startswith(directory.rstrip("/") + "/") and name.endswith((".ttf", ".otf"))
+            for name in files
+        ):
+            problems.append(f"fonts.conf names {directory}/, which holds no fonts")
+    return problems
+
+
+def _licence_problems(files: Mapping[str, bytes]) -> list[str]:
+    """A non-empty copyright file for every package browser.json lists."""
+    try:
+        packages = json.loads(files[BROWSER_METADATA]).get("packages", {})
+    except (KeyError, ValueError, AttributeError):
+        return []  # said once, by the metadata check
+    if not packages:
+        return [f"{BROWSER_METADATA} lists no packages: no licences can be checked"]
+    return [
+        f"no licence for {package} (licenses/{package}/copyright)"
+        for package in sorted(packages)
+        if not files.get(f"licenses/{package}/copyright")
+    ]

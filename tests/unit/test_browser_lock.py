@@ -1,0 +1,109 @@
+"""The browser add-on's inputs, without an engine: the committed locks, what a lock line
+says, where a package is downloaded from, what the build id covers, and the packer's
+output read back by the standard library."""
+
+from __future__ import annotations
+
+import lzma
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sandbox_tools.build_containers.browser import (
+    browser_build_id,
+    browser_build_inputs,
+    parse_lock,
+    read_lock,
+)
+from sandbox_tools.build_containers.tree_archive import XZ_PIECE, read_archive, write_archive
+from sandbox_tools.errors import BuildError
+from sandbox_tools.platforms import Arch
+
+
+@pytest.mark.parametrize("arch", list(Arch), ids=lambda a: a.value)
+def test_the_committed_locks_pin_chromium_from_bookworm_for_their_architecture(
+    arch: Arch,
+) -> None:
+    packages = {p.name: p for p in read_lock(arch)}
+    for name in ("chromium-headless-shell", "chromium-common", "libc6", "libnss3"):
+        assert packages[name].arch == arch.value, name
+        assert packages[name].url.startswith("http://deb.debian.org/debian")
+        assert len(packages[name].sha256) == 64 and packages[name].size > 0
+    assert packages["fonts-dejavu-core"].arch == "all"
+    assert "deb12" in packages["chromium-headless-shell"].version  # bookworm's security build
+    # The closure, not the package set: what Chromium never loads stays out.
+    assert not {"libllvm15", "libgl1-mesa-dri", "libz3-4"} & set(packages)
+
+
+def test_a_lock_line_and_its_licence_only_marker() -> None:
+    text = (
+        "# a comment\n"
+        "libc6:amd64=2.36-9+deb12u14 " + "a" * 64 + " 2759 "
+        "http://deb.debian.org/debian/pool/main/g/glibc/libc6_2.36-9+deb12u14_amd64.deb\n"
+        "gcc-12-base:amd64=12.2.0-14+deb12u1 " + "b" * 64 + " 37 "
+        "http://deb.debian.org/debian/pool/main/g/gcc-12/gcc-12-base_12.2.0_amd64.deb"
+        "  # licence only\n"
+    )
+    libc, base = parse_lock(text)
+    assert (libc.name, libc.arch, libc.version, libc.size) == (
+        "libc6",
+        "amd64",
+        "2.36-9+deb12u14",
+        2759,
+    )
+    assert libc.file == "libc6_2.36-9+deb12u14_amd64.deb"
+    assert not libc.licence_only and base.licence_only
+    with pytest.raises(BuildError, match="line 1 is malformed"):
+        parse_lock("libc6:amd64=2.36 abc\n")
+
+
+def test_packages_come_from_the_configured_mirror_and_security_from_its_archive() -> None:
+    main, security = parse_lock(
+        "a:amd64=1 " + "0" * 64 + " 1 http://deb.debian.org/debian/pool/main/a/a/a_1_amd64.deb\n"
+        "b:amd64=2 " + "0" * 64 + " 1 "
+        "http://deb.debian.org/debian-security/pool/updates/main/b/b/b_2_amd64.deb\n"
+    )
+    mirror = "http://mirror.example/debian/"
+    assert main.source_url(mirror) == "http://mirror.example/debian/pool/main/a/a/a_1_amd64.deb"
+    assert security.source_url(mirror) == security.url
+
+
+def test_the_build_id_covers_the_lock_the_recipe_and_the_architecture() -> None:
+    amd64 = browser_build_id(Arch.AMD64)
+    assert amd64 == browser_build_id(Arch.AMD64) != browser_build_id(Arch.ARM64)
+    assert amd64.startswith("sha256:") and len(amd64) == 7 + 64
+    names = {p.name for p in browser_build_inputs()}
+    assert {"browser-amd64.lock", "browser-arm64.lock", "assemble.py", "launcher.c"} <= names
+    assert {"fonts.conf", "elf.py", "tree_archive.py", "browser.py"} <= names
+
+
+def test_the_packer_writes_a_deterministic_tree_that_tarfile_reads(tmp_path: Path) -> None:
+    program = tmp_path / "program"
+    program.write_bytes(b"\x7fELF" + bytes(range(256)) * 4096)
+    program.chmod(0o700)
+    notes = tmp_path / "notes"
+    notes.write_bytes(b"x" * (XZ_PIECE + 10))  # two xz streams, one after the other
+    files = {"bin/program": str(program), "share/doc/notes": str(notes)}
+    first, second = tmp_path / "first.tar.xz", tmp_path / "second.tar.xz"
+    write_archive(files, {"about.json": b"{}\n"}, str(first))
+    program.touch()
+    write_archive(files, {"about.json": b"{}\n"}, str(second))
+    assert first.read_bytes() == second.read_bytes()
+    members = {m.name: (m, content) for m, content in read_archive(str(first))}
+    assert list(members) == [
+        "bin",
+        "share",
+        "share/doc",
+        "about.json",
+        "bin/program",
+        "share/doc/notes",
+    ]
+    program_member, content = members["bin/program"]
+    assert content == program.read_bytes() and program_member.mode == 0o755
+    assert members["share/doc/notes"][0].mode == 0o644
+    assert {(m.uid, m.gid, m.uname, m.mtime) for m, _ in members.values()} == {
+        (0, 0, "", 315532800)
+    }
+    with lzma.open(first) as plain, tarfile.open(fileobj=plain) as tar:
+        assert len(tar.getnames()) == 6
