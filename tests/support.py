@@ -5,12 +5,15 @@ directory, waiting for a side effect, the architectures and target images under 
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,12 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
+from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
+from sandbox_tools.runtime.tools.web_browser.tool_types import (
+    CrawlerResult,
+    GoParams,
+    NewSessionParams,
+)
 
 
 def inspect_eval(
@@ -208,3 +217,23 @@ BAD_ENVS = [
 
 def request(method: str, params: dict[str, Any]) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+
+
+@contextlib.contextmanager
+def serve_site(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A small web site on loopback for the browser tests; its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+async def new_browser_session(controller: WebBrowserController, **params: Any) -> str:
+    return (await controller.new_session(NewSessionParams.parse(params)))["session_name"]
+
+
+async def browse(controller: WebBrowserController, session: str, url: str) -> CrawlerResult:
+    return await controller.go(GoParams.parse({"session_name": session, "url": url}))

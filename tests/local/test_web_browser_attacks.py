@@ -13,7 +13,6 @@ import http.server
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,13 +26,10 @@ from sandbox_tools.runtime.tools.web_browser.cdp import BrowserFailed
 from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
     ClickParams,
-    CrawlerResult,
-    GoParams,
-    NewSessionParams,
     ScrollParams,
     SessionParams,
 )
-from tests.support import RuntimeDir, eventually
+from tests.support import RuntimeDir, browse, eventually, new_browser_session, serve_site
 
 pytestmark = [
     pytest.mark.skipif(
@@ -89,11 +85,8 @@ class _Site(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serve_site(_Site) as url:
+        yield url
 
 
 @pytest.fixture
@@ -102,14 +95,6 @@ async def short() -> AsyncIterator[WebBrowserController]:
     controller = WebBrowserController(Limits(browser_call_timeout_s=4.0))
     yield controller
     await controller.shutdown()
-
-
-async def new_session(controller: WebBrowserController, **params: Any) -> str:
-    return (await controller.new_session(NewSessionParams.parse(params)))["session_name"]
-
-
-async def go(controller: WebBrowserController, session: str, url: str) -> CrawlerResult:
-    return await controller.go(GoParams.parse({"session_name": session, "url": url}))
 
 
 def profile_of(pid: int) -> str:
@@ -181,8 +166,8 @@ async def test_a_browser_pid_reused_after_the_agent_killed_it_is_never_signalled
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # to reap the killed renderers
     try:
-        session = await new_session(controller, user="1000")
-        await go(controller, session, site)
+        session = await new_browser_session(controller, user="1000")
+        await browse(controller, session, site)
         browser = controller._browser
         assert browser is not None
         pid = browser.pid
@@ -213,8 +198,8 @@ async def test_forged_frames_are_bounded_before_they_are_parsed(site: str) -> No
     dropped unparsed, the event loop is not held, and the session goes on."""
     controller = WebBrowserController(Limits())
     try:
-        session = await new_session(controller)
-        await go(controller, session, site)
+        session = await new_browser_session(controller)
+        await browse(controller, session, site)
         pid = (await controller.info())["pid"]
         assert isinstance(pid, int)
         frame = b'{"method":"Page.x","params":{"a":[' + b"[]," * (10 * 1024 * 1024) + b"[]]}}\0"
@@ -245,8 +230,8 @@ async def test_a_profile_of_many_files_is_removed_off_the_event_loop(site: str) 
     of the browser's identity, while the server's loop goes on."""
     controller = WebBrowserController(Limits())
     try:
-        session = await new_session(controller, user="1000")
-        await go(controller, session, site)
+        session = await new_browser_session(controller, user="1000")
+        await browse(controller, session, site)
         pid = (await controller.info())["pid"]
         assert isinstance(pid, int)
         profile = profile_of(pid)
@@ -277,21 +262,21 @@ async def test_a_page_that_hangs_or_spins_is_its_own_error_not_the_browsers(
     """THREAT_MODEL.md, "The web browser" (a page's failure is that page's): a server
     that never answers and a script that never yields cost their own session an error;
     the browser and the other sessions' pages stay."""
-    other = await new_session(short)
-    assert (await go(short, other, site))["error"] is None
+    other = await new_browser_session(short)
+    assert (await browse(short, other, site))["error"] is None
     pid = (await short.info())["pid"]
-    victim = await new_session(short)
-    hung = await go(short, victim, f"{site}/hang")
+    victim = await new_browser_session(short)
+    hung = await browse(short, victim, f"{site}/hang")
     assert hung["error"] is not None
-    assert (await go(short, victim, site))["error"] is None  # the hang was stopped
-    await go(short, victim, f"{site}/spin")
+    assert (await browse(short, victim, site))["error"] is None  # the hang was stopped
+    await browse(short, victim, f"{site}/spin")
     await asyncio.sleep(0.5)
     spun = await short.scroll(ScrollParams.parse({"session_name": victim, "direction": "down"}))
     assert spun["error"] is not None and "did not answer" in spun["error"]
     refreshed = await short.refresh(SessionParams.parse({"session_name": other}))
     assert refreshed["error"] is None and "Welcome" in refreshed["web_at"]
     assert (await short.info())["pid"] == pid  # the same browser throughout
-    assert (await go(short, victim, site))["error"] is None  # the session starts again
+    assert (await browse(short, victim, site))["error"] is None  # the session starts again
 
 
 async def test_a_beforeunload_trap_does_not_keep_the_page(
@@ -299,11 +284,11 @@ async def test_a_beforeunload_trap_does_not_keep_the_page(
 ) -> None:
     """THREAT_MODEL.md, "The web browser" (dialogs would block every later command): a
     page that asks to stay when left is left all the same."""
-    session = await new_session(short)
-    page = await go(short, session, f"{site}/unload")
+    session = await new_browser_session(short)
+    page = await browse(short, session, f"{site}/unload")
     button = int(page["web_at"].split("] button")[0].rsplit("[", 1)[1])
     await short.click(ClickParams.parse({"session_name": session, "element_id": button}))
-    left = await go(short, session, f"{site}/next")
+    left = await browse(short, session, f"{site}/next")
     assert left["error"] is None and "Welcome" in left["web_at"]
 
 
@@ -313,11 +298,11 @@ async def test_a_browser_killed_mid_load_fails_the_call_at_once(site: str) -> No
     the end of the 30 s load wait."""
     controller = WebBrowserController(Limits())
     try:
-        session = await new_session(controller)
-        await go(controller, session, site)
+        session = await new_browser_session(controller)
+        await browse(controller, session, site)
         pid = (await controller.info())["pid"]
         assert isinstance(pid, int)
-        call = asyncio.create_task(go(controller, session, f"{site}/trickle"))
+        call = asyncio.create_task(browse(controller, session, f"{site}/trickle"))
         await asyncio.sleep(1.5)
         os.killpg(pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -336,9 +321,9 @@ async def test_identities_that_differ_only_in_groups_do_not_share_a_browser(
     browser with group 0 must not serve a session of the same uid and gid without it."""
     controller = WebBrowserController(Limits())
     try:
-        await new_session(controller, user={"uid": 1000, "gid": 1000, "groups": [1000, 0]})
+        await new_browser_session(controller, user={"uid": 1000, "gid": 1000, "groups": [1000, 0]})
         with pytest.raises(ToolError, match="cannot also act as"):
-            await new_session(controller, user={"uid": 1000, "gid": 1000, "groups": [1000]})
+            await new_browser_session(controller, user={"uid": 1000, "gid": 1000, "groups": [1000]})
     finally:
         await controller.shutdown()
 
