@@ -17,6 +17,7 @@ import posixpath
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind
@@ -132,6 +133,17 @@ def tree_elf_problems(
     return problems
 
 
+def _disagreements(where: str, metadata: Any, expected: Mapping[str, str]) -> list[str]:
+    """What an artifact's own metadata says that its record does not."""
+    if not isinstance(metadata, dict):
+        return [f"{where} is not a JSON object"]
+    return [
+        f"{where} says {key} {metadata.get(key)!r}, the record {value!r}"
+        for key, value in expected.items()
+        if metadata.get(key) != value
+    ]
+
+
 def _metadata_problems(data: bytes, record: Artifact) -> list[str]:
     try:
         metadata = read_metadata(data)
@@ -144,11 +156,7 @@ def _metadata_problems(data: bytes, record: Artifact) -> list[str]:
         "platform": record.platform,
         "format": record.format.value,
     }
-    return [
-        f"payload: {METADATA_ENTRY} says {key} {metadata.get(key)!r}, the record {value!r}"
-        for key, value in expected.items()
-        if metadata.get(key) != value
-    ]
+    return _disagreements(f"payload: {METADATA_ENTRY}", metadata, expected)
 
 
 def _newest_glibc(libc: bytes) -> tuple[int, ...] | None:
@@ -228,11 +236,7 @@ def _browser_metadata_problems(files: Mapping[str, bytes], record: Artifact) -> 
         "platform": record.platform,
         "kind": ArtifactKind.BROWSER.value,
     }
-    return [
-        f"{BROWSER_METADATA} says {key} {metadata.get(key)!r}, the record {value!r}"
-        for key, value in expected.items()
-        if metadata.get(key) != value
-    ]
+    return _disagreements(BROWSER_METADATA, metadata, expected)
 
 
 def _launcher_problems(content: bytes, arch: Arch) -> list[str]:
