@@ -3,8 +3,9 @@
 The CLI catches `SandboxToolsError` once and prints `message` and `remedy`
 without a traceback; anything else escaping is a bug and keeps its traceback.
 `str()` of an error is its message alone, so code that wraps one error in another
-never repeats a remedy; where no CLI renders the two apart (a sample's transcript,
-inspect's prerequisite error) `explained()` joins them once.
+never repeats a remedy; an uncaught error's traceback shows the remedy as a note (Python
+3.11+), and where no CLI renders the two apart (a sample's transcript, inspect's
+prerequisite error) `explained()` joins them once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ class SandboxToolsError(Exception):
         super().__init__(message)
         self.message = message
         self.remedy = remedy if remedy is not None else self.default_remedy
+        if self.remedy and hasattr(self, "add_note"):  # Python 3.11+
+            # A library caller's traceback shows it under the message; str() and wrapping
+            # errors never carry it, so it is never said twice.
+            self.add_note(f"what to do: {self.remedy}")
 
     def __str__(self) -> str:
         return self.message

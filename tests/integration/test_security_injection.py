@@ -101,7 +101,7 @@ async def test_forged_markers_before_a_genuine_install_are_not_reused(
             support = await injector.tool_support(sandbox)
             assert not support.reused
             assert support.install_dir.startswith(f"/tmp/sandbox-tools-{tag}-")
-            assert support.info["build_id"] == artifact.build_id
+            assert support.info.build_id == artifact.build_id
             assert support.recon.uid == 0  # the forged uid=1000 line changed nothing
             result = await exec_remote(support.client, "id -u", stream=False)
             assert result.stdout == "0\n"
@@ -112,7 +112,7 @@ async def test_forged_markers_before_a_genuine_install_are_not_reused(
         # agent's directory is still never run.
         async with Injector(artifact=artifact) as injector:
             again = await injector.tool_support(sandbox)
-            assert again.info["build_id"] == artifact.build_id
+            assert again.info.build_id == artifact.build_id
         await assert_root_ran_nothing_of_the_agents(sandbox)
 
 
@@ -148,7 +148,7 @@ async def test_after_a_genuine_install_the_agent_cannot_take_its_place(
         async with Injector(artifact=artifact) as injector:
             second = await injector.tool_support(sandbox)
             assert (second.reused, second.install_dir) == (True, first.install_dir)
-            assert second.info["build_id"] == artifact.build_id
+            assert second.info.build_id == artifact.build_id
         await assert_root_ran_nothing_of_the_agents(sandbox)
 
         # Root's own install, tampered with (as root could): the digest check refuses it.
@@ -192,7 +192,7 @@ async def test_planted_symlinks_fifos_and_a_huge_marker_change_nothing(
             support = await injector.tool_support(sandbox)
             elapsed = time.monotonic() - started
             print(f"injection through planted FIFOs/symlinks/400 MB marker: {elapsed:.2f} s")
-            assert support.info["build_id"] == artifact.build_id
+            assert support.info.build_id == artifact.build_id
             # /opt is agent-writable here, so root uses its home, never /opt or /tmp.
             assert support.install_dir.startswith("/root/sandbox-tools-")
             opt = next(c for c in support.recon.candidates if c.path == "/opt/sandbox-tools")
@@ -262,7 +262,7 @@ async def test_exec_remote_timeout_holds_when_the_server_is_stopped(
                 process = await exec_remote(
                     support.client, "sleep 300", ExecRemoteOptions(timeout=3)
                 )
-                pid = support.info["pid"]
+                pid = support.info.pid
                 await as_root(sandbox, f"kill -STOP {pid}")
                 started = time.monotonic()
                 try:

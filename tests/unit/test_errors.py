@@ -47,3 +47,16 @@ def test_a_tool_error_has_one_text() -> None:
     assert error.args == ("no such file: /x",)
     other = RuntimeRpcError(-32603, "boom")
     assert str(other) == other.message == "runtime error -32603: boom"
+
+
+def test_an_uncaught_error_shows_its_remedy_once_as_a_note() -> None:
+    """A library caller (not the CLI) sees the remedy under the message in a traceback;
+    wrapping the error in another's text still carries the message only."""
+    import sys
+    import traceback
+
+    error = SandboxInjectionError("no artifact", remedy="Run tools build --out dist.")
+    shown = "".join(traceback.format_exception(error))
+    if sys.version_info >= (3, 11):
+        assert shown.count("Run tools build --out dist.") == 1
+    assert "Run tools build" not in f"wrapped: {error}"
