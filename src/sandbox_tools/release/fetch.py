@@ -174,6 +174,12 @@ def _causes(exc: BaseException) -> list[BaseException]:
 def _no_answer(exc: requests.RequestException, url: str) -> str:
     """Why a source sent nothing back, in a few words (never urllib3's repr)."""
     causes = _causes(exc)
+    if isinstance(exc, requests.exceptions.ProxyError):
+        # Behind a proxy the environment names, the mirror was never reached: say so, or
+        # the user looks for a fault in the mirror.
+        proxy = requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url))
+        why = _no_answer(requests.ConnectionError(*exc.args), proxy or url)
+        return f"the proxy {proxy or '(from the environment)'} did not pass it on: {why}"
     if isinstance(exc, requests.ConnectTimeout):
         return f"no connection within {CONNECT_TIMEOUT:g} s"
     if isinstance(exc, requests.ReadTimeout):
