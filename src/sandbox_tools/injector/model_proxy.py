@@ -202,6 +202,14 @@ def origin_form_path(target: str) -> str:
     return normal + sep + query
 
 
+def refuse_unless_model_method(method: str) -> None:
+    """405 for a method no model API takes (see ALLOWED_METHODS: TRACE echoes credentials)."""
+    if method not in ALLOWED_METHODS:
+        raise ProxyRequestRefused(
+            f"the method {method[:40]} is not one a model API takes", status=405
+        )
+
+
 def _request_from(params: Mapping[str, Any]) -> ProxyRequest:
     """The sandbox's request, checked field by field (untrusted input)."""
     try:
@@ -220,8 +228,7 @@ def _request_from(params: Mapping[str, Any]) -> ProxyRequest:
         raise ProxyRequestRefused(f"the request has {too_many}")
     if len(method) > 32 or not _TOKEN.fullmatch(method):
         raise ProxyRequestRefused(f"the request method {method[:40]!r} is not an HTTP token")
-    if method not in ALLOWED_METHODS:
-        raise ProxyRequestRefused(f"the method {method} is not one a model API takes", status=405)
+    refuse_unless_model_method(method)
     for name, value in headers:
         if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\x00"):
             raise ProxyRequestRefused(f"the request header {name[:40]!r} is malformed")
@@ -652,10 +659,8 @@ class forward_to:
         return url
 
     async def __call__(self, request: ProxyRequest) -> ProxyResponse:
-        if request.method not in ALLOWED_METHODS:  # checked on arrival too; this handler may
-            raise ProxyRequestRefused(  # also be given requests made elsewhere
-                f"the method {request.method[:40]} is not one a model API takes", status=405
-            )
+        # Checked on arrival too; this handler may also be given requests made elsewhere.
+        refuse_unless_model_method(request.method)
         url = self.upstream_url(request.path)
         forwarded = [
             (k, v)
