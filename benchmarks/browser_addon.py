@@ -26,11 +26,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sandbox_tools.build_containers.browser import (
-    browser_build_id,
-    build_browser,
-    built_browser_cache,
-)
+from sandbox_tools.build_containers.browser import build_browser, built_browser_cache
+from sandbox_tools.build_containers.records import browser_build_id
 from sandbox_tools.build_containers.tree_archive import XZ_PIECE
 from sandbox_tools.platforms import Arch, parse_arches
 from sandbox_tools.sandboxes.containers import ContainerPolicy

@@ -10,12 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_tools.build_containers.browser import (
-    browser_build_id,
-    browser_build_inputs,
-    parse_lock,
-    read_lock,
-)
+from sandbox_tools.build_containers.browser import parse_lock, read_lock
+from sandbox_tools.build_containers.records import browser_build_id, browser_build_inputs
 from sandbox_tools.build_containers.tree_archive import XZ_PIECE, read_archive, write_archive
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch

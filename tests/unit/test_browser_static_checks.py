@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind, sha256_of
-from sandbox_tools.build_containers.browser import BROWSER_RESOURCES
 from sandbox_tools.build_containers.elf import is_elf, read_elf
+from sandbox_tools.build_containers.records import BROWSER_RESOURCES
 from sandbox_tools.build_containers.tree_archive import write_archive
 from sandbox_tools.distro_matrix.static import NSS_CHECKSUMS, NSS_MODULES, static_checks
 from sandbox_tools.platforms import Arch

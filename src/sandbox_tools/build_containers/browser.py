@@ -22,7 +22,6 @@ Regenerate the locks after a Debian security update with
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import tempfile
@@ -33,9 +32,7 @@ from pathlib import Path
 
 from docker import DockerClient
 
-from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import (
-    RECORD_SCHEMA,
     Artifact,
     ArtifactFormat,
     ArtifactKind,
@@ -44,27 +41,19 @@ from sandbox_tools.artifacts import (
     read_build_records,
     sha256_of,
 )
-from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root, lock_path
-from sandbox_tools.build_containers.records import builder_recipe
+from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root
+from sandbox_tools.build_containers.records import (
+    ASSEMBLER_IMPORTS,
+    ASSEMBLY_ARCH,
+    BROWSER_RESOURCES,
+    browser_build_id,
+    builder_recipe,
+)
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch, parse_arches
 from sandbox_tools.sandboxes.containers import ContainerPolicy, run_to_completion
 from sandbox_tools.sandboxes.images import RootfsStore, build_rootfs, image_exists, import_rootfs
 
-BUILD_CONTAINERS = Path(__file__).resolve().parent
-BROWSER_RESOURCES = BUILD_CONTAINERS / "resources" / "browser"
-ELF_READER = BUILD_CONTAINERS / "elf.py"
-# What assemble.py imports of ours: the ELF reader and the (import-free) packages above it.
-ASSEMBLER_IMPORTS = {
-    "/src/sandbox_tools/__init__.py": BUILD_CONTAINERS.parent / "__init__.py",
-    "/src/sandbox_tools/_version.py": BUILD_CONTAINERS.parent / "_version.py",
-    "/src/sandbox_tools/build_containers/__init__.py": BUILD_CONTAINERS / "__init__.py",
-    "/src/sandbox_tools/build_containers/elf.py": ELF_READER,
-    "/src/sandbox_tools/build_containers/tree_archive.py": BUILD_CONTAINERS / "tree_archive.py",
-}
-# The assembly is architecture-independent (unpack, read ELF files, tar, xz): it runs in
-# the amd64 builder, natively on the usual host, and never under QEMU for arm64.
-ASSEMBLY_ARCH = Arch.AMD64
 DEBIAN_ARCHIVE = "http://deb.debian.org/debian/"
 LICENCE_ONLY = "# licence only"
 LOCK_HEADER = (
@@ -138,35 +127,6 @@ def read_lock(arch: Arch) -> list[LockedPackage]:
 
 def chromium_version(packages: list[LockedPackage]) -> str:
     return next(p.version for p in packages if p.name == "chromium-headless-shell")
-
-
-def browser_build_inputs() -> list[Path]:
-    """Every file whose content goes into the add-on (sorted, for a stable digest)."""
-    recipe = [p for p in BROWSER_RESOURCES.iterdir() if p.is_file()]
-    return sorted({*recipe, *ASSEMBLER_IMPORTS.values(), Path(__file__).resolve()})
-
-
-def browser_build_id(arch: Arch) -> str:
-    digest = hashlib.sha256()
-    header = {
-        "version": __version__,
-        "kind": ArtifactKind.BROWSER.value,
-        "arch": arch.value,
-        "format": ArtifactFormat.TAR_XZ.value,
-        "schema": RECORD_SCHEMA,
-        # The launcher is compiled by the target's builder, the tree assembled by amd64's.
-        "builders": {
-            a.value: hashlib.sha256(lock_path(a).read_bytes()).hexdigest()
-            for a in sorted({arch, ASSEMBLY_ARCH}, key=lambda a: a.value)
-        },
-    }
-    digest.update(json.dumps(header, sort_keys=True).encode())
-    for path in browser_build_inputs():
-        if "__pycache__" in path.parts:
-            continue
-        digest.update(path.relative_to(BUILD_CONTAINERS.parent).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return "sha256:" + digest.hexdigest()
 
 
 def download_packages(

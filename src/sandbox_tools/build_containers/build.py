@@ -35,11 +35,7 @@ from sandbox_tools.artifacts import (
     sha256_of,
     write_build_records,
 )
-from sandbox_tools.build_containers.browser import (
-    browser_build_id,
-    build_browser,
-    reusable_browser,
-)
+from sandbox_tools.build_containers.browser import build_browser, reusable_browser
 from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root
 from sandbox_tools.build_containers.lock import (
     FREEZE_LOCK,
@@ -51,7 +47,12 @@ from sandbox_tools.build_containers.lock import (
     ensure_wheelhouse,
 )
 from sandbox_tools.build_containers.package import pack_portable
-from sandbox_tools.build_containers.records import builder_recipe, compute_build_id, tree_id
+from sandbox_tools.build_containers.records import (
+    browser_build_id,
+    builder_recipe,
+    compute_build_id,
+    tree_id,
+)
 from sandbox_tools.errors import BuildError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import JSONRPC_VERSION

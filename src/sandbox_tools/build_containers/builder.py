@@ -18,7 +18,7 @@ import hashlib
 from pathlib import Path
 
 from sandbox_tools.artifacts import atomic_write
-from sandbox_tools.build_containers.records import builder_recipe
+from sandbox_tools.build_containers.records import builder_lock_path, builder_recipe
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch, parse_arches
 from sandbox_tools.sandboxes.images import (
@@ -34,8 +34,7 @@ LOCK_HEADER = (
 )
 
 
-def lock_path(arch: Arch) -> Path:
-    return RESOURCES / f"builder-{arch.value}.lock"
+lock_path = builder_lock_path
 
 
 def _locked(arch: Arch) -> list[str] | None:

@@ -49,7 +49,14 @@ class Need:
     def build_id(self) -> str:
         return current_build_id(self.arch, self.fmt)
 
+    @property
+    def browser(self) -> bool:
+        """The browser add-on rather than the runtime (its only format is tar.xz)."""
+        return self.fmt is ArtifactFormat.TAR_XZ
+
     def __str__(self) -> str:
+        if self.browser:
+            return f"the browser add-on for {self.arch.platform}"
         return f"the {self.fmt.value} artifact for {self.arch.platform}"
 
 
@@ -204,9 +211,10 @@ class Dist:
     name: str = "dist"
 
     def supply(self, need: Need) -> Artifact:
+        addon = " --with-browser" if need.browser else ""
         step = (
-            f"Run `tools build --arch {need.arch.value} --out {self.directory}`: the injector "
-            "looks for local builds there (SANDBOX_TOOLS_DIST names another place)."
+            f"Run `tools build --arch {need.arch.value}{addon} --out {self.directory}`: the "
+            "injector looks for local builds there (SANDBOX_TOOLS_DIST names another place)."
         )
         record = select_record(read_build_records(self.directory), need.arch, need.fmt)
         if record is None:
@@ -241,25 +249,29 @@ class Build:
 
         log.warning(
             "building %s from this checkout into %s (no up-to-date artifact elsewhere); "
-            "this takes about 20 s with warm builder images and minutes on a cold machine",
+            "this takes about 20 s with warm builder images (the browser add-on: about a "
+            "minute) and minutes on a cold machine",
             need,
             self.directory,
         )
         started = time.monotonic()
         try:
-            (built,) = build(
+            records = build(
                 [local_engine(self.where.engine_concurrency)],
                 BuildRequest(
                     arches=(need.arch,),
-                    format=need.fmt,
+                    # The add-on is built beside a runtime (of the default format).
+                    format=DEFAULT_FORMAT if need.browser else need.fmt,
                     out_dir=self.directory,
                     roots=RootfsStore.of(self.where),
                     containers=ContainerPolicy.of(self.where),
+                    with_browser=need.browser,
                 ),
                 NullReporter(),
             )
         except SandboxToolsError as exc:
             raise Unavailable(f"building failed: {exc.message}") from None
+        (built,) = [r for r in records if r.format is need.fmt]
         found = built.found_at(self.directory / built.name, Provenance.BUILT)
         if found is None:
             raise Unavailable(f"the artifact just built in {self.directory} does not match")
@@ -283,9 +295,16 @@ def local_dist(where: Settings) -> Path:
 
 
 def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
-    """The build id the sources would produce now: a local artifact is used only if it matches."""
-    from sandbox_tools.build_containers.records import builder_recipe, compute_build_id
+    """The build id the sources would produce now: a local artifact is used only if it
+    matches (tar.xz is the browser add-on's format, and only its)."""
+    from sandbox_tools.build_containers.records import (
+        browser_build_id,
+        builder_recipe,
+        compute_build_id,
+    )
 
+    if fmt is ArtifactFormat.TAR_XZ:
+        return browser_build_id(arch)
     return compute_build_id(arch, fmt, builder_recipe(arch).digest)
 
 
@@ -324,11 +343,12 @@ def acquire_artifact(
             steps += [why.step] if why.step else []
             log.debug("%s: %s: %s", need, source.name, why)
             continue
-        log.info("runtime %s for %s: %s (%s)", found.name, arch.platform, found.path, source.name)
+        log.info("%s: %s (%s, %s)", need, found.name, found.path, source.name)
         return found
     listed = "; ".join(f"{name}: {why}" for name, why in reasons.items())
     error = SandboxInjectionError(
-        f"no {fmt.value} artifact for {arch.platform} of sandbox-tools {__version__} ({listed})",
+        f"no {'browser add-on' if need.browser else f'{fmt.value} artifact'} for "
+        f"{arch.platform} of sandbox-tools {__version__} ({listed})",
         # The most preferred source that knows how it could supply it says what to do.
         remedy=steps[0] if steps else "Install a release wheel of sandbox-tools.",
     )
