@@ -533,7 +533,7 @@ def fetch_command(
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     if verbose():
-        wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.artifacts
+        wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.runtimes
         for artifact in wanted:
             tried = sources_for(artifact, mirror or [], origin)
             listed = ", ".join(f"{n}. {s.label}" for n, s in enumerate(tried, 1))

@@ -154,13 +154,14 @@ def coverage(
     required: Sequence[str] = (),
     matrix: Matrix | None = None,
 ) -> Coverage:
-    """The report's rows for the manifest's artifacts, and the gaps in `required` (names
-    resolved by `resolve_required`)."""
+    """The report's rows for the manifest's runtimes, and the gaps in `required` (names
+    resolved by `resolve_required`). Add-ons run in no cell: their static checks are
+    what validates them (`ValidationReport.problems_for`)."""
     matrix = matrix or load_matrix()
     distros = {d.name: d for d in matrix.distros}
     scenarios = {s.name: s for s in matrix.scenarios}
     rows: list[Row] = []
-    for artifact in sorted(manifest.artifacts, key=lambda a: a.platform):
+    for artifact in sorted(manifest.runtimes, key=lambda a: a.platform):
         cells: dict[str, list[CellResult]] = {}
         for result in report.results:
             if result.artifact == artifact.name:
@@ -186,7 +187,7 @@ def coverage(
     by_key = {(row.platform, row.distro): row for row in rows}
     gaps: list[str] = []
     for name in required:
-        for artifact in sorted(manifest.artifacts, key=lambda a: a.platform):
+        for artifact in sorted(manifest.runtimes, key=lambda a: a.platform):
             row = by_key.get((artifact.platform, name))
             if row is None:
                 gaps.append(

@@ -1,9 +1,12 @@
-"""The release wheel: the package with both platforms' artifacts inside, for pip installs.
+"""The release wheel: the package with both platforms' runtimes inside, for pip installs.
 
-The artifacts are checked against the manifest before they go in, and the wheel carries
-that manifest twice: as the package's published manifest (what `tools fetch` and the
-injector trust) and next to the artifacts with their build records (what the injector
-reads to find them with `importlib.resources`, no network). The wheel is built from a
+The runtimes are checked against the manifest before they go in, and the wheel carries
+that manifest twice: whole, as the package's published manifest (what `tools fetch` and
+the injector trust, so an add-on it lists can still be fetched), and restricted to the
+runtimes next to them with their build records (what the injector reads to find them
+with `importlib.resources`, no network). The wheel never bundles an add-on: the browser
+add-on is about 100 MB per platform, and optional (`tools fetch --with-browser`, or the
+injector downloads it when a sample asks for the browser). The wheel is built from a
 staged copy of the source tree, so the checkout never holds the artifacts.
 """
 
@@ -31,7 +34,7 @@ BUNDLED_DIR = "_artifacts"  # src/sandbox_tools/_artifacts in the wheel
 def _bundled_records(dist: Path, manifest: Manifest) -> list[Artifact]:
     by_name = {r.name: r for r in read_build_records(dist)}
     records = []
-    for artifact in manifest.artifacts:
+    for artifact in manifest.runtimes:
         record = by_name.get(artifact.name)
         if record is None or (record.sha256, record.build_id) != (
             artifact.sha256,
@@ -46,16 +49,17 @@ def _bundled_records(dist: Path, manifest: Manifest) -> list[Artifact]:
 
 
 def build_wheel(checkout: Path, dist: Path, manifest: Manifest, out: Path) -> Path:
-    """The release wheel: the package plus every platform's artifact, checked against the
-    manifest, so `pip install` alone gives offline injection."""
-    missing = sorted({a.platform for a in Arch} - {a.platform for a in manifest.artifacts})
+    """The release wheel: the package plus every platform's runtime, checked against the
+    manifest, so `pip install` alone gives offline injection (add-ons stay out)."""
+    missing = sorted({a.platform for a in Arch} - {a.platform for a in manifest.runtimes})
     if missing:
         # The wheel promises every platform offline: one missing would fail at injection.
         raise ConfigurationError(
             f"the manifest has no artifact for {', '.join(missing)}",
             remedy="Release every platform (`tools build --all`) before building the wheel.",
         )
-    problems = verify_local(dist, manifest)
+    carried = manifest.only(manifest.runtimes)
+    problems = verify_local(dist, carried)
     if problems:
         raise ConfigurationError(
             "the artifacts do not match the manifest: " + "; ".join(problems),
@@ -82,10 +86,11 @@ def build_wheel(checkout: Path, dist: Path, manifest: Manifest, out: Path) -> Pa
         write_release_files(published, manifest)
         bundled = package / BUNDLED_DIR
         bundled.mkdir()
-        for artifact in manifest.artifacts:
+        for artifact in carried.artifacts:
             shutil.copy2(dist / artifact.name, bundled / artifact.name)
         write_build_records(bundled, records)
-        write_release_files(bundled, manifest)
+        # What this directory holds: `sha256sum -c SHA256SUMS` passes in it.
+        write_release_files(bundled, carried)
         wheels = Path(tmp) / "wheels"
         completed = subprocess.run(
             [

@@ -42,6 +42,7 @@ def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
 
 def create_bundle(dist: Path, manifest: Manifest, out: Path) -> Path:
     """Verify dist/ against the manifest, then write the bundle atomically."""
+    manifest = manifest.only(manifest.runtimes)
     problems = verify_local(dist, manifest)
     if problems:
         raise ConfigurationError(

@@ -504,7 +504,7 @@ def fetch(
 ) -> list[FetchOutcome]:
     """Make `dest` hold a verified copy of each wanted platform's artifact."""
     progress = progress or NoProgress()
-    wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.artifacts
+    wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.runtimes
     plan = [(artifact, sources_for(artifact, mirrors, origin)) for artifact in wanted]
     dest.mkdir(parents=True, exist_ok=True)
     unanswered: dict[str, str] = {}  # a server silent for one artifact is for the next
