@@ -1,13 +1,19 @@
 """Release fixtures: a fake release in dist/ (any bytes work), moto's S3 server, the local
-GitHub releases server, and a helper to run the real `tools` CLI in a subprocess."""
+GitHub releases server, and a helper to run the real `tools` CLI in a subprocess.
+
+The real browser add-on is about 100 MB; `FakeRelease.add_browser` makes a small real
+tar.xz with a record of kind browser instead: the release, fetch, bundle and injector
+treat it by its name, size and SHA-256 alone, as they treat the real one."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +23,14 @@ from typing import Any
 import pytest
 
 from sandbox_tools import __version__
-from sandbox_tools.artifacts import Artifact, ArtifactFormat, artifact_name, write_build_records
+from sandbox_tools.artifacts import (
+    Artifact,
+    ArtifactFormat,
+    ArtifactKind,
+    artifact_name,
+    browser_artifact_name,
+    write_build_records,
+)
 from sandbox_tools.injector.acquire import current_build_id
 from sandbox_tools.platforms import Arch
 from sandbox_tools.publishing.publish import ReleaseRequest, publish
@@ -41,12 +54,30 @@ class FakeRelease:
     def artifact(self, arch: Arch) -> Path:
         return self.dist / artifact_name(arch, ArtifactFormat.PORTABLE)
 
+    def addon(self, arch: Arch) -> Path:
+        return self.dist / browser_artifact_name(arch)
+
+    def add_browser(self, arch: Arch) -> Artifact:
+        """A browser add-on for `arch` in dist/, recorded and validated like a real one
+        (`tools build --with-browser`, then `tools validate`)."""
+        data = small_addon(arch)
+        self.addon(arch).write_bytes(data)
+        record = _browser_record(arch, data)
+        self.records = [
+            *(r for r in self.records if (r.kind, r.arch) != (ArtifactKind.BROWSER, arch)),
+            record,
+        ]
+        write_build_records(self.dist, self.records)
+        write_validate_report(self.report, self.records)
+        return record
+
     def rebuild(self, arch: Arch, data: bytes) -> None:
         """Different bytes under the same version, recorded and validated like real ones."""
         path = self.artifact(arch)
         path.write_bytes(data)
         self.records = [
-            _record(arch, data) if r.platform == arch.platform else r for r in self.records
+            _record(arch, data) if (r.kind, r.arch) == (ArtifactKind.RUNTIME, arch) else r
+            for r in self.records
         ]
         write_build_records(self.dist, self.records)
         write_validate_report(self.report, self.records)
@@ -65,13 +96,46 @@ def _record(arch: Arch, data: bytes) -> Artifact:
     )
 
 
+def small_addon(arch: Arch) -> bytes:
+    """A real tar.xz shaped like the add-on (a launcher, its metadata), of a few hundred
+    kB that xz cannot shrink: big enough for a transfer to be cut and resumed."""
+    members = {
+        "chrome": b"#!/bin/sh\necho small stand-in for the browser\n",
+        "browser.json": json.dumps({"kind": "browser", "arch": arch.value}).encode(),
+        "lib/payload.bin": os.urandom(250_000),
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz") as tar:
+        for name, content in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), 0o755
+            tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def _browser_record(arch: Arch, data: bytes) -> Artifact:
+    return Artifact(
+        name=browser_artifact_name(arch),
+        arch=arch,
+        format=ArtifactFormat.TAR_XZ,
+        kind=ArtifactKind.BROWSER,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        # What the current sources would build: the injector's test of a released add-on.
+        build_id=current_build_id(arch, ArtifactFormat.TAR_XZ),
+    )
+
+
 def write_validate_report(path: Path, records: list[Artifact]) -> None:
-    """A report as `tools validate` writes it: the exact artifacts, one passed cell each."""
+    """A report as `tools validate` writes it: the exact artifacts, one passed cell for
+    each runtime, sound static checks for each add-on (no cell runs an add-on)."""
+    runtimes = [r for r in records if r.kind is ArtifactKind.RUNTIME]
     ValidationReport(
         artifacts=records,
         results=[
-            CellResult(r.name, r.platform, "debian-12", "root", CellStatus.PASSED) for r in records
+            CellResult(r.name, r.platform, "debian-12", "root", CellStatus.PASSED) for r in runtimes
         ],
+        static={r.name: [] for r in records if r.kind is not ArtifactKind.RUNTIME},
     ).dump(path)
 
 

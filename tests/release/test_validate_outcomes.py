@@ -109,3 +109,19 @@ def test_bad_input_under_json_is_a_json_error_document(
         assert set(document) == {"error", "remedy", "exit_code"}
         assert words in done.stderr  # people still read stderr
         assert "Traceback" not in done.stderr
+
+
+def test_the_report_names_the_browser_add_on_it_checked(
+    fake_release: FakeRelease, tmp_path: Path
+) -> None:
+    """`tools release` publishes an add-on only if the report names its exact bytes: the
+    report listed add-ons' findings by name alone, so no release could carry one."""
+    addon = fake_release.add_browser(Arch.AMD64)
+
+    done = run_tools(*validate_args(fake_release, tmp_path), "--json")
+
+    assert done.returncode == 1, done.stderr  # the stand-ins are no real artifacts
+    document = json.loads(done.stdout)
+    assert addon.to_json() in document["artifacts"]
+    assert addon.name in document["static"] and document["results"] == []
+    assert "Traceback" not in done.stderr

@@ -108,12 +108,16 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
     return chosen
 
 
-def _addons(dist: Path, arches: list[Arch]) -> dict[str, list[str]]:
-    """The static findings of each browser add-on built in `dist` (none built: none)."""
+def _addons(dist: Path, arches: list[Arch]) -> tuple[list[Artifact], dict[str, list[str]]]:
+    """Each browser add-on built in `dist`, and its static findings (none built: none).
+    The report names their records beside the runtimes': `tools release` publishes an
+    add-on only if the report names its exact bytes with sound static checks."""
+    records: list[Artifact] = []
     found: dict[str, list[str]] = {}
     for record in read_build_records(dist):
         if record.kind is not ArtifactKind.BROWSER or (arches and record.arch not in arches):
             continue
+        records.append(record)
         located = record.found_at(dist / record.name, Provenance.DIST)
         if located is None:
             found[record.name] = [
@@ -122,7 +126,7 @@ def _addons(dist: Path, arches: list[Arch]) -> dict[str, list[str]]:
             ]
         else:
             found[record.name] = static_checks(located.located, located)
-    return found
+    return records, found
 
 
 def validate_command(
@@ -213,13 +217,15 @@ def validate_command(
     matrix = load_matrix().select(only)
     artifacts = _artifacts(dist, arches)
     problems = {art.name: static_checks(art.located, art) for art in artifacts}
-    problems.update(_addons(dist, arches))  # add-ons: static checks only, no cells yet
+    addons, addon_problems = _addons(dist, arches)  # static checks only, no cells yet
+    problems.update(addon_problems)
+    reported = [*artifacts, *addons]  # the exact bytes the report vouches for
     for name, found in problems.items():
         verdict = "[green]ok[/]" if not found else "[bold red]" + escape("; ".join(found)) + "[/]"
         (console if found else notes).print(f"static checks {name}: {verdict}")
     if any(problems.values()) or static:
         # No cell runs; the report, the annotations and the summary say what was found.
-        write_reports([], report, junit, artifacts, static=problems)
+        write_reports([], report, junit, reported, static=problems)
         for name, found in problems.items():
             if found:
                 actions_error(f"tools validate: static checks {name}", "; ".join(found))
@@ -288,7 +294,7 @@ def validate_command(
             results,
             report,
             junit,
-            artifacts,
+            reported,
             statuses(engines),
             interrupted=True,
             static=problems,
@@ -297,9 +303,7 @@ def validate_command(
             print_json(report.read_text())
         raise
     unvalidated = [] if allow_skipped else _unvalidated(outcome, only)
-    write_reports(
-        outcome, report, junit, artifacts, statuses(engines), unvalidated, static=problems
-    )
+    write_reports(outcome, report, junit, reported, statuses(engines), unvalidated, static=problems)
     counts = {s: sum(r.status == s for r in outcome) for s in ("passed", "failed", "skipped")}
     console.print(
         f"[bold]{counts['passed']} passed, {counts['failed']} failed, "
