@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from sandbox_tools import __version__
-from sandbox_tools.artifacts import ArtifactFormat, artifact_name
+from sandbox_tools.artifacts import (
+    ArtifactFormat,
+    ArtifactKind,
+    artifact_name,
+    browser_artifact_name,
+)
 from sandbox_tools.errors import ConfigurationError, ReleaseRefusedError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.publishing.publish import ReleaseRequest, publish
@@ -43,8 +48,9 @@ TAG = f"v{__version__}"
 PREFIX = f"releases/{__version__}"
 
 
-def published_files(release: FakeRelease) -> dict[str, bytes]:
+def published_files(release: FakeRelease, *addons: Arch) -> dict[str, bytes]:
     names = [artifact_name(a, ArtifactFormat.PORTABLE) for a in Arch] + [SUMS_FILE, MANIFEST_FILE]
+    names += [browser_artifact_name(a) for a in addons]
     return {name: (release.dist / name).read_bytes() for name in names}
 
 
@@ -92,6 +98,76 @@ def test_round_trip_to_s3_and_github(
 
     for url in amd64.urls:
         assert requests.get(url, timeout=10).content == local[amd64.name]
+    # The add-on is optional: a release without one says so, and its manifest is as before.
+    assert "browser add-on: none in this release" in " ".join(result.stdout.split())
+    assert "addons" not in json.loads(local[MANIFEST_FILE])
+
+
+def test_a_release_with_a_browser_add_on_publishes_and_pins_it(
+    fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
+) -> None:
+    """The add-on built in dist/ for one platform goes out with the runtimes: uploaded,
+    listed in SHA256SUMS, pinned by the manifest (beside the runtimes, not among them),
+    verified as users download it; the release says plainly which platform lacks one."""
+    addon = fake_release.add_browser(Arch.AMD64)
+    github.push_tag(GITHUB_REPO, TAG)
+
+    result = run_tools(*release_args(fake_release, s3, github), "--s3-public-read", "--json")
+
+    assert result.returncode == 0, result.stderr + result.stdout
+    local = published_files(fake_release, Arch.AMD64)
+    assert s3_objects(s3) == local and github.uploaded(TAG) == local
+    assert github.published(TAG)
+    actions = [a["action"] for a in json.loads(result.stdout)["actions"]]
+    assert actions.count("uploaded") == actions.count("verified") == 10  # 5 per target
+    subprocess.run(["sha256sum", "-c", SUMS_FILE], cwd=fake_release.dist, check=True)
+    assert f"{addon.sha256}  {addon.name}\n" in local[SUMS_FILE].decode()
+
+    document = json.loads(local[MANIFEST_FILE])
+    assert [a["name"] for a in document["addons"]] == [addon.name]
+    assert all("kind" not in a for a in document["artifacts"])  # old readers: runtimes only
+    manifest = read_manifest(fake_release.dist / MANIFEST_FILE)
+    pinned = manifest.for_platform("linux/amd64", ArtifactKind.BROWSER)
+    assert (pinned.sha256, pinned.size, pinned.build_id) == (
+        addon.sha256,
+        addon.size,
+        addon.build_id,
+    )
+    assert pinned.urls == (
+        f"{s3.endpoint}/{s3.bucket}/{PREFIX}/{addon.name}",
+        f"{github.url}/{GITHUB_REPO}/releases/download/{TAG}/{addon.name}",
+    )
+    assert manifest.find("linux/arm64", ArtifactKind.BROWSER) is None
+    assert json.loads(result.stdout)["browser_addon"] == ["linux/amd64"]
+    said = " ".join(result.stderr.split())  # --json: the humans' lines go to stderr
+    assert "browser add-on: released for linux/amd64 only, none for linux/arm64" in said
+    import requests
+
+    for url in pinned.urls:  # anonymous, as users (and the injector) download it
+        assert requests.get(url, timeout=10).content == local[addon.name]
+
+
+def test_an_add_on_is_released_only_as_validated_and_named(
+    fake_release: FakeRelease, s3: S3Server
+) -> None:
+    """Refused before anything is uploaded: an add-on the report does not name with these
+    bytes, one whose bytes are not its record's, one misnamed."""
+    addon = fake_release.add_browser(Arch.ARM64)
+    runtimes = [r for r in fake_release.records if r.kind is ArtifactKind.RUNTIME]
+    write_validate_report(fake_release.report, runtimes)  # validated before it was built
+    said = refusal(fake_release, s3)
+    assert f"it does not name {addon.name} with sha256 {addon.sha256}" in said
+
+    write_validate_report(fake_release.report, fake_release.records)
+    fake_release.addon(Arch.ARM64).write_bytes(b"other bytes")
+    said = refusal(fake_release, s3)
+    assert "do not match their build records" in said and addon.name in said
+
+    fake_release.add_browser(Arch.ARM64)  # whole again, then misnamed in its record
+    renamed = fake_release.dist / "chromium.tar.xz"
+    build_json = fake_release.dist / "build.json"
+    build_json.write_text(build_json.read_text().replace(addon.name, renamed.name))
+    assert f"record names {renamed.name}, expected {addon.name}" in refusal(fake_release, s3)
 
 
 def test_rerun_is_idempotent(

@@ -103,6 +103,39 @@ def test_wheel_bundles_both_platforms_and_resolves_offline(
         assert found["sha256"] == pinned.sha256 == sha256_of(Path(found["path"]))
 
 
+def test_the_wheel_never_bundles_the_browser_add_on(
+    fake_release: FakeRelease, tmp_path: Path
+) -> None:
+    """The add-on (about 100 MB a platform, optional) stays out of the wheel even when
+    dist/ holds it and the manifest pins it; the wheel's published manifest still lists
+    it, so that an install can fetch it (`tools fetch --with-browser`, or the injector)."""
+    addon = fake_release.add_browser(Arch.AMD64)
+    wrote = run_tools("manifest", "write", "--dist", str(fake_release.dist))
+    assert wrote.returncode == 0, wrote.stderr
+    manifest = read_manifest(fake_release.dist / MANIFEST_FILE)
+    assert [a.name for a in manifest.addons] == [addon.name]
+
+    built = wheel_cli(fake_release, tmp_path / "wheel")
+
+    assert built.returncode == 0, built.stderr + built.stdout
+    (wheel,) = (tmp_path / "wheel").glob("sandbox_tools-*.whl")
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    assert not [n for n in names if addon.name in n or n.endswith(".tar.xz")]
+    assert wheel.stat().st_size < sum(r.size for r in manifest.runtimes) + 5_000_000
+    bundled = "sandbox_tools/_artifacts/"
+    assert sorted(n.removeprefix(bundled) for n in names if n.startswith(bundled)) == sorted(
+        [*(a.name for a in manifest.runtimes), "build.json", MANIFEST_FILE, "SHA256SUMS"]
+    )
+    records = json.loads(archive.read(bundled + "build.json"))["artifacts"]
+    assert all(r.get("kind", "runtime") == "runtime" for r in records)
+    assert addon.name not in archive.read(bundled + "SHA256SUMS").decode()
+    published = Manifest.loads(
+        archive.read("sandbox_tools/release/published/manifest.json").decode()
+    )
+    assert published == manifest  # the whole release: the add-on can still be fetched
+
+
 def test_wheel_refuses_artifacts_that_do_not_match_the_manifest(
     fake_release: FakeRelease, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ from rich.table import Table
 
 from sandbox_tools import settings
 from sandbox_tools._version import __version__
+from sandbox_tools.artifacts import ArtifactKind
 from sandbox_tools.cache import artifact_cache_dir
 from sandbox_tools.cli.invocation import invocation
 from sandbox_tools.cli.output import (
@@ -45,6 +46,7 @@ from sandbox_tools.publishing.coverage import Coverage
 from sandbox_tools.publishing.publish import (
     ReleaseRequest,
     ReleaseResult,
+    addon_summary,
     check_allow_dirty,
     publish,
 )
@@ -360,6 +362,8 @@ def release_command(
     for (target, name), actions in _actions(reporter.outcomes).items():
         table.add_row(target, name, ", ".join(actions))
     console.print(table)
+    # The add-on is optional: whether this release carries it is said every time.
+    console.print(addon_summary(result.manifest), highlight=False, markup=False, soft_wrap=True)
     append_step_summary(_summary(result, reporter.outcomes, dry_run))
     if as_json:
         print_json(
@@ -367,6 +371,9 @@ def release_command(
                 "version": result.manifest.version,
                 "dry_run": dry_run,
                 "manifest": result.manifest.to_json(),
+                "browser_addon": [
+                    a.platform for a in result.manifest.of_kind(ArtifactKind.BROWSER)
+                ],
                 "validated": result.coverage.to_json(),
                 "actions": [
                     {"target": target, "file": name, "action": action}
@@ -426,6 +433,7 @@ def _summary(
     lines += ["", "| target | file | result |", "|---|---|---|"]
     for (target, name), actions in _actions(outcomes).items():
         lines.append(f"| {target} | {name} | {', '.join(actions)} |")
+    lines += ["", addon_summary(result.manifest)]
     lines += ["", "| platform | artifact | sha256 | URLs |", "|---|---|---|---|"]
     for artifact in sorted(result.manifest.artifacts, key=lambda a: a.platform):
         urls = "<br>".join(artifact.urls)

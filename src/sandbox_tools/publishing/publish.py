@@ -14,6 +14,10 @@ right bytes, which the next plain run recognises and skips.
 Users download anonymously. An object already published must be downloadable that way
 before anything more is uploaded, and each upload is checked before the next: a bucket
 users cannot read stops the release after one object, before any manifest names it.
+
+The browser add-on is optional: the add-ons built in dist/ (`tools build --with-browser`)
+are released with the runtimes, validated by their static checks, and a release without
+any is as valid as one with (`addon_summary` says which platforms have one).
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import (
     BUILD_RECORD_FILE,
     ArtifactFormat,
+    ArtifactKind,
     artifact_name,
+    browser_artifact_name,
     read_build_records,
     sha256_of,
 )
@@ -120,25 +126,50 @@ def _check_version(request: ReleaseRequest) -> None:
 
 
 def _release_manifest(request: ReleaseRequest, mirrors: Sequence[str]) -> Manifest:
-    records = [r for r in read_build_records(request.dist) if r.format is RELEASED_FORMAT]
+    """Every platform's runtime, and the browser add-on of each platform dist/ has one for."""
+    built = read_build_records(request.dist)
+    records = [r for r in built if r.kind is ArtifactKind.RUNTIME and r.format is RELEASED_FORMAT]
+    addons = [r for r in built if r.kind is ArtifactKind.BROWSER]
     missing = [a.platform for a in Arch if a.platform not in {r.platform for r in records}]
     if missing:
         raise ReleaseRefusedError(
             f"no {RELEASED_FORMAT.value} artifact for {', '.join(missing)} in {request.dist}",
             remedy="A release carries every platform: run `tools build --all`.",
         )
-    for record in records:
-        expected = artifact_name(record.arch, RELEASED_FORMAT, request.version)
+    for record in [*records, *addons]:
+        expected = (
+            browser_artifact_name(record.arch, request.version)
+            if record.kind is ArtifactKind.BROWSER
+            else artifact_name(record.arch, RELEASED_FORMAT, request.version)
+        )
         if record.name != expected:
             raise ReleaseRefusedError(f"record names {record.name}, expected {expected}")
-    manifest = manifest_from_records(request.version, records, mirrors)
+    manifest = manifest_from_records(request.version, [*records, *addons], mirrors)
     problems = verify_local(request.dist, manifest)
     if problems:
         raise ReleaseRefusedError(
             "the artifacts in dist do not match their build records: " + "; ".join(problems),
-            remedy="Rebuild with `tools build --all` and validate again.",
+            remedy="Rebuild with `tools build --all` (with --with-browser for the browser "
+            "add-on) and validate again.",
         )
     return manifest
+
+
+def addon_summary(manifest: Manifest) -> str:
+    """Which platforms the release carries the optional browser add-on for, in one line."""
+    have = [a.platform for a in manifest.of_kind(ArtifactKind.BROWSER)]
+    lack = [a.platform for a in manifest.runtimes if a.platform not in have]
+    if not have:
+        return (
+            "browser add-on: none in this release (it is optional; `tools build --all "
+            "--with-browser` and `tools validate` before releasing add it)"
+        )
+    if not lack:
+        return f"browser add-on: released for {', '.join(have)}"
+    return (
+        f"browser add-on: released for {', '.join(have)} only, none for {', '.join(lack)} "
+        "(a sample there that uses the browser needs a local `tools build --with-browser`)"
+    )
 
 
 def _check_validated(
