@@ -31,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbox_tools.artifacts import Artifact
 from sandbox_tools.errors import (
@@ -60,6 +61,9 @@ from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import SERVER_DIR_ENV
 from sandbox_tools.sandboxes.base import Sandbox
 
+if TYPE_CHECKING:
+    from sandbox_tools.injector.browser_addon import BrowserInstall
+
 NO_SHELL_DIR = "/tmp"
 STEP_TIMEOUT = 120.0  # one injection step (mkdir, verify, move): seconds
 UPLOAD_TIMEOUT = 300.0
@@ -85,6 +89,10 @@ class ToolSupport:
     user: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0  # how long getting it ready took (probe to first answer)
+    # Where the runtime came from, asked again for add-ons (None: this installation's).
+    sources: Sequence[Source] | None = None
+    browser: BrowserInstall | None = None  # the browser add-on, once a tool needed it
+    addon_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
     @property
     def exe(self) -> str:
@@ -532,7 +540,7 @@ async def prepare_tool_support(
         if writes and recon.has_shell:  # made now and unusable: leave nothing behind
             await _remove_quietly(sandbox, install_dir)
         raise
-    support.reused, support.writes = reused, writes
+    support.reused, support.writes, support.sources = reused, writes, sources
     support.seconds = time.monotonic() - started
     log.info(
         "sandbox-tools %s in %s: %s %s (%s) at %s as uid %s in %.1f s",

@@ -58,6 +58,10 @@ commands:
   stop-server      ask the server to shut down and wait until it has
   healthcheck      exit 0 only if this CLI and the server both answer `version`
   unpack           make the runtime ready to run (the portable launcher unpacks itself)
+  addon-check DEST DIGEST
+                   whether the add-on tree at DEST is the pinned one (JSON)
+  addon-install DEST SHA256 DIGEST TREE_BYTES
+                   unpack the add-on archive read from stdin into DEST, checked first
   model_proxy [--port N] [--timeout S]
                    serve HTTP on 127.0.0.1:N (13131) inside the sandbox, answered by the host
   --version        print the runtime version
@@ -309,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if command == "unpack":  # only the portable launcher has anything to unpack
         return 0
+    if command in ("addon-check", "addon-install"):  # the installer's fixed commands
+        from sandbox_tools.runtime.addons import main as addon_main
+
+        return addon_main([command.removeprefix("addon-"), *rest])
     if command == "model_proxy":  # HTTP inside the sandbox, answered by the host
         from sandbox_tools.runtime.model_proxy import run
 

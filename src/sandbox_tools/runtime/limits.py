@@ -26,6 +26,7 @@ from sandbox_tools.protocol import (
     EXEC_BUFFER_BYTES_ENV,
     EXEC_RESPONSE_BYTES_ENV,
     KILL_GRACE_ENV,
+    LAUNCHER_SELF_ENV,
     MAX_BROWSER_SESSIONS_ENV,
     MAX_JOBS_ENV,
     MAX_MCP_SESSIONS_ENV,
@@ -35,9 +36,10 @@ from sandbox_tools.protocol import (
     STDIN_TIMEOUT_ENV,
     TEXT_EDITOR_MAX_BYTES_ENV,
 )
+from sandbox_tools.runtime.paths import installed_browser
 
-# The browser web_browser starts: Debian's Chromium headless shell, where the browser
-# add-on is not installed yet. The one place to change when the add-on's launcher moves in.
+# The browser web_browser starts when neither BROWSER_ENV names one nor the browser add-on
+# is installed beside the runtime: Debian's Chromium headless shell, if the image has it.
 DEFAULT_BROWSER = "/usr/lib/chromium/chromium-headless-shell"
 
 
@@ -67,9 +69,11 @@ class Limits:
     max_sessions: int = 16
     # MCP servers at once.
     max_mcp_sessions: int = 16
-    # web_browser: the browser's executable (BROWSER_ENV), which is not a limit but is read
-    # with them, once, so every session of one server drives the same browser.
-    browser: str = DEFAULT_BROWSER
+    # web_browser: the browser's executable as configured (BROWSER_ENV), and the portable
+    # launcher that started us (LAUNCHER_SELF_ENV: the add-on is installed beside it). Not
+    # limits, but read with them, once; `browser_executable()` chooses at each start.
+    browser: str | None = None
+    launcher: str | None = None
     # A browser nobody called for this long is stopped (its sessions start again on a
     # blank page at their next call), so an idle sandbox does not hold its memory.
     browser_idle_timeout_s: float = 600.0
@@ -81,6 +85,11 @@ class Limits:
     browser_tree_max_chars: int = 100_000
     # Browser sessions (one browser context each) at once.
     max_browser_sessions: int = 16
+
+    def browser_executable(self) -> str:
+        """The browser to start now: BROWSER_ENV's, else the add-on the host installed
+        beside the runtime (it may arrive after the server started), else the image's."""
+        return self.browser or installed_browser(self.launcher) or DEFAULT_BROWSER
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Limits:
@@ -100,7 +109,8 @@ class Limits:
             ),
             max_sessions=_digits(environ, MAX_SESSIONS_ENV, default.max_sessions),
             max_mcp_sessions=_integer(environ, MAX_MCP_SESSIONS_ENV, default.max_mcp_sessions),
-            browser=environ.get(BROWSER_ENV) or default.browser,
+            browser=environ.get(BROWSER_ENV) or None,
+            launcher=environ.get(LAUNCHER_SELF_ENV) or None,
             browser_idle_timeout_s=_number(
                 environ, BROWSER_IDLE_TIMEOUT_ENV, default.browser_idle_timeout_s
             ),

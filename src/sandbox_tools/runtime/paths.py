@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from sandbox_tools.protocol import SERVER_DIR_ENV, SOCKET_NAME
 from sandbox_tools.runtime.build_info import build_info
 
+# Where the browser add-on goes in the runtime's install directory (addons.py installs
+# it), and its entry point: build_containers/resources/browser/assemble.py has the tree.
+BROWSER_DIR = "browser"
+BROWSER_ENTRY = "chrome"
+
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH = 107
 
@@ -111,3 +116,12 @@ def ensure_private_dir(directory: str) -> None:
     if stat.S_IMODE(info.st_mode) & 0o077:
         # We own it, so tightening is safe; nobody else could have put a socket we trust.
         os.chmod(directory, 0o700)
+
+
+def installed_browser(launcher: str | None) -> str | None:
+    """The browser add-on's entry point beside the runtime's launcher (in its install
+    directory), if the host installed one there."""
+    if not launcher:
+        return None
+    entry = os.path.join(os.path.dirname(launcher), BROWSER_DIR, BROWSER_ENTRY)
+    return entry if os.path.isfile(entry) else None

@@ -274,7 +274,7 @@ class WebBrowserController:
 
     async def info(self) -> BrowserInfo:
         browser = self._browser
-        executable = self.limits.browser
+        executable = self.limits.browser_executable()
         if browser is not None:
             version: str | None = browser.version
         else:
@@ -463,7 +463,7 @@ class WebBrowserController:
                 browser = None
             if browser is None:
                 self._browser = await chromium.launch(
-                    self.limits.browser,
+                    self.limits.browser_executable(),
                     identity,
                     self._on_event,
                     self.limits.browser_call_timeout_s,

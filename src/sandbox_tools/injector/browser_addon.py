@@ -1,0 +1,181 @@
+"""The browser add-on, installed into a sandbox the first time a browser is needed.
+
+Same trust rules as the runtime (THREAT_MODEL.md, rule 2): the add-on goes into the
+runtime's own install directory, which only root and the runtime's uid can change (the
+runtime's reuse check established that); the archive is streamed into the runtime's
+fixed `addon-install` command, which checks its SHA-256 and the unpacked tree's digest
+before the tree is renamed into place, and nothing of it runs before that. A tree found
+there is reused only after `addon-check` walked it in place and found the pinned digest,
+owned by root or the installer, writable by nobody else. Free space is checked before a
+byte is sent. Every step is a fixed command with a deadline; failures are
+SandboxInjectionError with the reason and the remedy.
+
+The runtime finds the add-on by itself (`<install dir>/browser/chrome`), also when its
+server started before the add-on arrived, so inspect's own host code and our MCP mode
+use it without being told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandbox_tools.artifacts import Artifact, ArtifactFormat
+from sandbox_tools.errors import SandboxExecError, SandboxInjectionError
+from sandbox_tools.injector.acquire import Source, acquire_artifact
+from sandbox_tools.injector.inject import ToolSupport
+from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive, needed_bytes
+from sandbox_tools.runtime.paths import BROWSER_DIR, BROWSER_ENTRY
+
+CHECK_TIMEOUT = 120.0  # walking and hashing ~300 MiB; QEMU included
+INSTALL_TIMEOUT = 900.0  # 100 MB streamed in, unpacked and hashed: ~6 s native, minutes under QEMU
+SMALL_OUTPUT = 64 * 1024
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BrowserInstall:
+    """The add-on in one sandbox: where, from which artifact, and what getting it cost."""
+
+    directory: str
+    artifact: Artifact
+    reused: bool
+    seconds: float  # acquisition, check, upload and unpack: what the first call waited
+    sent_bytes: int  # what crossed into the sandbox (0 when reused)
+
+    @property
+    def executable(self) -> str:
+        return f"{self.directory}/{BROWSER_ENTRY}"
+
+
+@functools.lru_cache(maxsize=4)
+def _tree_digest(path: Path, sha256: str, mtime_ns: int) -> TreeDigest:
+    """What the pinned archive unpacks to (about 5 s for the 100 MB add-on, once per
+    process). The key changes when the file does; its bytes were checked against
+    `sha256` by acquisition."""
+    with path.open("rb") as handle:
+        return digest_of_archive(handle)
+
+
+async def _runtime_command(
+    support: ToolSupport, args: list[str], what: str, timeout: float, data: bytes | None = None
+) -> dict[str, Any]:
+    """One of the runtime's fixed add-on commands, run as the installer; its JSON line."""
+    sandbox = support.sandbox
+    try:
+        out = await sandbox.exec(
+            [support.exe, *args], input=data, timeout=timeout, max_output=SMALL_OUTPUT
+        )
+    except TimeoutError:
+        raise SandboxInjectionError(
+            f"{what} in {sandbox.name} did not finish within {timeout:g} s",
+            remedy="The sandbox may be starved of CPU or disk; check its load and space.",
+        ) from None
+    except SandboxExecError as exc:
+        raise SandboxInjectionError(f"{what} in {sandbox.name} failed: {exc.message}") from None
+    if out.returncode != 0:
+        reason = out.stderr.decode(errors="replace").strip().removeprefix("sandbox-tools: ")
+        raise SandboxInjectionError(
+            f"{what} in {sandbox.name} failed: {reason or f'exit {out.returncode}'}",
+            remedy="Check free space and permissions of the runtime's install directory.",
+        )
+    lines = out.stdout.decode(errors="replace").strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise SandboxInjectionError(f"{what} in {sandbox.name} gave no answer: {lines[-1:]!r}")
+    return answer
+
+
+async def ensure_browser(support: ToolSupport) -> BrowserInstall:
+    """The browser add-on beside `support`'s runtime, installed on the first call and
+    remembered for the handle's life (concurrent first calls install once)."""
+    async with support.addon_lock:
+        if support.browser is None:
+            support.browser = await install_browser(support, sources=support.sources)
+        return support.browser
+
+
+async def install_browser(
+    support: ToolSupport,
+    *,
+    sources: Sequence[Source] | None = None,
+    artifact: Artifact | None = None,
+) -> BrowserInstall:
+    """Make the browser add-on ready beside `support`'s runtime (a ToolSupport): reused
+    when the pinned tree is there, else sent and unpacked now. `artifact` is the add-on
+    to use, else the first of `sources` (default: this installation's) that has it."""
+    started = time.monotonic()
+    arch = support.recon.arch
+    assert arch is not None  # the runtime runs, so the platform is a supported one
+    if artifact is None:
+        artifact = await asyncio.to_thread(acquire_artifact, arch, ArtifactFormat.TAR_XZ, sources)
+    if artifact.format is not ArtifactFormat.TAR_XZ or artifact.platform != arch.platform:
+        raise SandboxInjectionError(
+            f"{artifact.name} is not the browser add-on for {arch.platform}",
+            remedy="Pass the add-on of the sandbox's platform (tools build --with-browser).",
+        )
+    located = artifact.located
+    tree = await asyncio.to_thread(
+        _tree_digest, located, artifact.sha256, located.stat().st_mtime_ns
+    )
+    directory = f"{support.install_dir}/{BROWSER_DIR}"
+    found = await _runtime_command(
+        support,
+        ["addon-check", directory, tree.digest],
+        "checking the browser add-on",
+        CHECK_TIMEOUT,
+    )
+    sent = 0
+    if found.get("state") != "ok":
+        if found.get("state") == "different":
+            log.warning(
+                "%s: %s is not the pinned add-on (%s); installing it again",
+                support.sandbox.name,
+                directory,
+                found.get("why"),
+            )
+        free, needed = int(found.get("free_bytes", 0)), needed_bytes(tree.size)
+        if free < needed:
+            raise SandboxInjectionError(
+                f"the browser add-on needs {needed >> 20} MiB free in {support.install_dir} "
+                f"in {support.sandbox.name}; {free >> 20} MiB are",
+                remedy="Give the sandbox more disk (or a larger tmpfs where the runtime is "
+                "installed), or do without the browser there.",
+            )
+        data = await asyncio.to_thread(located.read_bytes)
+        await _runtime_command(
+            support,
+            ["addon-install", directory, artifact.sha256, tree.digest, str(tree.size)],
+            "installing the browser add-on",
+            INSTALL_TIMEOUT,
+            data,
+        )
+        sent = len(data)
+    install = BrowserInstall(
+        directory=directory,
+        artifact=artifact,
+        reused=sent == 0,
+        seconds=time.monotonic() - started,
+        sent_bytes=sent,
+    )
+    log.info(
+        "browser add-on in %s: %s %s (%s) at %s in %.1f s",
+        support.sandbox.name,
+        "reused" if install.reused else "installed",
+        artifact.name,
+        artifact.provenance,
+        directory,
+        install.seconds,
+    )
+    return install

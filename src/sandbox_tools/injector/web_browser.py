@@ -1,0 +1,136 @@
+"""The web browser from the host: one session in a sandbox's headless Chromium.
+
+    async with tool_support_sandbox(sandbox) as support:
+        async with await open_browser(support) as browser:
+            page = await browser.go("http://127.0.0.1:8000/")
+            print(page.tree)
+
+The first session in a sandbox installs the browser add-on (browser_addon.py); each
+session is a browser context of its own (cookies and storage apart from the others').
+Page failures (a refused connection, an unknown element id) come back in
+`BrowserPage.error`, for the model to read; a browser or transport failure raises.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_tools.errors import RuntimeTransportError
+from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
+from sandbox_tools.injector.inject import ToolSupport
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
+from sandbox_tools.protocol import User
+from sandbox_tools.runtime.tools.web_browser.tool_types import NewSessionParams
+
+# A browser's first start and a page's load each have the runtime's 30 s deadline;
+# the host waits for both and the transport.
+CALL_TIMEOUT = 180.0
+
+
+@dataclass(frozen=True)
+class BrowserPage:
+    """What a page action answers, as inspect's web_browser reads it."""
+
+    url: str
+    main_content: str | None  # the page's main text, when it has one
+    tree: str  # the visible accessibility tree, `[id] role "name" [props]` per line
+    error: str | None  # why the action failed (for the model); None when it did not
+
+    @classmethod
+    def parse(cls, result: Any, method: str) -> BrowserPage:
+        fields = result_fields(
+            result,
+            method,
+            web_url=str,
+            web_at=str,
+            main_content=(str, type(None)),
+            error=(str, type(None)),
+        )
+        return cls(fields["web_url"], fields["main_content"], fields["web_at"], fields["error"])
+
+
+class BrowserSession:
+    """One browser session (a context and its tabs) in the sandbox's browser."""
+
+    def __init__(self, client: RuntimeClient, name: str, install: BrowserInstall | None) -> None:
+        self.client = client
+        self.name = name
+        self.install = install  # None when the browser came from elsewhere (the image)
+
+    async def _page(self, method: str, **params: Any) -> BrowserPage:
+        result = await self.client.call(
+            method, {"session_name": self.name, **params}, timeout=CALL_TIMEOUT
+        )
+        return BrowserPage.parse(result, method)
+
+    async def go(self, url: str) -> BrowserPage:
+        """Load `url` (without a scheme: https://) and wait for it."""
+        return await self._page("web_go", url=url)
+
+    async def click(self, element_id: int) -> BrowserPage:
+        return await self._page("web_click", element_id=element_id)
+
+    async def type(self, element_id: int, text: str, *, submit: bool = False) -> BrowserPage:
+        """Type into a field; `submit` presses Enter after it."""
+        return await self._page(
+            "web_type_submit" if submit else "web_type", element_id=element_id, text=text
+        )
+
+    async def scroll(self, direction: str) -> BrowserPage:
+        """ "up" or "down" by a page."""
+        return await self._page("web_scroll", direction=direction)
+
+    async def back(self) -> BrowserPage:
+        return await self._page("web_back")
+
+    async def forward(self) -> BrowserPage:
+        return await self._page("web_forward")
+
+    async def refresh(self) -> BrowserPage:
+        return await self._page("web_refresh")
+
+    async def screenshot(self) -> bytes:
+        """The visible part of the page as PNG bytes."""
+        result = await self.client.call(
+            "web_screenshot", {"session_name": self.name}, timeout=CALL_TIMEOUT
+        )
+        encoded = result_fields(result, "web_screenshot", png_base64=str)["png_base64"]
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except ValueError:
+            raise RuntimeTransportError("web_screenshot: the image is not base64") from None
+
+    async def close(self) -> bool:
+        """End the session (its context and tabs); False if it was gone already."""
+        result = await self.client.call(
+            "web_close_session", {"session_name": self.name}, timeout=CALL_TIMEOUT
+        )
+        return bool(result_fields(result, "web_close_session", closed=bool)["closed"])
+
+    async def __aenter__(self) -> BrowserSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def new_browser_session(
+    client: RuntimeClient, user: User | None = None, install: BrowserInstall | None = None
+) -> BrowserSession:
+    """A new session in the runtime behind `client` (the browser must be there already:
+    the add-on, or SANDBOX_TOOLS_BROWSER); acting as `user` when given."""
+    params = NewSessionParams(headful=False, user=None).to_params(user=user)
+    result = await client.call("web_new_session", params, timeout=CALL_TIMEOUT)
+    name = result_fields(result, "web_new_session", session_name=str)["session_name"]
+    return BrowserSession(client, name, install)
+
+
+async def open_browser(
+    support: ToolSupport, user: User | None = None, *, install: bool = True
+) -> BrowserSession:
+    """A new browser session in `support`'s sandbox: the add-on installed first (once
+    per handle; `install=False` uses whatever browser the runtime finds)."""
+    installed = await ensure_browser(support) if install else None
+    return await new_browser_session(support.client, user, installed)

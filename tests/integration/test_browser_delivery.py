@@ -1,0 +1,244 @@
+"""The browser add-on delivered on first use, in real containers, driven from the host.
+
+User path: an evaluation author calls `open_browser(support)` (the inspect tool does the
+same) in a sandbox that has no browser; the add-on is sent, checked and unpacked, and a
+page served inside the container is read, filled in, followed and scrolled. Threat-model
+rule 2 (a reused install is accepted only when the agent could not have written it):
+a planted or loosened tree is never used.
+
+The add-on and the runtime come from the checkout's dist/ (built on demand, as a
+developer's first call does).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sandbox_tools.errors import SandboxInjectionError
+from sandbox_tools.injector.browser_addon import ensure_browser
+from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
+from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, open_browser
+from sandbox_tools.platforms import Arch
+from sandbox_tools.sandboxes.base import Sandbox
+from sandbox_tools.sandboxes.containers import RunningContainer
+from sandbox_tools.sandboxes.images import ensure_busybox_image
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+HOST_ARCH = Arch.parse(os.uname().machine)
+PORT = 8000
+
+# A static site (busybox httpd serves it as well as Python's http.server): a form whose
+# result page reads the query with JavaScript, a link, and a page several screens long.
+SITE = {
+    "index.html": """<!doctype html><html><head><title>Shop</title></head><body>
+<h1>The shop</h1>
+<form action="result.html" method="get">
+  <label for="q">Query</label> <input id="q" name="q" type="text">
+  <button type="submit">Search</button>
+</form>
+<p><a href="about.html">About us</a> <a href="long.html">A long page</a></p>
+</body></html>""",
+    "result.html": """<!doctype html><html><head><title>Result</title></head><body>
+<h1 id="r">waiting</h1>
+<script>
+  const q = new URLSearchParams(location.search).get("q");
+  document.getElementById("r").textContent = "You searched for " + q;
+</script></body></html>""",
+    "about.html": """<!doctype html><html><head><title>About</title></head><body>
+<h1>About the shop</h1><p>Founded in an air-gapped network.</p></body></html>""",
+    "long.html": "<!doctype html><html><head><title>Long</title></head><body>"
+    + "".join(f"<p>Paragraph {n} of the long page.</p>" for n in range(1, 301))
+    + "<p>THE END</p></body></html>",
+}
+
+
+async def _write_site(sandbox: Sandbox, root: str) -> None:
+    # Through exec's stdin: the engine's archive API cannot write to a read-only root's tmpfs.
+    for name, text in SITE.items():
+        done = await sandbox.exec(
+            ["sh", "-c", 'mkdir -p "$1" && cat > "$1/$2"', "site", root, name], input=text
+        )
+        assert done.returncode == 0, done.stderr
+
+
+async def _open_when_served(browser: BrowserSession, url: str) -> BrowserPage:
+    """The first page, once the server in the container answers (it starts in the
+    background); a refused connection is the page's error, never an exception."""
+    for _ in range(100):
+        page = await browser.go(url)
+        if page.error is None:
+            return page
+    raise AssertionError(f"{url} never answered: {page.error}")
+
+
+def _element(tree: str, role: str, name: str) -> int:
+    for line in tree.splitlines():
+        text = line.strip()
+        if f'{role} "{name}"' in text:
+            return int(text[1 : text.index("]")])
+    raise AssertionError(f'no {role} "{name}" in:\n{tree}')
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+async def _browse_the_site(browser: BrowserSession, base: str) -> None:
+    """Everything a model does with the tool, on the site above."""
+    home = await _open_when_served(browser, f"{base}/index.html")
+    assert home.url == f"{base}/index.html"
+    assert 'heading "The shop"' in home.tree
+    field = _element(home.tree, "textbox", "Query")
+    result = await browser.type(field, "blue teapot", submit=True)
+    assert result.error is None, result.error
+    assert result.url.startswith(f"{base}/result.html"), result.url
+    assert "You searched for blue teapot" in result.tree
+    back = await browser.back()
+    assert back.url == f"{base}/index.html"
+    forward = await browser.forward()
+    assert "You searched for blue teapot" in forward.tree
+    home = await browser.back()
+    about = await browser.click(_element(home.tree, "link", "About us"))
+    assert 'heading "About the shop"' in about.tree, about.tree
+    long = await browser.go(f"{base}/long.html")
+    assert "THE END" not in long.tree
+    for _ in range(40):
+        long = await browser.scroll("down")
+        if "THE END" in long.tree:
+            break
+    assert "THE END" in long.tree
+    width, height = _png_size(await browser.screenshot())
+    assert width > 0 and height > 0
+    missing = await browser.click(999_999)
+    assert missing.error is not None and "999999" in missing.error
+
+
+@pytest.fixture
+def debian(docker_engine: Any, python_image: str) -> Iterator[RunningContainer]:
+    with RunningContainer(docker_engine, python_image, network_mode="none") as container:
+        yield container
+
+
+async def _serve_with_python(support: ToolSupport) -> str:
+    await _write_site(support.sandbox, "/srv/site")
+    started = await support.sandbox.exec(
+        [
+            "sh",
+            "-c",
+            f"cd /srv/site && nohup python3 -m http.server {PORT} --bind 127.0.0.1 "
+            ">/dev/null 2>&1 &",
+        ]
+    )
+    assert started.returncode == 0
+    return f"http://127.0.0.1:{PORT}"
+
+
+async def test_first_use_installs_the_add_on_and_later_handles_reuse_it(
+    debian: RunningContainer,
+) -> None:
+    """Debian as root, no network: the add-on arrives with the first browser, a second
+    handle (a later sample) finds it after the in-place check and sends nothing."""
+    sandbox = debian.sandbox
+    support = await tool_support_sandbox(sandbox)
+    base = await _serve_with_python(support)
+    async with await open_browser(support) as browser:
+        assert browser.install is not None and not browser.install.reused
+        assert browser.install.sent_bytes == browser.install.artifact.size
+        assert browser.install.directory == f"{support.install_dir}/browser"
+        await _browse_the_site(browser, base)
+    listing = await sandbox.exec(["ls", "-a", support.install_dir])
+    assert ".partial" not in listing.stdout.decode()  # no staging directory left
+    await forget_sandbox(sandbox)
+
+    again = await tool_support_sandbox(sandbox)
+    async with await open_browser(again) as browser:
+        assert browser.install is not None and browser.install.reused
+        assert browser.install.sent_bytes == 0
+        page = await browser.go(f"{base}/about.html")
+        assert 'heading "About the shop"' in page.tree
+    await forget_sandbox(sandbox)
+
+
+async def test_a_planted_or_loosened_tree_is_replaced_not_used(
+    debian: RunningContainer,
+) -> None:
+    """Rule 2: a tree beside a genuine runtime that differs from the pinned one by a
+    file, or only by a file others may write, is installed again before any of it runs."""
+    sandbox = debian.sandbox
+    support = await tool_support_sandbox(sandbox)
+    installed = await ensure_browser(support)
+    tree = installed.directory
+    for tamper in (
+        ["sh", "-c", 'printf "#!/bin/sh\\necho planted\\n" > "$1/chrome"', "x", tree],
+        ["chmod", "o+w", f"{tree}/fonts.conf"],
+        ["chown", "1000", f"{tree}/lib"],
+    ):
+        done = await sandbox.exec(tamper)
+        assert done.returncode == 0, done.stderr
+        await forget_sandbox(sandbox)
+        fresh = await tool_support_sandbox(sandbox)
+        replaced = await ensure_browser(fresh)
+        assert not replaced.reused, tamper
+        assert replaced.sent_bytes == replaced.artifact.size
+    dom = await sandbox.exec([f"{tree}/chrome", "--dump-dom", "data:text/html,<p>ok</p>"])
+    assert b"<p>ok</p>" in dom.stdout
+    await forget_sandbox(sandbox)
+
+
+async def test_busybox_without_libc_as_uid_1000_read_only_and_offline(
+    docker_engine: Any,
+) -> None:
+    """The hardest sandbox: a static busybox and nothing else, uid 1000, a read-only root
+    with an exec tmpfs, no network. busybox httpd serves the site inside it."""
+    image = ensure_busybox_image(docker_engine, HOST_ARCH)
+    with RunningContainer(
+        docker_engine,
+        image,
+        platform=HOST_ARCH.platform,
+        network_mode="none",
+        read_only=True,
+        tmpfs={"/tmp": "exec,size=1g"},
+        user="1000:1000",
+        environment={"HOME": "/tmp"},
+    ) as container:
+        sandbox = container.sandbox
+        support = await tool_support_sandbox(sandbox)
+        assert support.recon.uid == 1000
+        await _write_site(sandbox, "/tmp/site")
+        served = await sandbox.exec(["busybox", "httpd", "-p", f"127.0.0.1:{PORT}", "-h", "/tmp/site"])
+        assert served.returncode == 0, served.stderr
+        async with await open_browser(support) as browser:
+            assert browser.install is not None and not browser.install.reused
+            await _browse_the_site(browser, f"http://127.0.0.1:{PORT}")
+        await forget_sandbox(sandbox)
+
+
+async def test_too_little_space_is_refused_before_a_byte_is_sent(docker_engine: Any) -> None:
+    """Free space is checked first; the error says what is needed and what there is, and
+    nothing is left behind."""
+    image = ensure_busybox_image(docker_engine, HOST_ARCH)
+    with RunningContainer(
+        docker_engine,
+        image,
+        platform=HOST_ARCH.platform,
+        network_mode="none",
+        read_only=True,
+        tmpfs={"/tmp": "exec,size=120m"},
+        user="1000:1000",
+    ) as container:
+        sandbox = container.sandbox
+        support = await tool_support_sandbox(sandbox)
+        with pytest.raises(SandboxInjectionError) as refused:
+            await ensure_browser(support)
+        message = str(refused.value)
+        assert "the browser add-on needs" in message and "MiB free in" in message, message
+        listing = await sandbox.exec(["ls", "-a", support.install_dir])
+        assert "browser" not in listing.stdout.decode()
+        await forget_sandbox(sandbox)
