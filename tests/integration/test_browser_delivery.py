@@ -212,7 +212,9 @@ async def test_busybox_without_libc_as_uid_1000_read_only_and_offline(
         support = await tool_support_sandbox(sandbox)
         assert support.recon.uid == 1000
         await _write_site(sandbox, "/tmp/site")
-        served = await sandbox.exec(["busybox", "httpd", "-p", f"127.0.0.1:{PORT}", "-h", "/tmp/site"])
+        served = await sandbox.exec(
+            ["busybox", "httpd", "-p", f"127.0.0.1:{PORT}", "-h", "/tmp/site"]
+        )
         assert served.returncode == 0, served.stderr
         async with await open_browser(support) as browser:
             assert browser.install is not None and not browser.install.reused
