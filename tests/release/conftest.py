@@ -353,6 +353,27 @@ def published(fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesSer
     return manifest
 
 
+@pytest.fixture
+def published_with_browser(
+    fake_release: FakeRelease, s3: S3Server, github: GitHubReleasesServer
+) -> Manifest:
+    """The fake release with a browser add-on for linux/amd64 only, published for real
+    to S3 (first mirror) and GitHub (second)."""
+    fake_release.add_browser(Arch.AMD64)
+    manifest = publish_fake(
+        fake_release,
+        S3Target(
+            bucket=s3.bucket,
+            prefix=f"releases/{__version__}",
+            endpoint_url=s3.endpoint,
+            public_read=True,
+        ),
+        github_target(github),
+    )
+    github.faults.log.clear()
+    return manifest
+
+
 def wheel_cli(release: FakeRelease, out: Path) -> subprocess.CompletedProcess[str]:
     manifest = str(release.dist / MANIFEST_FILE)
     return run_tools(

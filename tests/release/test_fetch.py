@@ -7,14 +7,15 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sandbox_tools import __version__
-from sandbox_tools.artifacts import sha256_of
-from sandbox_tools.errors import FetchError
+from sandbox_tools.artifacts import ArtifactKind, sha256_of
+from sandbox_tools.errors import ConfigurationError, FetchError
 from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, packaged_manifest
 from tests.release.conftest import (
@@ -45,10 +46,12 @@ def reported(result: subprocess.CompletedProcess[str], action: str) -> list[str]
 
 
 def assert_holds_exactly(dest: Path, manifest: Manifest) -> None:
-    """Every artifact verified, and nothing else but the digest cache (no partial files)."""
+    """Every artifact verified, and nothing else but the digest cache (no partial files);
+    runtimes executable, add-ons (archives) not."""
     for artifact in manifest.artifacts:
         assert sha256_of(dest / artifact.name) == artifact.sha256
-        assert os.access(dest / artifact.name, os.X_OK)
+        runtime = artifact.kind is ArtifactKind.RUNTIME
+        assert os.access(dest / artifact.name, os.X_OK) == runtime
     names = {p.name for p in dest.iterdir()} - {".sandbox-tools-digests.json"}
     assert names == {a.name for a in manifest.artifacts}
 
@@ -416,3 +419,161 @@ def test_bundle_create_into_a_directory_that_does_not_exist_yet(
     )
     assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# -- the browser add-on: optional, fetched when asked for --------------------------------
+
+
+def test_fetch_takes_the_runtimes_by_default_and_the_add_on_with_browser(
+    fake_release: FakeRelease, published_with_browser: Manifest, s3: S3Server, tmp_path: Path
+) -> None:
+    manifest = published_with_browser
+    addon = manifest.for_platform("linux/amd64", ArtifactKind.BROWSER)
+    dest = tmp_path / "cache"
+
+    plain = fetch_cli(fake_release, dest)
+
+    assert plain.returncode == 0, plain.stderr
+    assert_holds_exactly(dest, manifest.only(manifest.runtimes))
+    said = " ".join(plain.stdout.split())
+    assert "the release also carries the browser add-on for linux/amd64" in said
+    assert "--with-browser fetches it" in said
+
+    with_browser = fetch_cli(fake_release, dest, "--with-browser", "--json")
+
+    assert with_browser.returncode == 0, with_browser.stderr
+    assert_holds_exactly(dest, manifest)
+    results = {(a["kind"], a["platform"]): a for a in json.loads(with_browser.stdout)["artifacts"]}
+    assert [r["result"] for k, r in results.items() if k[0] == "runtime"] == ["present"] * 2
+    fetched = results[("browser", "linux/amd64")]
+    assert fetched["result"] == "fetched" and fetched["sha256"] == addon.sha256
+    assert fetched["source"] == addon.urls[0]  # the S3 URL the manifest lists first
+    assert ("browser", "linux/arm64") not in results
+    # Without --platform: every add-on the release has, and plainly which platform has none.
+    said = " ".join(with_browser.stderr.split())
+    assert "the release carries no browser add-on for linux/arm64" in said
+
+
+def test_with_browser_where_the_release_has_none_is_bad_input(
+    fake_release: FakeRelease, published_with_browser: Manifest, tmp_path: Path
+) -> None:
+    """A platform named that has no add-on, or a release without any: said before anything
+    is fetched, with what to do instead; no traceback, no file."""
+    dest = tmp_path / "cache"
+    for platforms in ("arm64", "amd64,arm64"):
+        result = fetch_cli(fake_release, dest, "--with-browser", "--platform", platforms)
+        assert result.returncode == 2, result.stderr
+        error = " ".join(result.stderr.split())
+        assert (
+            f"--with-browser: sandbox-tools {__version__} carries no browser add-on for "
+            "linux/arm64 what to do: Fetch it where the release has one (--platform "
+            "linux/amd64 --with-browser)" in error
+        )
+        assert "tools build --with-browser" in error and "Traceback" not in result.stderr
+        assert list(dest.iterdir()) == []
+    without_any = published_with_browser.only(published_with_browser.runtimes)
+    with pytest.raises(ConfigurationError) as refused:
+        fetch(without_any, dest, with_browser=True)
+    assert refused.value.message.endswith("carries no browser add-on for linux/amd64, linux/arm64")
+    assert (refused.value.remedy or "").startswith("Fetch without --with-browser (the add-on is")
+    assert list(dest.iterdir()) == []
+
+
+def test_an_add_on_transfer_cut_short_resumes(
+    fake_release: FakeRelease,
+    published_with_browser: Manifest,
+    github: GitHubReleasesServer,
+    tmp_path: Path,
+) -> None:
+    addon = published_with_browser.for_platform("linux/amd64", ArtifactKind.BROWSER)
+    github.faults.truncate[addon.name] = [100_000]
+    base = f"{github.url}/{GITHUB_REPO}/releases/download/{TAG}"
+    dest = tmp_path / "cache"
+
+    outcomes = fetch(
+        published_with_browser, dest, ["linux/amd64"], mirrors=[base], with_browser=True
+    )
+
+    assert [(o.artifact.kind, o.action) for o in outcomes] == [
+        (ArtifactKind.RUNTIME, "fetched"),
+        (ArtifactKind.BROWSER, "fetched"),
+    ]
+    assert sha256_of(dest / addon.name) == addon.sha256
+    requests = [line.split() for line in github.faults.log if addon.name in line]
+    assert len(requests) == 2 and requests[1][-1].startswith("bytes=")  # resumed, not redone
+    assert 0 < int(requests[1][-1].removeprefix("bytes=").rstrip("-")) <= 100_000
+
+
+def test_a_bundle_with_browser_carries_the_add_on_and_fetch_from_it_installs_it(
+    fake_release: FakeRelease, published_with_browser: Manifest, tmp_path: Path
+) -> None:
+    manifest = published_with_browser
+    addon = manifest.for_platform("linux/amd64", ArtifactKind.BROWSER)
+    plain, full = tmp_path / "runtimes.tar", tmp_path / "with-browser.tar"
+    made = run_tools("bundle", "create", "--dist", str(fake_release.dist), "--out", str(plain))
+    assert made.returncode == 0, made.stderr
+    assert "--with-browser bundles it" in " ".join(made.stdout.split())
+    made = run_tools(
+        "bundle", "create", "--dist", str(fake_release.dist), "--out", str(full), "--with-browser"
+    )
+    assert made.returncode == 0, made.stderr
+    said = " ".join(made.stdout.split())
+    assert "3 artifacts" in said and "the browser add-on for linux/amd64" in said
+    assert "the release carries no browser add-on for linux/arm64" in said
+    with tarfile.open(full) as tar:
+        inside = {m.name.split("/")[-1]: m for m in tar.getmembers()}
+        sums = tar.extractfile(inside["SHA256SUMS"]).read().decode()  # type: ignore[union-attr]
+    assert addon.name in inside and f"{addon.sha256}  {addon.name}" in sums
+    with tarfile.open(plain) as tar:
+        assert addon.name not in {m.name.split("/")[-1] for m in tar.getmembers()}
+
+    offline = tools_env(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9")
+
+    def fetch_from(bundle: Path, dest: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_tools(
+            "fetch",
+            "--manifest",
+            str(fake_release.dist / MANIFEST_FILE),
+            "--from",
+            str(bundle),
+            "--out",
+            str(dest),
+            *args,
+            env=offline,
+        )
+
+    # Whatever the bundle holds is installed, verified against the trusted manifest.
+    done = fetch_from(full, tmp_path / "from-full")
+    assert done.returncode == 0, done.stderr
+    assert_holds_exactly(tmp_path / "from-full", manifest)
+    done = fetch_from(plain, tmp_path / "from-plain")
+    assert done.returncode == 0, done.stderr
+    assert_holds_exactly(tmp_path / "from-plain", manifest.only(manifest.runtimes))
+    # Asking a bundle without it for the add-on is bad input, said before anything is copied.
+    refused = fetch_from(plain, tmp_path / "refused", "--with-browser", "--platform", "amd64")
+    assert refused.returncode == 2, refused.stderr
+    error = " ".join(refused.stderr.split())
+    assert f"the bundle {plain} holds no browser add-on for linux/amd64" in error
+    assert "tools bundle create --with-browser" in error
+    assert list((tmp_path / "refused").iterdir()) == []
+    # A directory is no bundle carried in on purpose: the add-on comes when asked for.
+    done = fetch_from(fake_release.dist, tmp_path / "from-dir")
+    assert done.returncode == 0, done.stderr
+    assert_holds_exactly(tmp_path / "from-dir", manifest.only(manifest.runtimes))
+    done = fetch_from(fake_release.dist, tmp_path / "from-dir", "--with-browser")
+    assert done.returncode == 0, done.stderr
+    assert_holds_exactly(tmp_path / "from-dir", manifest)
+
+
+def test_bundle_with_browser_of_a_release_without_one_is_bad_input(
+    fake_release: FakeRelease, published: Manifest, tmp_path: Path
+) -> None:
+    out = tmp_path / "bundle.tar"
+    result = run_tools(
+        "bundle", "create", "--dist", str(fake_release.dist), "--out", str(out), "--with-browser"
+    )
+    assert result.returncode == 2, result.stderr
+    error = " ".join(result.stderr.split())
+    assert f"the release of sandbox-tools {__version__} carries no browser add-on" in error
+    assert "Bundle without --with-browser" in error and "Traceback" not in result.stderr
+    assert not out.exists() and not list(tmp_path.glob(".bundle.tar*"))  # no partial file

@@ -52,8 +52,8 @@ from sandbox_tools.publishing.publish import (
 )
 from sandbox_tools.publishing.targets import release_targets
 from sandbox_tools.publishing.wheel import build_wheel
-from sandbox_tools.release.bundle import bundle_name, create_bundle
-from sandbox_tools.release.fetch import fetch, sources_for
+from sandbox_tools.release.bundle import bundle_name, bundled_manifest, create_bundle
+from sandbox_tools.release.fetch import fetch_artifacts, sources_for, wanted_artifacts
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
     Manifest,
@@ -506,6 +506,16 @@ def fetch_command(
             "older name.",
         ),
     ] = None,
+    with_browser: Annotated[
+        bool,
+        typer.Option(
+            "--with-browser",
+            help="Also fetch the optional browser add-on (about 100 MB per platform); bad "
+            "input if the release has none for a platform asked for. --from BUNDLE installs "
+            "whatever the bundle holds, with or without this flag.",
+            metavar="",
+        ),
+    ] = False,
     verbose_flag: Annotated[
         bool,
         typer.Option(
@@ -522,7 +532,8 @@ def fetch_command(
         ),
     ] = False,
 ) -> None:
-    """Obtain the manifest's artifacts, verified (size and SHA-256), where the injector looks.
+    """Obtain the manifest's runtimes (and with --with-browser its browser add-ons),
+    verified (size and SHA-256), where the injector looks.
 
     A source that cannot supply an artifact (a mirror refusing, a wrong digest) is named,
     with why, before the next one is tried.
@@ -540,8 +551,8 @@ def fetch_command(
         platforms = [arch.platform for arch in parse_arches(platform or [])]
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
+    wanted = wanted_artifacts(manifest, platforms, with_browser, origin)
     if verbose():
-        wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.runtimes
         for artifact in wanted:
             tried = sources_for(artifact, mirror or [], origin)
             listed = ", ".join(f"{n}. {s.label}" for n, s in enumerate(tried, 1))
@@ -553,7 +564,7 @@ def fetch_command(
             )
     started = time.monotonic()
     with transfer_reporter() as reporter:
-        outcomes = fetch(manifest, target_dir, platforms, mirror or [], origin, reporter)
+        outcomes = fetch_artifacts(wanted, target_dir, mirror or [], origin, reporter)
         for outcome in outcomes:
             source = f" from {outcome.source}" if outcome.source else ""
             reporter.outcome(
@@ -573,6 +584,33 @@ def fetch_command(
             outcome.artifact.sha256,
         )
     console.print(table)
+    skipped = [
+        a
+        for a in manifest.of_kind(ArtifactKind.BROWSER)
+        if a.platform in {w.platform for w in wanted} and a not in wanted
+    ]
+    lacking = [
+        r.platform
+        for r in wanted
+        if r.kind is ArtifactKind.RUNTIME
+        and manifest.find(r.platform, ArtifactKind.BROWSER) is None
+    ]
+    if with_browser and lacking:
+        console.print(
+            f"the release carries no browser add-on for {', '.join(lacking)}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    if skipped:  # said, so that nobody wonders where the browser went
+        notes.print(
+            f"the release also carries the browser add-on for "
+            f"{', '.join(a.platform for a in skipped)} "
+            f"({sum(a.size for a in skipped) / 1e6:.0f} MB, optional): --with-browser fetches it",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     if as_json:
         print_json(
             {
@@ -581,6 +619,7 @@ def fetch_command(
                 "artifacts": [
                     {
                         "platform": o.artifact.platform,
+                        "kind": o.artifact.kind.value,
                         "name": o.artifact.name,
                         "path": str(target_dir / o.artifact.name),
                         "sha256": o.artifact.sha256,
@@ -632,9 +671,20 @@ def bundle_create(
             "with /). Default: DIST/sandbox-tools-<version>-artifacts.tar.",
         ),
     ] = None,
+    with_browser: Annotated[
+        bool,
+        typer.Option(
+            "--with-browser",
+            help="Also carry the release's browser add-ons (about 100 MB per platform); bad "
+            "input if the release has none.",
+            metavar="",
+        ),
+    ] = False,
 ) -> None:
-    """Write one tarball with the manifest, SHA256SUMS and the artifacts."""
-    manifest = read_manifest(manifest_path or dist / MANIFEST_FILE)
+    """Write one tarball with the manifest, SHA256SUMS and the runtimes (and with
+    --with-browser the browser add-ons)."""
+    released = read_manifest(manifest_path or dist / MANIFEST_FILE)
+    manifest = bundled_manifest(released, with_browser)
     target = _bundle_target(out, dist, manifest.version)
     try:
         path = create_bundle(dist, manifest, target)
@@ -643,10 +693,31 @@ def bundle_create(
             f"cannot write {target}: {exc.strerror or exc}",
             remedy="Give --out a file or directory you can write to.",
         ) from None
+    addons = [a.platform for a in manifest.of_kind(ArtifactKind.BROWSER)]
+    held = f"the browser add-on for {', '.join(addons)}" if addons else "no browser add-on"
     console.print(
-        f"wrote {path} ({path.stat().st_size:,} bytes, {len(manifest.artifacts)} artifacts); "
-        f"offline: `tools fetch --from {path.name}`"
+        f"wrote {path} ({path.stat().st_size:,} bytes, {len(manifest.artifacts)} artifacts: "
+        f"the runtimes for {', '.join(a.platform for a in manifest.runtimes)}; {held}); "
+        f"offline: `tools fetch --from {path.name}`",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
     )
+    lacking = [a.platform for a in released.runtimes if a.platform not in addons]
+    if with_browser and lacking:
+        console.print(
+            f"the release carries no browser add-on for {', '.join(lacking)}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    elif not with_browser and released.of_kind(ArtifactKind.BROWSER):
+        notes.print(
+            "the release also carries a browser add-on: --with-browser bundles it",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def wheel_command(

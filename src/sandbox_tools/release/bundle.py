@@ -2,8 +2,11 @@
 
 It holds the manifest, SHA256SUMS and the artifacts under `sandbox-tools-<version>/`,
 uncompressed (the artifacts are compressed already), with fixed owners and times so the
-same release always gives the same bytes. On the other side `tools fetch --from BUNDLE`
-checks every artifact against the manifest the installation trusts, not the bundle's.
+same release always gives the same bytes. The runtimes always; the browser add-ons the
+release carries only when asked for (`with_browser`: about 100 MB a platform). The
+manifest and SHA256SUMS inside say what the bundle holds, so `sha256sum -c` passes in
+it. On the other side `tools fetch --from BUNDLE` installs whatever the bundle holds,
+checking every artifact against the manifest the installation trusts, not the bundle's.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import io
 import tarfile
 from pathlib import Path
 
-from sandbox_tools.artifacts import atomic_output
+from sandbox_tools.artifacts import ArtifactKind, atomic_output
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.release.manifest import (
     MANIFEST_FILE,
@@ -40,9 +43,23 @@ def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
     return info
 
 
+def bundled_manifest(manifest: Manifest, with_browser: bool = False) -> Manifest:
+    """The part of the release a bundle carries: the runtimes, and the browser add-ons
+    with `with_browser` (bad input when the release has none)."""
+    addons = manifest.of_kind(ArtifactKind.BROWSER)
+    if with_browser and not addons:
+        raise ConfigurationError(
+            f"--with-browser: the release of sandbox-tools {manifest.version} carries no "
+            "browser add-on",
+            remedy="Bundle without --with-browser: the add-on is optional, and this release "
+            "has none (it is built with `tools build --with-browser`).",
+        )
+    return manifest.only([*manifest.runtimes, *(addons if with_browser else ())])
+
+
 def create_bundle(dist: Path, manifest: Manifest, out: Path) -> Path:
-    """Verify dist/ against the manifest, then write the bundle atomically."""
-    manifest = manifest.only(manifest.runtimes)
+    """Verify dist/ against the manifest (what the bundle is to hold: `bundled_manifest`),
+    then write the bundle atomically."""
     problems = verify_local(dist, manifest)
     if problems:
         raise ConfigurationError(
@@ -60,8 +77,9 @@ def create_bundle(dist: Path, manifest: Manifest, out: Path) -> Path:
             data = text.encode()
             tar.addfile(_info(f"{top}/{name}", len(data), 0o644), io.BytesIO(data))
         for artifact in sorted(manifest.artifacts, key=lambda a: a.name):
+            mode = 0o755 if artifact.kind is ArtifactKind.RUNTIME else 0o644  # add-on: an archive
             with (dist / artifact.name).open("rb") as source:
-                tar.addfile(_info(f"{top}/{artifact.name}", artifact.size, 0o755), source)
+                tar.addfile(_info(f"{top}/{artifact.name}", artifact.size, mode), source)
     return out
 
 

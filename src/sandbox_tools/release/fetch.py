@@ -11,6 +11,11 @@ given up at once, with a few words saying why, and not asked again during the fe
 Concurrent fetches into the same directory serialise on a lock of that directory.
 When a source cannot supply an artifact, the reason is said (`Transfers.note`) before
 the next source is tried, never skipped over in silence.
+
+Only the runtimes are fetched by default. The browser add-on (optional, about 100 MB a
+platform) comes too when asked for (`with_browser`), or when the bundle fetched from
+holds it: a bundle is carried in on purpose, with or without it. It is checked and
+resumed exactly like a runtime.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from urllib.parse import unquote, urlparse
 
 import requests
 
-from sandbox_tools.artifacts import Artifact, place, remember_digest, sha256_of
+from sandbox_tools.artifacts import Artifact, ArtifactKind, place, remember_digest, sha256_of
 from sandbox_tools.errors import ConfigurationError, FetchError
 from sandbox_tools.release.manifest import Manifest
 from sandbox_tools.release.progress import NoProgress, Transfers
@@ -359,6 +364,66 @@ def sources_for(
     return [source_for(location) for location in locations]
 
 
+def bundle_holds(bundle: Path) -> set[str]:
+    """The names of the files a bundle holds, as `BundleSource` finds them."""
+    check_bundle(bundle)
+    try:
+        with tarfile.open(bundle) as tar:
+            return {
+                m.name.lstrip("./").split("/")[-1]
+                for m in tar.getmembers()
+                if m.isreg() and m.name.count("/") <= 1
+            }
+    except (OSError, tarfile.TarError):
+        raise ConfigurationError(
+            f"--from {bundle}: not a bundle, or a damaged one",
+            remedy="Make a new bundle with `tools bundle create` where the artifacts are.",
+        ) from None
+
+
+def wanted_artifacts(
+    manifest: Manifest,
+    platforms: Sequence[str] = (),
+    with_browser: bool = False,
+    origin: Path | None = None,
+) -> list[Artifact]:
+    """What to fetch: the runtime of each platform (default: every platform the release
+    has), and its browser add-on when `with_browser`, or when `origin` is a bundle that
+    holds it. Bad input, said before anything is fetched: an add-on for a platform named
+    in `platforms` that the release lacks, a release without any add-on, a bundle without
+    the add-ons asked for. Without `platforms`, every add-on the release has is wanted."""
+    chosen = list(dict.fromkeys(platforms)) or [a.platform for a in manifest.runtimes]
+    runtimes = [manifest.for_platform(p) for p in chosen]
+    addons = [a for p in chosen if (a := manifest.find(p, ArtifactKind.BROWSER)) is not None]
+    bundle = origin if origin is not None and origin.is_file() else None
+    held = bundle_holds(bundle) if bundle is not None else None
+    if not with_browser:
+        return runtimes + [a for a in addons if held is not None and a.name in held]
+    lacking = [p for p in chosen if manifest.find(p, ArtifactKind.BROWSER) is None]
+    if lacking and (platforms or not addons):
+        have = [a.platform for a in manifest.of_kind(ArtifactKind.BROWSER)]
+        raise ConfigurationError(
+            f"--with-browser: sandbox-tools {manifest.version} carries no browser add-on for "
+            + ", ".join(lacking),
+            remedy=(
+                f"Fetch it where the release has one (--platform {','.join(have)} "
+                "--with-browser) and the runtime alone elsewhere (without --with-browser)"
+                if have
+                else "Fetch without --with-browser (the add-on is optional)"
+            )
+            + "; or build the add-on locally: `tools build --with-browser`.",
+        )
+    not_held = [a for a in addons if held is not None and a.name not in held]
+    if not_held:
+        raise ConfigurationError(
+            f"--with-browser: the bundle {bundle} holds no browser add-on for "
+            + ", ".join(a.platform for a in not_held),
+            remedy="Make the bundle with `tools bundle create --with-browser` where the "
+            "released add-on is, or fetch from this one without --with-browser.",
+        )
+    return runtimes + addons
+
+
 def check_bundle(path: Path) -> None:
     """Bad input before anything is fetched: `--from` names a file that is no tarball."""
     remedy = (
@@ -472,7 +537,8 @@ def fetch_artifact(
             size = partial.stat().st_size
             digest = sha256_of(partial) if size == artifact.size else None
             if digest is not None and digest == artifact.sha256:
-                place(partial, target, 0o755)
+                # A runtime is executed as it is; an add-on is an archive to unpack.
+                place(partial, target, 0o755 if artifact.kind is ArtifactKind.RUNTIME else 0o644)
                 remember_digest(target, digest)
                 action = "replaced" if stale else "fetched"
                 return FetchOutcome(artifact, target, action, source.label)
@@ -501,10 +567,24 @@ def fetch(
     mirrors: Sequence[str] = (),
     origin: Path | None = None,
     progress: Transfers | None = None,
+    with_browser: bool = False,
 ) -> list[FetchOutcome]:
-    """Make `dest` hold a verified copy of each wanted platform's artifact."""
+    """Make `dest` hold a verified copy of each wanted platform's runtime, and of its
+    browser add-on as `wanted_artifacts` says."""
+    wanted = wanted_artifacts(manifest, platforms, with_browser, origin)
+    return fetch_artifacts(wanted, dest, mirrors, origin, progress)
+
+
+def fetch_artifacts(
+    wanted: Sequence[Artifact],
+    dest: Path,
+    mirrors: Sequence[str] = (),
+    origin: Path | None = None,
+    progress: Transfers | None = None,
+) -> list[FetchOutcome]:
+    """Make `dest` hold a verified copy of each of these artifacts (records of a trusted
+    manifest), and nothing more."""
     progress = progress or NoProgress()
-    wanted = [manifest.for_platform(p) for p in platforms] if platforms else manifest.runtimes
     plan = [(artifact, sources_for(artifact, mirrors, origin)) for artifact in wanted]
     dest.mkdir(parents=True, exist_ok=True)
     unanswered: dict[str, str] = {}  # a server silent for one artifact is for the next
