@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_tools import __version__
+from sandbox_tools.artifacts import ArtifactFormat, ArtifactKind, sha256_of, write_build_records
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.acquire import (
     Build,
@@ -24,6 +25,7 @@ from sandbox_tools.injector.acquire import (
     acquire_artifact,
 )
 from sandbox_tools.platforms import Arch
+from sandbox_tools.release.fetch import fetch
 from sandbox_tools.release.manifest import Manifest, manifest_from_records
 from sandbox_tools.settings import Settings
 from tests.release.conftest import FakeRelease
@@ -118,3 +120,78 @@ def test_a_dead_mirror_keeps_the_reason_and_is_not_asked_again_at_once(
     shutil.copytree(fake_release.dist, dist)
     assert acquire_artifact(Arch.AMD64, sources=sources).provenance == "dist"
     mirror.server.close()
+
+
+# -- the browser add-on: the same sources, the manifest's browser entry ------------------
+
+
+def test_the_browser_add_on_is_downloaded_alone_then_taken_from_the_cache(
+    published_with_browser: Manifest, tmp_path: Path
+) -> None:
+    """A git-ref install whose first sample uses the browser: the add-on, and only it, is
+    downloaded from the manifest's mirrors into the cache, then used from there."""
+    cache = tmp_path / "cache"
+    sources = installed_from_git(cache, tmp_path / "none", published_with_browser, offline=False)
+    pinned = published_with_browser.for_platform("linux/amd64", ArtifactKind.BROWSER)
+
+    first = acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, sources=sources)
+
+    assert first.provenance == "fetched" and first.kind is ArtifactKind.BROWSER
+    assert first.path == cache / pinned.name and sha256_of(first.path) == pinned.sha256
+    assert [p.name for p in cache.iterdir() if not p.name.startswith(".")] == [pinned.name]
+    before = first.path.stat()
+    again = acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, sources=sources)
+    assert again.provenance == "cache" and again.path == first.path
+    assert again.path.stat().st_mtime_ns == before.st_mtime_ns  # not downloaded again
+
+
+def test_offline_the_add_on_comes_from_what_tools_fetch_with_browser_placed(
+    fake_release: FakeRelease, published_with_browser: Manifest, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    sources = installed_from_git(cache, tmp_path / "none", published_with_browser, offline=True)
+    with pytest.raises(SandboxInjectionError) as offline:
+        acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, sources=sources)
+    assert "release wheels never bundle" not in offline.value.message  # not a wheel here
+    assert "tools bundle create --with-browser" in (offline.value.remedy or "")
+
+    fetch(
+        published_with_browser, cache, ["linux/amd64"], origin=fake_release.dist, with_browser=True
+    )
+
+    found = acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, sources=sources)
+    assert found.provenance == "cache" and found.kind is ArtifactKind.BROWSER
+
+
+def test_a_release_without_the_add_on_says_so_and_the_step_it_names_works(
+    fake_release: FakeRelease, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The add-on is optional: a release without one for the platform says that, not a
+    download failure, and names the build that supplies it."""
+    dist = tmp_path / "local-dist"
+    monkeypatch.setenv("SANDBOX_TOOLS_DIST", str(dist))
+    manifest = manifest_from_records(__version__, fake_release.records, ["http://127.0.0.1:9/x"])
+    wheel = tmp_path / "wheel-artifacts"  # what a release wheel bundles: runtimes only
+    wheel.mkdir()
+    write_build_records(wheel, fake_release.records)
+    sources = installed_from_git(tmp_path / "cache", dist, manifest, offline=False)
+    sources[0] = Bundled(wheel, manifest)
+
+    with pytest.raises(SandboxInjectionError) as failed:
+        acquire_artifact(Arch.ARM64, ArtifactFormat.TAR_XZ, sources=sources)
+
+    message = failed.value.message
+    assert message.startswith(f"no browser add-on for linux/arm64 of sandbox-tools {__version__}")
+    assert "bundled: release wheels never bundle the browser add-on" in message
+    assert "cache: the release carries no browser add-on for linux/arm64" in message
+    assert "fetch: the release carries no browser add-on for linux/arm64" in message
+    assert "downloading" not in message  # nothing was tried: there is nothing to download
+    assert failed.value.remedy == (
+        f"Build it: `tools build --arch arm64 --with-browser --out {dist}` (where the "
+        "injector looks for local builds)."
+    )
+    # Following the step: what `tools build --with-browser --out DIST` writes is used.
+    fake_release.add_browser(Arch.ARM64)
+    shutil.copytree(fake_release.dist, dist)
+    found = acquire_artifact(Arch.ARM64, ArtifactFormat.TAR_XZ, sources=sources)
+    assert found.provenance == "dist" and found.path == dist / found.name

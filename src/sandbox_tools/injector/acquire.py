@@ -25,9 +25,15 @@ from pathlib import Path
 from typing import Protocol
 
 from sandbox_tools._version import __version__
-from sandbox_tools.artifacts import Artifact, ArtifactFormat, Provenance, read_build_records
+from sandbox_tools.artifacts import (
+    Artifact,
+    ArtifactFormat,
+    ArtifactKind,
+    Provenance,
+    read_build_records,
+)
 from sandbox_tools.cache import artifact_cache_dir, cache_root
-from sandbox_tools.errors import ConfigurationError, SandboxInjectionError, SandboxToolsError
+from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.manifest import Manifest, packaged_manifest
 from sandbox_tools.settings import Settings, load_settings
@@ -92,20 +98,30 @@ def select_record(records: list[Artifact], arch: Arch, fmt: ArtifactFormat) -> A
 
 
 def _released(manifest: Manifest | None, need: Need) -> Artifact:
-    """This version's released artifact for `need`, if its sources are these."""
+    """This version's released artifact for `need` (the runtime, or the browser add-on:
+    the manifest's entry of that kind), if its sources are these."""
     if manifest is None:
         raise Unavailable("this installation carries no release manifest")
     if manifest.version != __version__:
         raise Unavailable(f"the manifest is for {manifest.version}, not {__version__}")
-    try:
-        entry = manifest.for_platform(need.arch.platform)
-    except ConfigurationError:
-        raise Unavailable(f"the release has no artifact for {need.arch.platform}") from None
+    kind = ArtifactKind.BROWSER if need.browser else ArtifactKind.RUNTIME
+    entry = manifest.find(need.arch.platform, kind)
+    if entry is None and need.browser:
+        # The add-on is optional: a release may carry none, for this platform or any.
+        dist = local_dist(load_settings())
+        raise Unavailable(
+            f"the release carries no browser add-on for {need.arch.platform}",
+            f"Build it: `tools build --arch {need.arch.value} --with-browser --out {dist}` "
+            "(where the injector looks for local builds).",
+        )
+    if entry is None:
+        raise Unavailable(f"the release has no artifact for {need.arch.platform}")
     if entry.format is not need.fmt:
         raise Unavailable(f"the release's artifact is {entry.format.value}, not {need.fmt.value}")
     if entry.build_id != need.build_id:
-        # The runtime sources changed since the release: never mix versions.
-        raise Unavailable("the runtime sources differ from the released ones")
+        # The sources changed since the release: never mix versions.
+        what = "browser add-on's" if need.browser else "runtime"
+        raise Unavailable(f"the {what} sources differ from the released ones")
     return entry
 
 
@@ -121,14 +137,14 @@ class Bundled:
         if self.directory is None or not self.directory.is_dir():
             raise Unavailable("this installation is not a release wheel (no bundled artifacts)")
         record = select_record(read_build_records(self.directory), need.arch, need.fmt)
+        if record is None and need.browser:
+            raise Unavailable("release wheels never bundle the browser add-on (about 100 MB)")
         if record is None:
             raise Unavailable(f"the wheel bundles no {need.fmt.value} artifact for this platform")
         pinned = None
         if self.manifest is not None and self.manifest.version == __version__:
-            try:
-                pinned = self.manifest.for_platform(need.arch.platform)
-            except ConfigurationError:
-                pinned = None
+            kind = ArtifactKind.BROWSER if need.browser else ArtifactKind.RUNTIME
+            pinned = self.manifest.find(need.arch.platform, kind)
         if pinned is not None and pinned.format is need.fmt and pinned.sha256 != record.sha256:
             raise SandboxInjectionError(
                 f"the bundled {record.name} is not the artifact this version's manifest pins",
@@ -175,27 +191,32 @@ class Mirrors:
 
     def supply(self, need: Need) -> Artifact:
         entry = _released(self.manifest, need)
+        addon = " --with-browser" if need.browser else ""
         if self.offline:
             raise Unavailable(
                 "offline (SANDBOX_TOOLS_OFFLINE is set)",
-                "Run `tools fetch --from BUNDLE` with a bundle made by `tools bundle create`, "
-                "or unset SANDBOX_TOOLS_OFFLINE so the release can be downloaded.",
+                "Run `tools fetch --from BUNDLE` with a bundle made by "
+                f"`tools bundle create{addon}`, or unset SANDBOX_TOOLS_OFFLINE so the release "
+                "can be downloaded.",
             )
         if not entry.urls or self.manifest is None:
             raise Unavailable("the manifest lists no mirrors")
-        from sandbox_tools.release.fetch import fetch
+        from sandbox_tools.release.fetch import fetch_artifacts
 
         key = (str(self.directory), *entry.urls)
         remembered = _download_failures.get(key)
         if remembered is not None and self.clock() - remembered[0] < FAILURE_MEMORY:
             raise remembered[1]
         try:
-            fetch(self.manifest, self.directory, [need.arch.platform])
+            # Just this artifact: a sample that needs the runtime does not wait for the
+            # add-on's 100 MB, nor one that needs the add-on for the runtime.
+            fetch_artifacts([entry], self.directory)
         except SandboxToolsError as exc:
             failed = Unavailable(
                 f"downloading failed: {exc.message}",
-                "Run `tools fetch` where the mirrors are reachable (it shows each attempt), "
-                "or `tools fetch --from BUNDLE` offline.",
+                f"Run `tools fetch --platform {need.arch.platform}{addon}` where the mirrors "
+                f"are reachable (it shows each attempt), or `tools fetch --from BUNDLE{addon}` "
+                "offline.",
             )
             _download_failures[key] = (self.clock(), failed)
             raise failed from None
