@@ -128,9 +128,9 @@ async def launch(
     """Start the browser as `identity`; BrowserFailed if it does not answer in time."""
     if not os.access(executable, os.X_OK):
         raise ToolError(
-            f"no browser at {executable}: install the browser add-on, or point "
-            "SANDBOX_TOOLS_BROWSER at a Chromium headless shell before the runtime's server "
-            "starts"
+            f"no browser at {executable}: open the browser through the host (it installs "
+            "the add-on), or point SANDBOX_TOOLS_BROWSER at a Chromium headless shell "
+            "before the runtime's server starts"
         )
     profile = _private_profile(identity)
     env = child_environment(
