@@ -34,8 +34,10 @@ from sandbox_tools.runtime.tools.web_browser.cdp import BrowserFailed
 from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
     ClickParams,
+    KeyParams,
     ScrollParams,
     SessionParams,
+    TabParams,
     TypeParams,
 )
 from tests.support import RuntimeDir, browse, eventually, new_browser_session, request, serve_site
@@ -64,6 +66,10 @@ document.getElementById('m').append(b);</script>""",
     "/cookie": """<!doctype html><title>Cookie</title><main><p id="c"></p></main><script>
 if (location.hash === '#set') document.cookie = 'flavour=' + 'oat';
 document.getElementById('c').textContent = 'cookie is [' + document.cookie + ']';</script>""",
+    "/opener": """<!doctype html><title>Opener</title><main>
+<a href="/closing" target="_blank">Open the closing page</a></main>""",
+    "/closing": """<!doctype html><title>Closing</title><main>
+<button onclick="window.close()">Close me</button></main>""",
 }
 
 
@@ -210,6 +216,58 @@ async def test_a_tab_the_page_opens_becomes_the_sessions_page(
     opened = await browser.click(ClickParams.parse({"session_name": session, "element_id": link}))
     assert opened["web_url"] == f"{site}/next"
     element(opened["web_at"], "heading", "Second page")
+
+
+async def test_a_key_press_reaches_the_focused_field_and_enter_submits_its_form(
+    browser: WebBrowserController, site: str
+) -> None:
+    session = await new_browser_session(browser)
+    tree = (await browse(browser, session, site))["web_at"]
+    field = {"session_name": session, "element_id": element(tree, "textbox", "Search")}
+    await browser.type_text(TypeParams.parse({**field, "text": "mole"}), submit=False)
+    press = {"session_name": session}
+    shifted = await browser.press_key(KeyParams.parse({**press, "key": "Shift+s"}))
+    assert 'Current input: "moleS"' in shifted["web_at"] and shifted["web_url"] == f"{site}/"
+    entered = await browser.press_key(KeyParams.parse({**press, "key": "Enter"}))
+    assert entered["web_url"] == f"{site}/search" and "You searched: q=moleS" in entered["web_at"]
+    # A look without an action shows the same page.
+    assert await browser.snapshot(SessionParams.parse(press)) == entered
+
+
+async def test_tabs_are_listed_selected_opened_and_closed(
+    browser: WebBrowserController, site: str
+) -> None:
+    session = await new_browser_session(browser)
+    name = {"session_name": session}
+    tree = (await browse(browser, session, f"{site}/opener"))["web_at"]
+    link = element(tree, "link", "Open the closing page")
+    opened = await browser.click(ClickParams.parse({**name, "element_id": link}))
+    assert opened["web_url"] == f"{site}/closing"
+    assert await browser.list_tabs(SessionParams.parse(name)) == [
+        {"index": 0, "title": "Opener", "url": f"{site}/opener", "current": False},
+        {"index": 1, "title": "Closing", "url": f"{site}/closing", "current": True},
+    ]
+    selected = await browser.select_tab(TabParams.parse({**name, "index": 0}))
+    assert selected["web_url"] == f"{site}/opener"
+    element(selected["web_at"], "link", "Open the closing page")
+    blank = await browser.new_tab(SessionParams.parse(name))
+    assert blank["web_url"] == "about:blank" and blank["error"] is None
+    tabs = await browser.list_tabs(SessionParams.parse(name))
+    assert [(t["url"], t["current"]) for t in tabs][2] == ("about:blank", True)
+    missing = await browser.select_tab(TabParams.parse({**name, "index": 7}))
+    assert missing["error"] == "there is no tab 7: the session has 3 tabs (indexes 0 to 2)"
+    # Closing the current tab shows the one before it.
+    after_close = await browser.close_tab(TabParams.parse(name))
+    assert after_close["web_url"] == f"{site}/closing"
+    # A tab whose page closes itself leaves the list.
+    button = element(after_close["web_at"], "button", "Close me")
+    await browser.click(ClickParams.parse({**name, "element_id": button}))
+    tabs = await browser.list_tabs(SessionParams.parse(name))
+    assert [t["url"] for t in tabs] == [f"{site}/opener"]
+    back = await browser.select_tab(TabParams.parse({**name, "index": 0}))
+    assert back["web_url"] == f"{site}/opener" and back["error"] is None
+    only = await browser.close_tab(TabParams.parse(name))
+    assert only["error"] is not None and "only tab" in only["error"]
 
 
 async def test_scrolling_moves_what_is_visible(browser: WebBrowserController, site: str) -> None:

@@ -3,7 +3,8 @@
 - One browser per server, started by the first call that needs it, as the identity that
   call acts as; a session is one browser context (cookies and storage of its own) with
   the tab it currently shows; a tab a page opens (a link with target=_blank,
-  window.open) becomes the session's current tab.
+  window.open) becomes the session's current tab. The session keeps its tabs in the
+  order they opened, to list, select, open and close (the `browser-mcp` server's tabs).
 - A session outlives its browser: when the browser crashed, hung, or was stopped after
   `Limits.browser_idle_timeout_s` without calls, the session's next call gets a fresh
   context on a blank page (and an error saying so unless it is a `web_go`). inspect's
@@ -39,6 +40,7 @@ from sandbox_tools.runtime.tools.web_browser.cdp import (
     PageTimeout,
 )
 from sandbox_tools.runtime.tools.web_browser.cdp_framing import CdpMessage
+from sandbox_tools.runtime.tools.web_browser.keys import key_event
 from sandbox_tools.runtime.tools.web_browser.page_text import PageText, Rect, render_page
 from sandbox_tools.runtime.tools.web_browser.png import NotPng, png_size
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
@@ -47,11 +49,14 @@ from sandbox_tools.runtime.tools.web_browser.tool_types import (
     CloseResult,
     CrawlerResult,
     GoParams,
+    KeyParams,
     NewSessionParams,
     NewSessionResult,
     ScreenshotResult,
     ScrollParams,
     SessionParams,
+    TabInfo,
+    TabParams,
     TypeParams,
 )
 from sandbox_tools.runtime.tools.web_browser.urls import normalise_url, reported_url
@@ -112,6 +117,7 @@ class _Session:
     generation: int = -1  # the browser (by its number) this session's context lives in
     context_id: str | None = None
     tab: _Tab | None = None
+    tabs: list[_Tab] = field(default_factory=list)  # every tab of the context, oldest first
     tabs_opened: int = 0  # tabs a page of this session opened
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     # Why the session's pages were lost since its last call, to tell the model once.
@@ -243,6 +249,106 @@ class WebBrowserController:
             await self._wait_for_load(session, before, required=True)
 
         return await self._page_action(params.session_name, reload)
+
+    async def snapshot(self, params: SessionParams) -> CrawlerResult:
+        """The current page as it is now, without acting on it: what a page that changed
+        on its own (a timer, a late script) shows, and ids for the next click."""
+
+        async def look(session: _Session, tab: _Tab) -> None:
+            return None
+
+        return await self._page_action(params.session_name, look)
+
+    async def press_key(self, params: KeyParams) -> CrawlerResult:
+        """Press one key (with modifiers) on the focused element, as a keyboard does: the
+        page's key handlers see it, Tab moves focus, Enter submits."""
+        event = key_event(params.key)
+
+        async def press(session: _Session, tab: _Tab) -> None:
+            before = self._before(session, tab)
+            await self._key(
+                tab,
+                event.key,
+                event.code,
+                event.key_code,
+                modifiers=event.modifiers,
+                text=event.text,
+            )
+            await self._wait_for_navigation(session, before)
+
+        return await self._page_action(params.session_name, press)
+
+    async def list_tabs(self, params: SessionParams) -> list[TabInfo]:
+        """The session's tabs, oldest first, as the browser knows them now (a tab its
+        page closed is gone from the list)."""
+        session = self._session(params.session_name)
+        async with session.lock:
+
+            async def listing() -> list[TabInfo]:
+                await self._ready(session)
+                targets = await self._prune_tabs(session)
+                return [
+                    {
+                        "index": index,
+                        "title": str(targets[tab.target_id].get("title") or ""),
+                        "url": reported_url(str(targets[tab.target_id].get("url") or "")),
+                        "current": tab is session.tab,
+                    }
+                    for index, tab in enumerate(session.tabs)
+                ]
+
+            return await self._using(listing)
+
+    async def select_tab(self, params: TabParams) -> CrawlerResult:
+        """Show another of the session's tabs; the answer is that tab's page."""
+
+        async def select(session: _Session, tab: _Tab) -> None:
+            await self._prune_tabs(session)
+            if params.index is None:
+                raise PageError("say which tab to select (its index in the tab list)")
+            chosen = self._tab_at(session, params.index)
+            if chosen.crashed is not None:
+                raise PageError(f"tab {params.index} cannot be shown: {chosen.crashed}")
+            session.tab = chosen
+
+        return await self._page_action(params.session_name, select)
+
+    async def new_tab(self, params: SessionParams) -> CrawlerResult:
+        """Open a blank tab in the session's context (its cookies) and show it."""
+
+        async def open_tab(session: _Session, tab: _Tab) -> None:
+            if session.context_id is None:
+                raise PageError("the session has no browser context to open a tab in")
+            opened = await self._create_tab(session, session.context_id)
+            session.tabs.append(opened)
+            session.tab = opened
+
+        return await self._page_action(params.session_name, open_tab)
+
+    async def close_tab(self, params: TabParams) -> CrawlerResult:
+        """Close a tab (the current one without an index); the one before it is shown
+        if it was current. The last tab stays: a session always shows a page."""
+
+        async def close(session: _Session, tab: _Tab) -> None:
+            await self._prune_tabs(session)
+            if params.index is not None:
+                victim = self._tab_at(session, params.index)
+            elif session.tab in session.tabs:
+                victim = tab
+            else:
+                raise PageError("the current tab is gone already; say which tab to close")
+            if len(session.tabs) == 1:
+                raise PageError(
+                    "this is the session's only tab, so it stays open (navigate it elsewhere "
+                    "instead)"
+                )
+            position = session.tabs.index(victim)
+            await self._browser_call("Target.closeTarget", {"targetId": victim.target_id})
+            self._drop_tab(session, victim)
+            if session.tab is victim or session.tab not in session.tabs:
+                session.tab = session.tabs[max(position - 1, 0)]
+
+        return await self._page_action(params.session_name, close)
 
     async def screenshot(self, params: SessionParams) -> ScreenshotResult:
         session = self._session(params.session_name)
@@ -406,6 +512,11 @@ class WebBrowserController:
         session.context_id = context_id
         session.generation = self._generation
         self._by_context[context_id] = session
+        session.tab = await self._create_tab(session, context_id)
+        session.tabs = [session.tab]
+
+    async def _create_tab(self, session: _Session, context_id: str) -> _Tab:
+        """A blank tab in a browser context, attached to and ready for commands."""
         target = await self._browser_call(
             "Target.createTarget",
             {
@@ -418,7 +529,36 @@ class WebBrowserController:
         target_id = target.get("targetId")
         if not isinstance(target_id, str):
             raise self._broken("it created a tab without an id")
-        session.tab = await self._attach(session, target_id)
+        return await self._attach(session, target_id)
+
+    async def _prune_tabs(self, session: _Session) -> dict[str, dict[str, Any]]:
+        """Forget the session's tabs the browser no longer has (a page closed itself);
+        the targets it has, by id, for their titles and URLs."""
+        reply = await self._browser_call("Target.getTargets", {})
+        infos = reply.get("targetInfos")
+        targets = {
+            info["targetId"]: info
+            for info in (infos if isinstance(infos, list) else [])
+            if isinstance(info, dict) and isinstance(info.get("targetId"), str)
+        }
+        for tab in [t for t in session.tabs if t.target_id not in targets]:
+            self._drop_tab(session, tab)
+        return targets
+
+    def _drop_tab(self, session: _Session, tab: _Tab) -> None:
+        if tab in session.tabs:
+            session.tabs.remove(tab)
+        self._by_cdp_session.pop(tab.cdp_session, None)
+
+    @staticmethod
+    def _tab_at(session: _Session, index: int) -> _Tab:
+        if not 0 <= index < len(session.tabs):
+            count = len(session.tabs)
+            raise PageError(
+                f"there is no tab {index}: the session has "
+                + ("1 tab (index 0)" if count == 1 else f"{count} tabs (indexes 0 to {count - 1})")
+            )
+        return session.tabs[index]
 
     async def _attach(self, session: _Session, target_id: str) -> _Tab:
         attached = await self._browser_call(
@@ -485,6 +625,7 @@ class WebBrowserController:
         self._by_cdp_session.clear()
         for session in self._sessions.values():
             session.tab = None
+            session.tabs = []
             session.context_id = None
         removal = await chromium.stop(browser)
         self._track_removal(removal, browser.profile_dir)
@@ -551,6 +692,7 @@ class WebBrowserController:
 
     async def _forget_context(self, session: _Session, dispose: bool) -> None:
         context_id, session.context_id, session.tab = session.context_id, None, None
+        session.tabs = []
         if context_id is None:
             return
         self._by_context.pop(context_id, None)
@@ -707,6 +849,7 @@ class WebBrowserController:
             if isinstance(result, dict) and result.get("value") is True:
                 tab.content_loaded += 1
             session.tab = tab
+            session.tabs.append(tab)
             session.tabs_opened += 1
             session.changed.set()
 

@@ -2,7 +2,7 @@
 
 The names and shapes are the ones inspect_ai's `web_browser` tools send and read, so its
 host drives this runtime unchanged; `user`, `web_screenshot`, `web_close_session` and
-`browser_info` are ours.
+`browser_info` are ours, as are key presses and tabs (the `browser-mcp` server's tools).
 """
 
 from __future__ import annotations
@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from typing import Literal, TypedDict
 
 from sandbox_tools.runtime.identity import UserSpec, parse_user
-from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, WireParams, optional, required
+from sandbox_tools.runtime.jsonrpc import (
+    InvalidParams,
+    Params,
+    WireParams,
+    optional,
+    optional_or_none,
+    required,
+)
+from sandbox_tools.runtime.tools.web_browser.keys import UnknownKey, key_event
 
 ScrollDirection = Literal["up", "down"]
 
@@ -94,6 +102,46 @@ class ScrollParams(WireParams):
             session_name=required(params, "session_name", str),
             direction="up" if direction == "up" else "down",
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyParams(WireParams):
+    """A key press: `key` as a model names it ("Enter", "Shift+Tab", "a")."""
+
+    session_name: str
+    key: str
+
+    @classmethod
+    def parse(cls, params: Params) -> KeyParams:
+        key = required(params, "key", str)
+        try:
+            key_event(key)
+        except UnknownKey as exc:
+            raise InvalidParams(f'Invalid params: field "key": {exc}') from None
+        return cls(session_name=required(params, "session_name", str), key=key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TabParams(WireParams):
+    """Selecting or closing a tab: `index` as the tab list numbers it (closing without
+    one closes the current tab)."""
+
+    session_name: str
+    index: int | None
+
+    @classmethod
+    def parse(cls, params: Params) -> TabParams:
+        return cls(
+            session_name=required(params, "session_name", str),
+            index=optional_or_none(params, "index", int),
+        )
+
+
+class TabInfo(TypedDict):
+    index: int
+    title: str
+    url: str  # without its query string, as `web_url`
+    current: bool
 
 
 class NewSessionResult(TypedDict):
