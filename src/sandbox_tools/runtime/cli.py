@@ -64,6 +64,7 @@ commands:
                    unpack the add-on archive read from stdin into DEST, checked first
   model_proxy [--port N] [--timeout S]
                    serve HTTP on 127.0.0.1:N (13131) inside the sandbox, answered by the host
+  browser-mcp      serve a headless Chromium as an MCP server on stdin/stdout
   --version        print the runtime version
 """
 
@@ -321,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         from sandbox_tools.runtime.model_proxy import run
 
         return run(rest)
+    if command == "browser-mcp":  # its own browser, no runtime server; imported only here
+        from sandbox_tools.runtime.tools.web_browser.mcp_server import run as run_browser_mcp
+
+        return run_browser_mcp(rest)
     directory = None
     if command == "server" and rest[:1] == ["--dir"] and len(rest) >= 2:
         directory = rest[1]
