@@ -167,3 +167,19 @@ def test_any_manifest_round_trips(version: str, chosen: list[Artifact]) -> None:
     assert sorted(again.artifacts, key=lambda a: (a.kind, a.platform)) == sorted(
         chosen, key=lambda a: (a.kind, a.platform)
     )
+
+
+def test_the_schema_doc_example_with_an_add_on_is_a_manifest() -> None:
+    """docs/SCHEMAS.md shows a manifest with the browser add-on: it must be one."""
+    text = (Path(__file__).parents[2] / "docs" / "SCHEMAS.md").read_text()
+    example = text.split("reads this example as a manifest):", 1)[1]
+    block = example.split("```json\n", 1)[1].split("```", 1)[0]
+    manifest = Manifest.loads(block)
+    assert [a.platform for a in manifest.runtimes] == ["linux/amd64", "linux/arm64"]
+    (addon,) = manifest.addons
+    assert (addon.kind, addon.format, addon.platform) == (
+        ArtifactKind.BROWSER,
+        ArtifactFormat.TAR_XZ,
+        "linux/amd64",
+    )
+    assert json.loads(manifest.dumps()) == json.loads(block)  # the shape tools write

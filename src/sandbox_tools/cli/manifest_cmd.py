@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sandbox_tools._version import __version__
-from sandbox_tools.artifacts import read_build_records
+from sandbox_tools.artifacts import ArtifactKind, read_build_records
 from sandbox_tools.cli.output import console
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.release.manifest import (
@@ -24,7 +24,9 @@ from sandbox_tools.release.manifest import (
 )
 
 manifest_app = typer.Typer(
-    help="The version manifest: one verified artifact per platform.", no_args_is_help=True
+    help="The version manifest: one verified runtime per platform, and the optional browser "
+    "add-ons.",
+    no_args_is_help=True,
 )
 DistOption = Annotated[Path, typer.Option("--dist", help="Artifacts and build.json.")]
 
@@ -82,12 +84,15 @@ def show(
     if as_json:
         print(manifest.dumps())
         return
-    table = Table(title=f"sandbox-tools {manifest.version}: one artifact per platform")
-    for column in ("platform", "artifact", "format", "size", "sha256", "build id", "urls"):
+    table = Table(title=f"sandbox-tools {manifest.version}: one runtime per platform, add-ons")
+    for column in ("platform", "kind", "artifact", "format", "size", "sha256", "build id", "urls"):
         table.add_column(column, overflow="fold")
-    for a in manifest.artifacts:
+    for a in sorted(
+        manifest.artifacts, key=lambda a: (a.platform, a.kind is not ArtifactKind.RUNTIME)
+    ):
         table.add_row(
             a.platform,
+            a.kind.value,
             a.name,
             a.format.value,
             f"{a.size:,}",
