@@ -23,37 +23,23 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat
 from sandbox_tools.errors import SandboxExecError, SandboxInjectionError
 from sandbox_tools.injector.acquire import Source, acquire_artifact
-from sandbox_tools.injector.inject import ToolSupport
+from sandbox_tools.injector.inject import BrowserInstall, ToolSupport
 from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive, needed_bytes
-from sandbox_tools.runtime.paths import BROWSER_DIR, BROWSER_ENTRY
+from sandbox_tools.runtime.paths import BROWSER_DIR
+
+__all__ = ["BrowserInstall", "ensure_browser", "install_browser"]
 
 CHECK_TIMEOUT = 120.0  # walking and hashing ~300 MiB; QEMU included
 INSTALL_TIMEOUT = 900.0  # 100 MB streamed in, unpacked and hashed: ~6 s native, minutes under QEMU
 SMALL_OUTPUT = 64 * 1024
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BrowserInstall:
-    """The add-on in one sandbox: where, from which artifact, and what getting it cost."""
-
-    directory: str
-    artifact: Artifact
-    reused: bool
-    seconds: float  # acquisition, check, upload and unpack: what the first call waited
-    sent_bytes: int  # what crossed into the sandbox (0 when reused)
-
-    @property
-    def executable(self) -> str:
-        return f"{self.directory}/{BROWSER_ENTRY}"
 
 
 @functools.lru_cache(maxsize=4)

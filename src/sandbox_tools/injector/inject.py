@@ -31,7 +31,6 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sandbox_tools.artifacts import Artifact
 from sandbox_tools.errors import (
@@ -59,10 +58,8 @@ from sandbox_tools.injector.recon import (
 )
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import SERVER_DIR_ENV
+from sandbox_tools.runtime.paths import BROWSER_ENTRY
 from sandbox_tools.sandboxes.base import Sandbox
-
-if TYPE_CHECKING:
-    from sandbox_tools.injector.browser_addon import BrowserInstall
 
 NO_SHELL_DIR = "/tmp"
 STEP_TIMEOUT = 120.0  # one injection step (mkdir, verify, move): seconds
@@ -72,6 +69,22 @@ FIRST_CALL_TIMEOUT = 120.0  # unpack + server start + answer, under QEMU too
 _FRESH_DIR = re.compile(r"/[A-Za-z0-9/._-]+")
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BrowserInstall:
+    """The browser add-on in one sandbox (browser_addon.py installs it): where, from
+    which artifact, and what getting it cost."""
+
+    directory: str
+    artifact: Artifact
+    reused: bool
+    seconds: float  # acquisition, check, upload and unpack: what the first call waited
+    sent_bytes: int  # what crossed into the sandbox (0 when reused)
+
+    @property
+    def executable(self) -> str:
+        return f"{self.directory}/{BROWSER_ENTRY}"
 
 
 @dataclass
