@@ -57,6 +57,13 @@ SITE = {
 }
 
 
+# Every process whose executable is the add-on's (its loader runs the browser).
+KILL_BROWSER = (
+    'for d in /proc/[0-9]*; do case "$(readlink "$d/exe")" in */browser/*) '
+    'echo "${d#/proc/}"; kill -9 "${d#/proc/}";; esac; done'
+)
+
+
 async def _write_site(sandbox: Sandbox, root: str) -> None:
     # Through exec's stdin: the engine's archive API cannot write to a read-only root's tmpfs.
     for name, text in SITE.items():
@@ -153,6 +160,11 @@ async def test_first_use_installs_the_add_on_and_later_handles_reuse_it(
         assert browser.install.sent_bytes == browser.install.artifact.size
         assert browser.install.directory == f"{support.install_dir}/browser"
         await _browse_the_site(browser, base)
+        # The agent (root here) kills the browser: the session's next page just works.
+        killed = await sandbox.exec(["sh", "-c", KILL_BROWSER])
+        assert killed.stdout.strip(), "no browser process was found to kill"
+        page = await browser.go(f"{base}/about.html")
+        assert page.error is None and 'heading "About the shop"' in page.tree
     listing = await sandbox.exec(["ls", "-a", support.install_dir])
     assert ".partial" not in listing.stdout.decode()  # no staging directory left
     await forget_sandbox(sandbox)
