@@ -695,9 +695,10 @@ def bundle_create(
         ) from None
     addons = [a.platform for a in manifest.of_kind(ArtifactKind.BROWSER)]
     held = f"the browser add-on for {', '.join(addons)}" if addons else "no browser add-on"
+    runtimes = "runtime" + ("s" if len(manifest.runtimes) > 1 else "")
     console.print(
         f"wrote {path} ({path.stat().st_size:,} bytes, {len(manifest.artifacts)} artifacts: "
-        f"the runtimes for {', '.join(a.platform for a in manifest.runtimes)}; {held}); "
+        f"the {runtimes} for {', '.join(a.platform for a in manifest.runtimes)}; {held}); "
         f"offline: `tools fetch --from {path.name}`",
         highlight=False,
         markup=False,
