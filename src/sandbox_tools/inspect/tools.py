@@ -18,7 +18,7 @@ import contextlib
 import logging
 import secrets
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,6 +49,7 @@ from sandbox_tools.injector.exec_remote import (
 from sandbox_tools.injector.exec_remote import ExecRemoteProcess as _OurProcess
 from sandbox_tools.injector.inject import ToolSupport, tool_support_sandbox
 from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, RuntimeClient
+from sandbox_tools.injector.web_browser import BrowserSession
 from sandbox_tools.inspect.adapter import InspectSandbox, describe
 from sandbox_tools.protocol import User
 
@@ -69,6 +70,11 @@ class _Bound:
     # What the sample opened and has not closed: released when the sample ends.
     sessions: set[str] = field(default_factory=set)
     processes: set[_OurProcess] = field(default_factory=set)  # dropped once they end
+    browsers: set[str] = field(default_factory=set)  # web_browser sessions
+    # The browser add-on: installed once per sample under this lock; a failed install is
+    # not tried again (every later browser call says why at once).
+    browser_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    browser_failure: str | None = None
 
     def ready(self) -> ToolSupport:
         """The runtime, or the reason it cannot run here (raised on every call)."""
@@ -511,35 +517,57 @@ def mcp_server_sandbox(
     messages and progress, and sampling requests, which inspect answers with the task's
     model. `user` runs the server as that user instead of the sandbox's default user.
     """
-    from inspect_ai.tool._mcp._local import MCPServerLocal
     from mcp import StdioServerParameters
+
+    parameters = StdioServerParameters(command=command, args=args or [], cwd=cwd, env=env)
+
+    async def launch(bound: _Bound) -> StdioServerParameters:
+        return parameters
+
+    return _mcp_server(
+        name=name or " ".join([command, *(args or [])]),
+        launch=launch,
+        sandbox=sandbox,
+        timeout=timeout,
+        user=user,
+    )
+
+
+def _mcp_server(
+    *,
+    name: str,
+    launch: Callable[[_Bound], Awaitable[Any]],
+    sandbox: str | None,
+    timeout: int | None,
+    user: str | None,
+) -> MCPServer:
+    """An MCP server in the sample's sandbox, started when inspect connects to it; `launch`
+    prepares the sandbox and answers the server's `StdioServerParameters`."""
+    from inspect_ai.tool._mcp._local import MCPServerLocal
 
     from sandbox_tools.injector.mcp_client import sandbox_mcp_client
 
-    parameters = StdioServerParameters(command=command, args=args or [], cwd=cwd, env=env)
     request_timeout = float(timeout or 600)
 
     @contextlib.asynccontextmanager
     async def client() -> AsyncIterator[Any]:
-        support, default_user = await runtime_for(sandbox)
+        bound = await _bound_for(sandbox)
+        support, default_user = bound.ready(), bound.default_user
+        parameters = await launch(bound)
         async with sandbox_mcp_client(
             support, parameters, user=user or default_user, request_timeout=request_timeout
         ) as streams:
             yield streams
 
-    return MCPServerLocal(
-        client,
-        name=name or " ".join([command, *(args or [])]),
-        events=True,
-        timeout=timeout,
-    )
+    return MCPServerLocal(client, name=name, events=True, timeout=timeout)
 
 
 # -- the sample's end ---------------------------------------------------------------------
 
 
 async def _release(bound: _Bound) -> None:
-    """Close the bash sessions and kill the processes a sample left open, then the client.
+    """Close the bash and browser sessions and kill the processes a sample left open,
+    then the client.
 
     Runs after inspect cleaned up the sample's sandbox: for a container that is gone,
     the first call fails and nothing more is tried; for a sandbox that lives on (inspect's
@@ -551,6 +579,8 @@ async def _release(bound: _Bound) -> None:
     try:
         for session in sorted(bound.sessions):
             await tool_clients.close_bash_session(client, session)
+        for name in sorted(bound.browsers):
+            await BrowserSession(client, name, None).close()
         for process in list(bound.processes):
             if process.completed is None:
                 process.client = client  # the sample's own client may run in its directory
@@ -564,9 +594,9 @@ async def _release(bound: _Bound) -> None:
 
 @hooks(
     name="sandbox_tools_release",
-    description="sandbox-tools: at a sample's end, close the bash sessions and kill the "
-    "exec_remote processes its tools left open (one runtime server serves every sample "
-    "of a long-lived sandbox).",
+    description="sandbox-tools: at a sample's end, close the bash and browser sessions and "
+    "kill the exec_remote processes its tools left open (one runtime server serves every "
+    "sample of a long-lived sandbox).",
 )
 class ReleaseAtSampleEnd(Hooks):
     async def on_sample_end(self, data: SampleEnd) -> None:

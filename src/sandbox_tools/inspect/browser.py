@@ -1,0 +1,492 @@
+"""A headless browser for the model, in the sample's sandbox: inspect's `web_browser()`
+tools on our runtime, and the runtime's `browser-mcp` server for `mcp_tools()`.
+
+The browser is the runtime's optional add-on (a headless Chromium, about 100 MB): the
+first browser call of a sample sends it into the sandbox, or reuses it when a checked
+copy is already there (injector/browser_addon.py), and the transcript says which and how
+long it took. Nothing is downloaded inside the sandbox, so offline sandboxes work, and
+the add-on needs no libc of the image's.
+
+Identity as for the other tools (tools.py): the browser acts as the sandbox's default
+user unless `user=` says otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from inspect_ai.log import transcript
+from inspect_ai.tool import ContentImage, ContentText, MCPServer, Tool, ToolError, ToolResult, tool
+from inspect_ai.util import store
+
+from sandbox_tools import errors
+from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
+from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, new_browser_session
+from sandbox_tools.inspect.tools import _Bound, _bound_for, _for_model, _mcp_server
+
+try:  # inspect 0.3.2xx: agents in a tool_state_scope() get browsers of their own
+    from inspect_ai.util import tool_state_instance
+except ImportError:  # older inspect: the instance is what the caller gave
+
+    def tool_state_instance(instance: str | None) -> str | None:
+        return instance
+
+
+_SESSION_KEY = "sandbox_tools:web_browser:"
+BROWSER_MCP_COMMAND = "browser-mcp"  # the runtime's subcommand that serves MCP on stdio
+# Inline images in a tree line (the runtime already shortens them; a page's own text may
+# still carry one) are cut there, as inspect's host does: base64 is noise to a model.
+_INLINE_IMAGE = "data:image/png;base64"
+_NO_TREE = "(no accessibility tree for this page)"
+
+PageAction = Callable[[BrowserSession], Awaitable[BrowserPage]]
+
+
+def page_result(page: BrowserPage, png: bytes | None = None) -> ToolResult:
+    """What the model reads for a page, in the shape of inspect's tools: the main content
+    and the accessibility tree as two text items, or the tree alone when the page has no
+    main content; the screenshot after them as an image. A page error is a ToolError."""
+    if page.error and page.error.strip():
+        raise ToolError(page.error)
+    lines = (page.tree or _NO_TREE).split("\n")
+    tree = "\n".join(line.partition(_INLINE_IMAGE)[0] for line in lines)
+    items: list[ContentText | ContentImage]
+    if page.main_content:
+        items = [
+            ContentText(text=f"main content:\n{page.main_content}\n\n"),
+            ContentText(text=f"accessibility tree:\n{tree}"),
+        ]
+    elif png is None:
+        return tree
+    else:
+        items = [ContentText(text=tree)]
+    if png is not None:
+        encoded = base64.b64encode(png).decode("ascii")
+        items.append(ContentImage(image=f"data:image/png;base64,{encoded}"))
+    return list(items)
+
+
+async def _installed(bound: _Bound) -> BrowserInstall:
+    """The browser add-on in the bound sandbox: installed (or found) on the sample's first
+    browser call and reported in its transcript; a failure is raised as an injection
+    failure is, on this call and at once on every later one."""
+    support = bound.ready()
+    async with bound.browser_lock:
+        if bound.browser_failure is not None:
+            raise RuntimeError(bound.browser_failure)
+        first = support.browser is None
+        try:
+            install = await ensure_browser(support)
+        except errors.SandboxToolsError as exc:
+            bound.browser_failure = (
+                f"sandbox-tools could not install the browser in {support.sandbox.name}: "
+                f"{exc.explained()}"
+            )
+            raise RuntimeError(bound.browser_failure) from None
+    if first:
+        transcript().info(
+            {
+                "sandbox": support.sandbox.name,
+                "browser_addon": install.artifact.name,
+                "source": str(install.artifact.provenance),
+                "directory": install.directory,
+                "reused": install.reused,
+                "sent_bytes": install.sent_bytes,
+                "seconds": round(install.seconds, 2),
+            },
+            source="sandbox-tools",
+        )
+    return install
+
+
+def _session_gone(exc: errors.ToolError) -> bool:
+    """Whether a call failed because the runtime no longer knows the session (its server
+    was restarted since, or the session was closed)."""
+    return "no browser session named" in exc.message
+
+
+class _Browser:
+    """The browser session of one (sample, instance), opened by its first call."""
+
+    def __init__(self, instance: str | None, user: str | None, sandbox: str | None) -> None:
+        self.instance = instance
+        self.user = user
+        self.sandbox = sandbox
+
+    async def _open(self, bound: _Bound, key: str) -> BrowserSession:
+        install = await _installed(bound)
+        user = self.user or bound.default_user
+        session = await new_browser_session(bound.ready().client, user, install)
+        store().set(key, session.name)
+        bound.browsers.add(session.name)
+        return session
+
+    async def act(self, action: PageAction, screenshots: bool) -> ToolResult:
+        """Run `action` in the session (opened first if need be), answered for the model."""
+        bound = await _bound_for(self.sandbox)
+        support = bound.ready()
+        key = f"{_SESSION_KEY}{tool_state_instance(self.instance) or ''}"
+        try:
+            name = store().get(key)
+            if isinstance(name, str):
+                session = BrowserSession(support.client, name, support.browser)
+                try:
+                    page = await action(session)
+                except errors.ToolError as exc:
+                    if not _session_gone(exc):
+                        raise
+                    # A restarted runtime server forgot it: the pages are lost, the model
+                    # goes on in a new session (web_browser_go works at once).
+                    session = await self._open(bound, key)
+                    page = await action(session)
+            else:
+                session = await self._open(bound, key)
+                page = await action(session)
+            png = await session.screenshot() if screenshots and not page.error else None
+        except errors.ToolError as exc:
+            raise _for_model(exc) from None
+        return page_result(page, png)
+
+
+@tool(name="web_browser_go", parallel=False)
+def web_browser_go(
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> Tool:
+    """Open a URL in the sandbox's browser.
+
+    Args:
+      instance: Each instance has a browser session of its own.
+      screenshots: Append a PNG of the visible page to each result.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+    """
+    browser = _Browser(instance, user, sandbox)
+
+    async def execute(url: str) -> ToolResult:
+        """Load a web page in the browser and show its visible elements.
+
+        The page comes back as an accessibility tree. Each element is on a line of its
+        own, starting with its id in brackets, then its role, its name and properties:
+
+        ```
+        [3] RootWebArea "Weather" [focused: True, url: http://intranet/weather]
+          [8] heading "Today"
+          [15] link "Tomorrow" [url: http://intranet/weather?day=2]
+          [21] textbox "City" [editable: plaintext]
+        ```
+
+        The other browser tools take these ids (here 15 to follow the link, 21 to type
+        into the field). Use one browser tool at a time: they act on the same page.
+
+        Args:
+          url: The address to open (https:// is assumed when no scheme is given).
+        Returns:
+          The page as an accessibility tree: one element per line, indented under its
+          parent, its id in brackets first. Only what is on screen is listed: scroll to
+          see more.
+        """
+        return await browser.act(lambda session: session.go(url), screenshots)
+
+    return execute
+
+
+@tool(name="web_browser_click", parallel=False)
+def web_browser_click(
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> Tool:
+    """Click an element of the current page.
+
+    Args:
+      instance: Each instance has a browser session of its own.
+      screenshots: Append a PNG of the visible page to each result.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+    """
+    browser = _Browser(instance, user, sandbox)
+
+    async def execute(element_id: int) -> ToolResult:
+        """Click an element of the page: a link, a button, a checkbox, a tab.
+
+        With `[15] link "Tomorrow"` in the latest tree, web_browser_click(15) follows
+        that link; a page the click opens is waited for.
+
+        Args:
+          element_id: The id in brackets before the element in the latest tree.
+        Returns:
+          The page as an accessibility tree, the ids in brackets (as web_browser_go).
+        """
+        return await browser.act(lambda session: session.click(element_id), screenshots)
+
+    return execute
+
+
+@tool(name="web_browser_type_submit", parallel=False)
+def web_browser_type_submit(
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> Tool:
+    """Fill in a field and press Enter.
+
+    Args:
+      instance: Each instance has a browser session of its own.
+      screenshots: Append a PNG of the visible page to each result.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+    """
+    browser = _Browser(instance, user, sandbox)
+
+    async def execute(element_id: int, text: str) -> ToolResult:
+        """Replace the text of a field with `text` and press Enter, which submits its form.
+
+        The usual way to search or send a one-field form: with `[21] textbox "City"` in
+        the latest tree, web_browser_type_submit(21, "Lisbon") searches for Lisbon.
+
+        Args:
+          element_id: The id in brackets before the field in the latest tree.
+          text: What to type.
+        Returns:
+          The page as an accessibility tree, the ids in brackets (as web_browser_go).
+        """
+        return await browser.act(
+            lambda session: session.type(element_id, text, submit=True), screenshots
+        )
+
+    return execute
+
+
+@tool(name="web_browser_type", parallel=False)
+def web_browser_type(
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> Tool:
+    """Type into a field without submitting.
+
+    Args:
+      instance: Each instance has a browser session of its own.
+      screenshots: Append a PNG of the visible page to each result.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+    """
+    browser = _Browser(instance, user, sandbox)
+
+    async def execute(element_id: int, text: str) -> ToolResult:
+        """Type `text` into a field without pressing Enter.
+
+        For forms with several fields: fill each with web_browser_type, then submit with
+        web_browser_type_submit on the last one or click the form's button. For a single
+        field, web_browser_type_submit does both at once.
+
+        Args:
+          element_id: The id in brackets before the field in the latest tree.
+          text: What to type.
+        Returns:
+          The page as an accessibility tree, the ids in brackets (as web_browser_go).
+        """
+        return await browser.act(lambda session: session.type(element_id, text), screenshots)
+
+    return execute
+
+
+@tool(name="web_browser_scroll", parallel=False)
+def web_browser_scroll(
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> Tool:
+    """Scroll the current page by one screen.
+
+    Args:
+      instance: Each instance has a browser session of its own.
+      screenshots: Append a PNG of the visible page to each result.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+    """
+    browser = _Browser(instance, user, sandbox)
+
+    async def execute(direction: str) -> ToolResult:
+        """Scroll the page one screen down or up.
+
+        The tree lists only what is on screen: on a long page, scroll down to read the
+        rest, and up to go back.
+
+        Args:
+          direction: "down" or "up".
+        Returns:
+          The page as an accessibility tree, the ids in brackets (as web_browser_go).
+        """
+        return await browser.act(lambda session: session.scroll(direction), screenshots)
+
+    return execute
+
+
+@tool(name="web_browser_back", parallel=False)
+def web_browser_back(
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> Tool:
+    """Go back one page in the history.
+
+    Args:
+      instance: Each instance has a browser session of its own.
+      screenshots: Append a PNG of the visible page to each result.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+    """
+    browser = _Browser(instance, user, sandbox)
+
+    async def execute() -> ToolResult:
+        """Return to the previous page, as a browser's Back button does.
+
+        Returns:
+          The page as an accessibility tree, the ids in brackets (as web_browser_go).
+        """
+        return await browser.act(lambda session: session.back(), screenshots)
+
+    return execute
+
+
+@tool(name="web_browser_forward", parallel=False)
+def web_browser_forward(
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> Tool:
+    """Go forward one page in the history.
+
+    Args:
+      instance: Each instance has a browser session of its own.
+      screenshots: Append a PNG of the visible page to each result.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+    """
+    browser = _Browser(instance, user, sandbox)
+
+    async def execute() -> ToolResult:
+        """Go to the page you came back from, as a browser's Forward button does.
+
+        Returns:
+          The page as an accessibility tree, the ids in brackets (as web_browser_go).
+        """
+        return await browser.act(lambda session: session.forward(), screenshots)
+
+    return execute
+
+
+@tool(name="web_browser_refresh", parallel=False)
+def web_browser_refresh(
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> Tool:
+    """Load the current page again.
+
+    Args:
+      instance: Each instance has a browser session of its own.
+      screenshots: Append a PNG of the visible page to each result.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+    """
+    browser = _Browser(instance, user, sandbox)
+
+    async def execute() -> ToolResult:
+        """Reload the current page: what changed on the server shows, what was typed
+        into its fields is gone.
+
+        Returns:
+          The page as an accessibility tree, the ids in brackets (as web_browser_go).
+        """
+        return await browser.act(lambda session: session.refresh(), screenshots)
+
+    return execute
+
+
+def web_browser(
+    *,
+    interactive: bool = True,
+    instance: str | None = None,
+    screenshots: bool = False,
+    user: str | None = None,
+    sandbox: str | None = None,
+) -> list[Tool]:
+    """inspect's web browser tools (same names, parameters and results), on a headless
+    Chromium that our runtime runs in the sample's sandbox.
+
+    The first call of a sample installs the browser add-on there (about 10 s; reused when
+    a checked copy is there) and opens the session; the transcript records the install.
+
+    Args:
+      interactive: With the tools that click and type; False leaves navigation only.
+      instance: Each instance has a browser session of its own (cookies, history, page);
+        without one, the current `tool_state_scope()` picks it, as in inspect.
+      screenshots: Append a PNG of the visible page to each result, for models that
+        read images.
+      user: Browse as this user instead of the sandbox's default user.
+      sandbox: The sample's sandbox to browse in (default: the default one).
+
+    Returns:
+      web_browser_go, then (interactive) web_browser_click, web_browser_type_submit and
+      web_browser_type, then web_browser_scroll, _back, _forward and _refresh.
+    """
+    options: dict[str, Any] = {
+        "instance": instance,
+        "screenshots": screenshots,
+        "user": user,
+        "sandbox": sandbox,
+    }
+    acting = [web_browser_click, web_browser_type_submit, web_browser_type] if interactive else []
+    making = [
+        web_browser_go,
+        *acting,
+        web_browser_scroll,
+        web_browser_back,
+        web_browser_forward,
+        web_browser_refresh,
+    ]
+    return [make(**options) for make in making]
+
+
+def browser_mcp_server(
+    *,
+    name: str = "browser",
+    sandbox: str | None = None,
+    user: str | None = None,
+    timeout: int | None = None,
+) -> MCPServer:
+    """The runtime's browser as an MCP server in the sample's sandbox, for `mcp_tools()`.
+
+    Its tools are `browser_navigate`, `browser_snapshot`, `browser_click`, `browser_type`,
+    `browser_press_key`, `browser_scroll`, `browser_back`, `browser_forward`,
+    `browser_screenshot` and `browser_tabs` (docs/INJECTION.md). The browser add-on is
+    installed first, as for `web_browser()`; the server and its browser run as the
+    sandbox's default user unless `user=` says otherwise, one browser per connection.
+
+    Args:
+      name: The server's name in inspect (tool names are not prefixed with it).
+      sandbox: The sample's sandbox to run it in (default: the default one).
+      user: Run the server and its browser as this user.
+      timeout: Seconds one request to the server may take (default 600).
+    """
+    from mcp import StdioServerParameters
+
+    async def launch(bound: _Bound) -> StdioServerParameters:
+        await _installed(bound)
+        return StdioServerParameters(command=bound.ready().exe, args=[BROWSER_MCP_COMMAND])
+
+    return _mcp_server(name=name, launch=launch, sandbox=sandbox, timeout=timeout, user=user)
