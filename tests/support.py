@@ -237,3 +237,22 @@ async def new_browser_session(controller: WebBrowserController, **params: Any) -
 
 async def browse(controller: WebBrowserController, session: str, url: str) -> CrawlerResult:
     return await controller.go(GoParams.parse({"session_name": session, "url": url}))
+
+
+def locked_down_busybox(client: Any, arch: Arch, tmp_size: str = "1g") -> Any:
+    """The hardest sandbox the browser meets, as a RunningContainer to enter: a static
+    busybox and nothing else (no libc), uid 1000, a read-only root with an exec tmpfs of
+    `tmp_size` at /tmp (HOME), and no network."""
+    from sandbox_tools.sandboxes.containers import RunningContainer
+    from sandbox_tools.sandboxes.images import ensure_busybox_image
+
+    return RunningContainer(
+        client,
+        ensure_busybox_image(client, arch),
+        platform=arch.platform,
+        network_mode="none",
+        read_only=True,
+        tmpfs={"/tmp": f"exec,size={tmp_size}"},
+        user="1000:1000",
+        environment={"HOME": "/tmp"},
+    )

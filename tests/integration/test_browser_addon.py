@@ -21,9 +21,7 @@ from sandbox_tools.artifacts import Artifact, ArtifactKind, sha256_of
 from sandbox_tools.build_containers.tree_archive import read_archive
 from sandbox_tools.distro_matrix.static import browser_static_checks, static_checks
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import RunningContainer
-from sandbox_tools.sandboxes.images import ensure_busybox_image
-from tests.support import arches_under_test
+from tests.support import arches_under_test, locked_down_busybox
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
@@ -85,17 +83,7 @@ async def test_the_add_on_renders_a_page_in_busybox_without_libc(
     read-only root and an exec tmpfs, and prints the DOM after the page's script ran.
     arm64 runs under QEMU's user emulation (about a minute here)."""
     _, path = built_browser(arch)
-    image = ensure_busybox_image(docker_engine, arch)
-    with RunningContainer(
-        docker_engine,
-        image,
-        platform=arch.platform,
-        network_mode="none",
-        read_only=True,
-        tmpfs={"/tmp": "exec,size=1g"},
-        user="1000:1000",
-        environment={"HOME": "/tmp"},
-    ) as container:
+    with locked_down_busybox(docker_engine, arch) as container:
         sandbox = container.sandbox
         unpacked = await sandbox.exec(
             ["sh", "-c", "mkdir /tmp/browser && xz -d | tar -x -C /tmp/browser"],

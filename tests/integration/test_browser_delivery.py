@@ -26,7 +26,7 @@ from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, open
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import RunningContainer
-from sandbox_tools.sandboxes.images import ensure_busybox_image
+from tests.support import locked_down_busybox
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
@@ -209,17 +209,7 @@ async def test_busybox_without_libc_as_uid_1000_read_only_and_offline(
 ) -> None:
     """The hardest sandbox: a static busybox and nothing else, uid 1000, a read-only root
     with an exec tmpfs, no network. busybox httpd serves the site inside it."""
-    image = ensure_busybox_image(docker_engine, HOST_ARCH)
-    with RunningContainer(
-        docker_engine,
-        image,
-        platform=HOST_ARCH.platform,
-        network_mode="none",
-        read_only=True,
-        tmpfs={"/tmp": "exec,size=1g"},
-        user="1000:1000",
-        environment={"HOME": "/tmp"},
-    ) as container:
+    with locked_down_busybox(docker_engine, HOST_ARCH) as container:
         sandbox = container.sandbox
         support = await tool_support_sandbox(sandbox)
         assert support.recon.uid == 1000
@@ -237,16 +227,7 @@ async def test_busybox_without_libc_as_uid_1000_read_only_and_offline(
 async def test_too_little_space_is_refused_before_a_byte_is_sent(docker_engine: Any) -> None:
     """Free space is checked first; the error says what is needed and what there is, and
     nothing is left behind."""
-    image = ensure_busybox_image(docker_engine, HOST_ARCH)
-    with RunningContainer(
-        docker_engine,
-        image,
-        platform=HOST_ARCH.platform,
-        network_mode="none",
-        read_only=True,
-        tmpfs={"/tmp": "exec,size=120m"},
-        user="1000:1000",
-    ) as container:
+    with locked_down_busybox(docker_engine, HOST_ARCH, tmp_size="120m") as container:
         sandbox = container.sandbox
         support = await tool_support_sandbox(sandbox)
         with pytest.raises(SandboxInjectionError) as refused:
