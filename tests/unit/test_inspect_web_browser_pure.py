@@ -90,6 +90,7 @@ def test_the_tools_are_inspects_names_and_interactive_false_drops_the_acting_one
         "web_browser_forward",
         "web_browser_refresh",
     ]
+    assert not any(ToolDef(tool).parallel for tool in web_browser())  # one page at a time
     go = ToolDef(web_browser()[0])
     assert list(go.parameters.properties) == ["url"]
     assert go.parameters.properties["url"].description
