@@ -225,3 +225,24 @@ def test_too_little_space_is_refused_before_unpacking(tmp_path: Path) -> None:
     with pytest.raises(AddonError, match="MiB free in"):
         install(str(tmp_path / "browser"), sha256, digest, 1 << 60, io.BytesIO(data))
     _nothing_left(tmp_path)
+
+
+def test_the_hosts_tree_digest_is_kept_by_the_archives_sha256(tmp_path: Path) -> None:
+    """Every `inspect eval` is a new process: the 5 s digest of the real add-on is
+    computed once per archive, then read from the host's cache."""
+    from sandbox_tools.injector.browser_addon import _tree_digest
+
+    archive = tmp_path / "addon.tar.xz"
+    archive.write_bytes(_archive(GOOD))
+    sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
+    cache = tmp_path / "cache"
+    first = _tree_digest(archive, sha256, 1, cache)
+    assert first == digest_of_archive(io.BytesIO(archive.read_bytes()))
+    assert (cache / f"{sha256}.json").is_file()
+    archive.unlink()  # a later process finds the digest without the archive being read
+    _tree_digest.cache_clear()
+    assert _tree_digest(archive, sha256, 1, cache) == first
+    (cache / f"{sha256}.json").write_text("not json")  # a damaged entry is computed again
+    _tree_digest.cache_clear()
+    with pytest.raises(FileNotFoundError):
+        _tree_digest(archive, sha256, 1, cache)
