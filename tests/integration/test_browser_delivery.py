@@ -129,7 +129,14 @@ async def _browse_the_site(browser: BrowserSession, base: str) -> None:
 
 @pytest.fixture
 def debian(docker_engine: Any, python_image: str) -> Iterator[RunningContainer]:
-    with RunningContainer(docker_engine, python_image, network_mode="none") as container:
+    """Debian without network, whose image names a browser of its own in the runtime's
+    variable: the add-on the host sent is used anyway (rule 2)."""
+    with RunningContainer(
+        docker_engine,
+        python_image,
+        network_mode="none",
+        environment={"SANDBOX_TOOLS_BROWSER": "/bin/false"},
+    ) as container:
         yield container
 
 
@@ -159,6 +166,8 @@ async def test_first_use_installs_the_add_on_and_later_handles_reuse_it(
         assert browser.install is not None and not browser.install.reused
         assert browser.install.sent_bytes == browser.install.artifact.size
         assert browser.install.directory == f"{support.install_dir}/browser"
+        info = await support.client.call("browser_info")
+        assert info["executable"] == browser.install.executable  # not the image's /bin/false
         await _browse_the_site(browser, base)
         # The agent (root here) kills the browser: the session's next page just works.
         killed = await sandbox.exec(["sh", "-c", KILL_BROWSER])

@@ -17,7 +17,7 @@ from sandbox_tools.protocol import INVALID_PARAMS
 from sandbox_tools.runtime import server
 from sandbox_tools.runtime.host_messages import HostMessages
 from sandbox_tools.runtime.jsonrpc import Method, ToolError, dispatch
-from sandbox_tools.runtime.limits import Limits, LimitsError, caller_response_limit
+from sandbox_tools.runtime.limits import DEFAULT_BROWSER, Limits, LimitsError, caller_response_limit
 from sandbox_tools.runtime.methods import Controllers
 from sandbox_tools.runtime.paths import ServerPaths
 from sandbox_tools.runtime.tools.bash_session import json_rpc_methods as bash_methods
@@ -223,3 +223,17 @@ async def test_text_editor_refuses_a_file_past_its_limit(tmp_path: Path) -> None
     assert "0123456789" in shown
     with pytest.raises(ToolError, match=r"11 bytes, more than text_editor handles \(10\)"):
         await controller.run(TextEditorParams.parse({"command": "view", "path": str(large)}))
+
+
+def test_the_installed_add_on_comes_before_the_images_browser_variable(tmp_path: Path) -> None:
+    """THREAT_MODEL.md rule 2: the runtime's environment is partly the image's, so the
+    browser the host installed and verified wins over SANDBOX_TOOLS_BROWSER."""
+    launcher = tmp_path / "sandbox-tools"
+    chosen = Limits.from_environ(
+        {"SANDBOX_TOOLS_BROWSER": "/bin/false", "SANDBOX_TOOLS_SELF": str(launcher)}
+    )
+    assert chosen.browser_executable() == "/bin/false"  # no add-on yet
+    (tmp_path / "browser").mkdir()
+    (tmp_path / "browser" / "chrome").write_bytes(b"")
+    assert chosen.browser_executable() == str(tmp_path / "browser" / "chrome")
+    assert Limits().browser_executable() == DEFAULT_BROWSER

@@ -38,8 +38,8 @@ from sandbox_tools.protocol import (
 )
 from sandbox_tools.runtime.paths import installed_browser
 
-# The browser web_browser starts when neither BROWSER_ENV names one nor the browser add-on
-# is installed beside the runtime: Debian's Chromium headless shell, if the image has it.
+# The browser web_browser starts when neither the browser add-on is installed beside the
+# runtime nor BROWSER_ENV names one: Debian's Chromium headless shell, if the image has it.
 DEFAULT_BROWSER = "/usr/lib/chromium/chromium-headless-shell"
 
 
@@ -87,9 +87,12 @@ class Limits:
     max_browser_sessions: int = 16
 
     def browser_executable(self) -> str:
-        """The browser to start now: BROWSER_ENV's, else the add-on the host installed
-        beside the runtime (it may arrive after the server started), else the image's."""
-        return self.browser or installed_browser(self.launcher) or DEFAULT_BROWSER
+        """The browser to start now: the add-on the host installed and verified beside
+        the runtime (it may arrive after the server started), else BROWSER_ENV's, else
+        the image's. The add-on comes first because the runtime's environment is partly
+        the image's: an image's BROWSER_ENV must not put its own program in place of the
+        browser the host sent (THREAT_MODEL.md, rule 2)."""
+        return installed_browser(self.launcher) or self.browser or DEFAULT_BROWSER
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Limits:
