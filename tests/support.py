@@ -256,3 +256,40 @@ def locked_down_busybox(client: Any, arch: Arch, tmp_size: str = "1g") -> Any:
         user="1000:1000",
         environment={"HOME": "/tmp"},
     )
+
+
+def site_handler(
+    pages: dict[str, str], slow_seconds: float
+) -> type[http.server.BaseHTTPRequestHandler]:
+    """A handler for `serve_site` serving `pages` by path: `/search?q` answers with what
+    was searched, `/slow` waits `slow_seconds` and then shows `/next`; any other path is
+    a 404."""
+
+    class Site(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path, _, query = self.path.partition("?")
+            if path == "/slow":
+                time.sleep(slow_seconds)
+            if path == "/search":
+                body = (
+                    "<!doctype html><title>Results</title>"
+                    f"<main><p>You searched: {query}</p></main>"
+                )
+            else:
+                body = pages.get(path, pages["/next"] if path == "/slow" else "")
+            if not body:
+                self.send_error(404)
+                return
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            # The browser may be killed while the page is on its way.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Site

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import http.server
 import json
 import os
 import re
@@ -41,7 +39,7 @@ from sandbox_tools.protocol import (  # noqa: E402
     PARSE_ERROR,
 )
 from sandbox_tools.runtime.limits import DEFAULT_BROWSER  # noqa: E402
-from tests.support import SRC, eventually, serve_site  # noqa: E402
+from tests.support import SRC, eventually, serve_site, site_handler  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not os.access(DEFAULT_BROWSER, os.X_OK),
@@ -69,28 +67,7 @@ document.addEventListener('keydown', e => {
 }
 
 
-class _Site(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        path, _, query = self.path.partition("?")
-        if path == "/slow":
-            time.sleep(3)
-        if path == "/search":
-            body = f"<!doctype html><title>Results</title><main><p>You searched: {query}</p></main>"
-        else:
-            body = PAGES.get(path, PAGES["/next"] if path == "/slow" else "")
-        if not body:
-            self.send_error(404)
-            return
-        data = body.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+_Site = site_handler(PAGES, slow_seconds=3)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import http.server
 import os
 import re
 import signal
@@ -22,7 +21,6 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -40,7 +38,15 @@ from sandbox_tools.runtime.tools.web_browser.tool_types import (
     TabParams,
     TypeParams,
 )
-from tests.support import RuntimeDir, browse, eventually, new_browser_session, request, serve_site
+from tests.support import (
+    RuntimeDir,
+    browse,
+    eventually,
+    new_browser_session,
+    request,
+    serve_site,
+    site_handler,
+)
 
 pytestmark = pytest.mark.skipif(
     not os.access(DEFAULT_BROWSER, os.X_OK),
@@ -73,30 +79,7 @@ document.getElementById('c').textContent = 'cookie is [' + document.cookie + ']'
 }
 
 
-class _Site(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        path, _, query = self.path.partition("?")
-        if path == "/slow":
-            time.sleep(5)
-        if path == "/search":
-            body = f"<!doctype html><title>Results</title><main><p>You searched: {query}</p></main>"
-        else:
-            body = PAGES.get(path, PAGES["/next"] if path == "/slow" else "")
-        if not body:
-            self.send_error(404)
-            return
-        data = body.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        try:
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the browser was killed while this page was on its way
-
-    def log_message(self, *args: Any) -> None:
-        pass
+_Site = site_handler(PAGES, slow_seconds=5)
 
 
 @pytest.fixture(scope="module")
