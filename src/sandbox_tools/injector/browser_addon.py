@@ -31,7 +31,7 @@ from sandbox_tools.artifacts import Artifact, ArtifactFormat, atomic_write
 from sandbox_tools.cache import cache_root
 from sandbox_tools.errors import SandboxExecError, SandboxInjectionError
 from sandbox_tools.injector.acquire import Source, acquire_artifact
-from sandbox_tools.injector.inject import BrowserInstall, ToolSupport
+from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes
 from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive, needed_bytes
 from sandbox_tools.runtime.paths import BROWSER_DIR
 from sandbox_tools.settings import Settings, load_settings
@@ -101,9 +101,20 @@ async def _runtime_command(
         answer = json.loads(lines[-1]) if lines else None
     except ValueError:
         answer = None
-    if not isinstance(answer, dict):
-        raise SandboxInjectionError(f"{what} in {sandbox.name} gave no answer: {lines[-1:]!r}")
+    if not isinstance(answer, dict) or not isinstance(answer.get("state"), str):
+        raise SandboxInjectionError(f"{what} in {sandbox.name} gave no answer: {lines[-1:]!r:.200}")
     return answer
+
+
+def _free_bytes(answer: dict[str, Any], sandbox: str) -> int:
+    """The free space addon-check reported: a count, or a typed error (whatever answers
+    in the sandbox may send Infinity, a list or a bool)."""
+    free = answer.get("free_bytes")
+    if not isinstance(free, int) or isinstance(free, bool) or free < 0:
+        raise SandboxInjectionError(
+            f"checking the browser add-on in {sandbox} answered free_bytes={free!r:.50}"
+        )
+    return free
 
 
 async def ensure_browser(support: ToolSupport) -> BrowserInstall:
@@ -158,7 +169,7 @@ async def install_browser(
                 directory,
                 found.get("why"),
             )
-        free, needed = int(found.get("free_bytes", 0)), needed_bytes(tree.size)
+        free, needed = _free_bytes(found, support.sandbox.name), needed_bytes(tree.size)
         if free < needed:
             raise SandboxInjectionError(
                 f"the browser add-on needs {needed >> 20} MiB free in {support.install_dir} "
@@ -166,7 +177,10 @@ async def install_browser(
                 remedy="Give the sandbox more disk (or a larger tmpfs where the runtime is "
                 "installed), or do without the browser there.",
             )
-        data = await asyncio.to_thread(located.read_bytes)
+        # One copy of the bytes for every install at once (as for the runtime's).
+        data = await asyncio.to_thread(
+            artifact_bytes, located, artifact.sha256, artifact.size, located.stat().st_mtime_ns
+        )
         await _runtime_command(
             support,
             ["addon-install", directory, artifact.sha256, tree.digest, str(tree.size)],

@@ -325,7 +325,7 @@ _VERIFY_AND_MOVE = (
 
 
 @functools.lru_cache(maxsize=4)
-def _artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
+def artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
     """One copy of an artifact's bytes shared by every injection (64 sandboxes
     injected at once held 64 copies). The key changes when the file does; the bytes are
     verified in the sandbox against `sha256` either way."""
@@ -334,7 +334,7 @@ def _artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
 
 async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[str, int]:
     stat = artifact.located.stat()
-    data = _artifact_bytes(artifact.located, artifact.sha256, stat.st_size, stat.st_mtime_ns)
+    data = artifact_bytes(artifact.located, artifact.sha256, stat.st_size, stat.st_mtime_ns)
     tag = _id_tag(artifact)
     if not recon.has_shell:
         # One upload creates a fresh directory holding the artifact; its bytes are read
