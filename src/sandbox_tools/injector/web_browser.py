@@ -27,6 +27,21 @@ from sandbox_tools.runtime.tools.web_browser.tool_types import NewSessionParams
 # A browser's first start and a page's load each have the runtime's 30 s deadline;
 # the host waits for both and the transport.
 CALL_TIMEOUT = 180.0
+# What the host keeps of a page's text fields, whatever answers in the sandbox says: the
+# runtime cuts the tree at 100,000 characters by default; an image may raise that, and an
+# agent at the runtime's uid may answer in its place (THREAT_MODEL.md, rule 3), so
+# whatever goes on to a model or a transcript is cut here too.
+MAX_TREE_CHARS = 2_000_000
+MAX_MAIN_CHARS = 1_000_000
+MAX_ERROR_CHARS = 10_000
+
+
+def _bounded(text: str | None, limit: int, what: str) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    cut = text.rfind("\n", 0, limit)
+    kept = text[: cut if cut > 0 else limit]
+    return f"{kept}\n[the {what} was cut by the host: {len(text) - len(kept):,} more characters]"
 
 
 @dataclass(frozen=True)
@@ -48,7 +63,12 @@ class BrowserPage:
             main_content=(str, type(None)),
             error=(str, type(None)),
         )
-        return cls(fields["web_url"], fields["main_content"], fields["web_at"], fields["error"])
+        return cls(
+            _bounded(fields["web_url"], MAX_ERROR_CHARS, "URL") or "",
+            _bounded(fields["main_content"], MAX_MAIN_CHARS, "main content"),
+            _bounded(fields["web_at"], MAX_TREE_CHARS, "accessibility tree") or "",
+            _bounded(fields["error"], MAX_ERROR_CHARS, "error"),
+        )
 
 
 class BrowserSession:

@@ -14,6 +14,7 @@ user unless `user=` says otherwise.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -38,7 +39,9 @@ _SESSION_KEY = "sandbox_tools:web_browser:"
 BROWSER_MCP_COMMAND = "browser-mcp"  # the runtime's subcommand that serves MCP on stdio
 # Inline images in a tree line (the runtime already shortens them; a page's own text may
 # still carry one) are cut there, as inspect's host does: base64 is noise to a model.
-_INLINE_IMAGE = "data:image/png;base64"
+# An inline image's data, cut from the end of a tree line: one pass over the text, no
+# list of lines (a tree of millions of short lines held over a GiB as one).
+_INLINE_IMAGE = re.compile(r"data:image/png;base64[^\n]*")
 _NO_TREE = "(no accessibility tree for this page)"
 
 PageAction = Callable[[BrowserSession], Awaitable[BrowserPage]]
@@ -50,8 +53,7 @@ def page_result(page: BrowserPage, png: bytes | None = None) -> ToolResult:
     main content; the screenshot after them as an image. A page error is a ToolError."""
     if page.error and page.error.strip():
         raise ToolError(page.error)
-    lines = (page.tree or _NO_TREE).split("\n")
-    tree = "\n".join(line.partition(_INLINE_IMAGE)[0] for line in lines)
+    tree = _INLINE_IMAGE.sub("", page.tree or _NO_TREE)
     items: list[ContentText | ContentImage]
     if page.main_content:
         items = [
