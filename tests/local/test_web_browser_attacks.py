@@ -349,3 +349,49 @@ def test_profiles_a_killed_server_left_are_removed_by_the_next_server(
         eventually(lambda: not os.path.exists(profile), "the leftover profile to be removed")
     finally:
         runtime.cli("stop-server")
+
+
+async def test_profile_removals_the_agent_stops_never_take_the_thread_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THREAT_MODEL.md rule 6 (the runtime never wedges): each browser stop removes its
+    profile in a child of the browser's uid, which the agent (that uid) can SIGSTOP.
+    A thread once waited on each; six stopped children filled the pool page rendering
+    needs and every web_* call hung. Now no thread waits on them: with 20 stopped
+    removals pending, the pool answers at once; their end kills and reaps them all."""
+    from sandbox_tools.runtime.identity import Identity
+    from sandbox_tools.runtime.tools.web_browser import browser as chromium
+
+    def stop_instead_of_removing(path: str, identity: Identity) -> None:
+        os.kill(os.getpid(), signal.SIGSTOP)  # what the agent does to the child
+        os._exit(0)
+
+    def children() -> set[str]:  # zombies included: a child not reaped is still listed
+        mine = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                stat_line = Path(f"/proc/{pid}/stat").read_text()
+                if int(stat_line.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    mine.append(pid)
+        return set(mine)
+
+    before = children()
+    monkeypatch.setattr(chromium, "_remove_in_child", stop_instead_of_removing)
+    myself = Identity(uid=None, gid=None, groups=None, home=None, name=None)
+    removals = [
+        asyncio.create_task(chromium.remove_profile(str(tmp_path / f"p{n}"), myself))
+        for n in range(20)
+    ]
+    await asyncio.sleep(0.5)
+    started = time.monotonic()
+    assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), 5) == 42
+    assert time.monotonic() - started < 1
+    assert not any(task.done() for task in removals)
+    for task in removals:
+        task.cancel()
+    await asyncio.gather(*removals, return_exceptions=True)
+    for _ in range(200):  # the reaps run on this loop: let them
+        if children() == before:
+            break
+        await asyncio.sleep(0.05)
+    assert children() == before, "a stopped removal child was left unreaped"

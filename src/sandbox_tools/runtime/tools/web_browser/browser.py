@@ -323,11 +323,46 @@ async def remove_profile(path: str, identity: Identity) -> None:
     if pid == 0:
         _remove_in_child(path, identity)  # never returns
     try:
-        await asyncio.wait_for(asyncio.to_thread(os.waitpid, pid, 0), PROFILE_REMOVAL_TIMEOUT_S)
-    except (asyncio.TimeoutError, asyncio.CancelledError):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        if await _reaped(pid, PROFILE_REMOVAL_TIMEOUT_S):
+            return
+    except asyncio.CancelledError:
+        _kill(pid)
+        reap = asyncio.ensure_future(_reaped(pid, KILLED_REAP_S))
+        _REAPING.add(reap)  # the loop holds tasks weakly: kept here until it is done
+        reap.add_done_callback(_REAPING.discard)
         raise
+    _kill(pid)
+    await _reaped(pid, KILLED_REAP_S)
+    raise asyncio.TimeoutError(f"removing {path} took longer than {PROFILE_REMOVAL_TIMEOUT_S:g} s")
+
+
+KILLED_REAP_S = 10.0
+_REAPING: set[asyncio.Future[bool]] = set()
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+async def _reaped(pid: int, timeout: float) -> bool:
+    """Wait for our child `pid` to end and reap it, polling without blocking: no thread
+    waits on it, so children the agent stops (SIGSTOP, as their uid) cannot take the
+    thread pool that page rendering needs. False if it still runs after `timeout`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.005
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 (WNOHANG never blocks)
+        except ChildProcessError:
+            return True  # reaped already
+        if done:
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 async def browser_version(executable: str, timeout: float) -> str | None:
