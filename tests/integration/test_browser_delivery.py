@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_tools.errors import SandboxInjectionError
+from sandbox_tools.errors import SandboxInjectionError, ToolError
 from sandbox_tools.injector.browser_addon import ensure_browser
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, open_browser
@@ -169,10 +169,15 @@ async def test_first_use_installs_the_add_on_and_later_handles_reuse_it(
         info = await support.client.call("browser_info")
         assert info["executable"] == browser.install.executable  # not the image's /bin/false
         await _browse_the_site(browser, base)
-        # The agent (root here) kills the browser: the session's next page just works.
+        # The agent (root here) kills the browser: a call that meets the dead browser is
+        # a tool error saying so; the next one starts a fresh browser and works.
         killed = await sandbox.exec(["sh", "-c", KILL_BROWSER])
         assert killed.stdout.strip(), "no browser process was found to kill"
-        page = await browser.go(f"{base}/about.html")
+        try:
+            page = await browser.go(f"{base}/about.html")
+        except ToolError as exc:
+            assert "the browser failed" in str(exc)
+            page = await browser.go(f"{base}/about.html")
         assert page.error is None and 'heading "About the shop"' in page.tree
     listing = await sandbox.exec(["ls", "-a", support.install_dir])
     assert ".partial" not in listing.stdout.decode()  # no staging directory left
