@@ -395,3 +395,29 @@ async def test_profile_removals_the_agent_stops_never_take_the_thread_pool(
             break
         await asyncio.sleep(0.05)
     assert children() == before, "a stopped removal child was left unreaped"
+
+
+def test_a_profile_is_never_made_where_another_user_could_swap_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THREAT_MODEL.md rule 1: the image sets TMPDIR for the runtime too. Pointed at a
+    directory the agent (uid 1000) owns, a root browser's profile was made there, the
+    agent swapped it for a link, and root's Chromium wrote through it. Profiles go only
+    where nobody but root and the runtime's user can change anything on the path."""
+    from sandbox_tools.runtime.tools.web_browser import browser as chromium
+
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    os.chown(agents, 1000, 1000)
+    monkeypatch.setattr("tempfile.tempdir", str(agents))
+    assert chromium.profile_base() == "/tmp"
+
+    ours = tmp_path / "ours"  # root's, 0755, under pytest's root-owned tmp
+    ours.mkdir(mode=0o755)
+    monkeypatch.setattr("tempfile.tempdir", str(ours))
+    if chromium._safe_for_us(str(tmp_path)):
+        assert chromium.profile_base() == str(ours)
+    (ours / "inner").mkdir()
+    ours.chmod(0o777)  # writable by others, not sticky: unsafe below it too
+    monkeypatch.setattr("tempfile.tempdir", str(ours / "inner"))
+    assert chromium.profile_base() == "/tmp"

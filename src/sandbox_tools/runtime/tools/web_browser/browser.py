@@ -88,9 +88,41 @@ class BrowserProcess:
         return self.process.pid
 
 
+def _safe_for_us(directory: str) -> bool:
+    """Whether nobody but root and us can rename or replace entries in `directory` or
+    any directory above it (each owned by root or us, and not writable by others unless
+    sticky), so that a directory we make in it stays the one we made."""
+    path = os.path.realpath(directory)
+    while True:
+        try:
+            info = os.stat(path)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid()):
+            return False
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
+
+
+def profile_base() -> str:
+    """Where profiles are made: the temporary directory, unless another user could swap
+    what we make there (the image sets TMPDIR for the runtime too, e.g. to a directory
+    the agent owns: root's browser then wrote through the agent's links), then /tmp."""
+    for candidate in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
+        if _safe_for_us(candidate):
+            return candidate
+    raise ToolError(
+        "no directory for the browser's profile that only root and the runtime's user can "
+        "change (tried $TMPDIR, /tmp, /var/tmp, /dev/shm)"
+    )
+
+
 def _private_profile(identity: Identity) -> str:
     """A new directory only `identity` may enter (made by us, then given to it)."""
-    path = tempfile.mkdtemp(prefix="sandbox-tools-browser-")
+    path = tempfile.mkdtemp(prefix="sandbox-tools-browser-", dir=profile_base())
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         if identity.uid is not None and identity.gid is not None:
