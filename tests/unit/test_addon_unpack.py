@@ -246,3 +246,16 @@ def test_the_hosts_tree_digest_is_kept_by_the_archives_sha256(tmp_path: Path) ->
     _tree_digest.cache_clear()
     with pytest.raises(FileNotFoundError):
         _tree_digest(archive, sha256, 1, cache)
+
+
+@pytest.mark.parametrize("free", [float("inf"), [1], True, -1, "9", None])
+def test_a_hostile_free_space_answer_is_a_typed_error(free: object) -> None:
+    """Rule 3: whatever answers `addon-check` in the sandbox may send any JSON; the host
+    refuses what is not a count with SandboxInjectionError (it raised OverflowError and
+    TypeError before)."""
+    from sandbox_tools.errors import SandboxInjectionError
+    from sandbox_tools.injector.browser_addon import _free_bytes
+
+    with pytest.raises(SandboxInjectionError, match="free_bytes"):
+        _free_bytes({"state": "missing", "free_bytes": free}, "box")
+    assert _free_bytes({"state": "missing", "free_bytes": 5}, "box") == 5
