@@ -51,11 +51,12 @@ SITE = {
     '<input id="q" name="q"><button>Go</button></form></main>',
     "next.html": "<!doctype html><title>Next</title><main><h1>Second page</h1></main>",
 }
-# The browser's processes (their executable is the add-on's loader) and their
-# proportional set size, read in the container as root.
+# The browser's processes (their command line names the add-on's directory) and their
+# proportional set size, read as the sandbox's default user: the browser's own uid here
+# (root cannot read another uid's smaps without CAP_SYS_PTRACE, which containers lack).
 PSS = (
     "for d in /proc/[0-9]*; do "
-    'case "$(readlink "$d/exe")" in */browser/*) '
+    'case "$(tr "\\0" " " < "$d/cmdline" 2>/dev/null)" in */browser/*) '
     'grep ^Pss: "$d/smaps_rollup" 2>/dev/null;; esac; done | '
     "awk '{s+=$2} END {print s+0}'"
 )
@@ -126,7 +127,7 @@ async def measure(
     results["web_go + web_click (navigates)"] = await _timed(runs, click)
     results["web_go + web_type_submit (navigates)"] = await _timed(runs, submit)
     results["the tree alone (web_scroll)"] = await _timed(runs, lambda: browser.scroll("down"))
-    pss = await sandbox.exec(["sh", "-c", PSS], user="0")
+    pss = await sandbox.exec(["sh", "-c", PSS])
     results["browser PSS MiB"] = int(pss.stdout.decode().strip() or 0) / 1024
     await browser.close()
     await forget_sandbox(sandbox)

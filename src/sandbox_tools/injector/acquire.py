@@ -236,10 +236,12 @@ class Dist:
         step = (
             f"Run `tools build --arch {need.arch.value}{addon} --out {self.directory}`: the "
             "injector looks for local builds there (SANDBOX_TOOLS_DIST names another place)."
+            + ("" if need.browser else " Add --with-browser if the task uses the web browser.")
         )
         record = select_record(read_build_records(self.directory), need.arch, need.fmt)
         if record is None:
-            raise Unavailable(f"{self.directory} holds no build for this platform", step)
+            what = "browser add-on" if need.browser else "build"
+            raise Unavailable(f"{self.directory} holds no {what} for this platform", step)
         if record.build_id != need.build_id:
             raise Unavailable(f"{self.directory}/{record.name} was built from other sources", step)
         found = record.found_at(self.directory / record.name, Provenance.DIST)
