@@ -9,7 +9,9 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,6 +57,10 @@ def fake_tree(root: Path) -> Path:
     loader.chmod(0o755)
     (root / "runtime").write_bytes(b"\x7fELF fake bootloader")
     (root / "_internal" / "pkg" / "data.bin").write_bytes(os.urandom(300_000) * 3)
+    # LZ4 matches of both kinds: overlapping their copy (runs) and apart from it (repeats).
+    block = os.urandom(1000)
+    repeats = b"".join(block + bytes([n]) * n + os.urandom(n) for n in range(1, 200))
+    (root / "_internal" / "pkg" / "repeats.bin").write_bytes(repeats)
     (root / "_internal" / "link").symlink_to("pkg/data.bin")
     return root
 
@@ -254,6 +260,156 @@ def test_unpack_subcommand_unpacks_without_running_anything(launcher: Path, tmp_
     out = subprocess.run([str(artifact), "unpack"], capture_output=True, text=True)
     assert (out.returncode, out.stdout) == (0, "")
     assert (tmp_path / f"runtime-{TREE_ID}" / ".complete").exists()
+
+
+# -- `verify`: an existing tree against the payload (THREAT_MODEL.md, rule 2: the image
+#    may ship the genuine, public executable beside a tree of its own making).
+
+PLANTED_RAN = "planted-ran"
+
+
+def verified(artifact: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(artifact), "verify"], capture_output=True, text=True, timeout=30)
+
+
+def unpacked_install(launcher: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """An artifact of the fake tree, unpacked by its own first run; (artifact, tree)."""
+    install = tmp_path / "install"
+    install.mkdir()
+    artifact = install / "sandbox-tools"
+    pack_portable(launcher, fake_tree(tmp_path / "tree"), TREE_ID, artifact)
+    assert subprocess.run([str(artifact), "unpack"], capture_output=True).returncode == 0
+    return artifact, install / f"runtime-{TREE_ID}"
+
+
+def replace_loader(tree: Path) -> None:
+    """What the image ships: the loader a script that leaves a mark when it runs."""
+    loader = tree / "lib" / LOADER
+    loader.unlink()
+    loader.write_text(f"#!/bin/sh\ntouch {tree.parent}/{PLANTED_RAN}\n")
+    loader.chmod(0o755)
+
+
+def change_a_byte(tree: Path) -> None:
+    data = tree / "_internal" / "pkg" / "data.bin"
+    data.write_bytes(b"X" + data.read_bytes()[1:])
+
+
+def add_a_file(tree: Path) -> None:
+    (tree / "_internal" / "pkg" / "sitecustomize.py").write_text("import os\n")
+
+
+def add_a_link(tree: Path) -> None:
+    (tree / "lib" / "extra-link").symlink_to("/etc")
+
+
+def retarget_the_link(tree: Path) -> None:
+    (tree / "_internal" / "link").unlink()
+    (tree / "_internal" / "link").symlink_to("/etc/passwd")
+
+
+def swap_a_file_for_a_link(tree: Path) -> None:
+    (tree / "runtime").rename(tree / "moved")
+    (tree / "runtime").symlink_to("moved")
+
+
+def swap_a_file_for_a_fifo(tree: Path) -> None:
+    (tree / "runtime").unlink()
+    os.mkfifo(tree / "runtime")
+
+
+def swap_the_tree_for_a_link(tree: Path) -> None:
+    tree.rename(tree.with_name("elsewhere"))
+    tree.symlink_to("elsewhere")
+
+
+TAMPERINGS: dict[str, tuple[Callable[[Path], object], str]] = {
+    # what the image does to the tree -> how `verify` names the difference
+    "loader replaced": (replace_loader, f"lib/{LOADER} differs from the payload: another"),
+    "one byte changed": (change_a_byte, "pkg/data.bin differs from the payload: another content"),
+    "a file added": (add_a_file, "pkg/sitecustomize.py differs from the payload: not in the"),
+    "a link added": (add_a_link, "lib/extra-link differs from the payload: not in the payload"),
+    "a file missing": (
+        lambda t: (t / "runtime").unlink(),
+        "runtime differs from the payload: missing",
+    ),
+    "a link retargeted": (
+        retarget_the_link,
+        "_internal/link differs from the payload: another link",
+    ),
+    "a file swapped for a link": (
+        swap_a_file_for_a_link,
+        "runtime differs from the payload: not a regular",
+    ),
+    "a FIFO for a file": (
+        swap_a_file_for_a_fifo,
+        "runtime differs from the payload: not a regular file",
+    ),
+    "a directory made writable": (
+        lambda t: (t / "_internal" / "pkg").chmod(0o777),
+        "_internal/pkg differs from the payload: mode 0777, not 0755",
+    ),
+    "a file made setuid": (
+        lambda t: (t / "lib" / LOADER).chmod(0o4755),
+        f"lib/{LOADER} differs from the payload: mode 4755, not 0755",
+    ),
+    "the marker of another build": (
+        lambda t: (t / ".complete").write_text("f" * 32),
+        ".complete differs from the payload: not this build's marker",
+    ),
+    "the tree a link": (swap_the_tree_for_a_link, "/. differs from the payload: not a directory"),
+}
+
+
+def test_verify_accepts_the_tree_it_unpacked_and_a_tree_not_there_yet(
+    launcher: Path, tmp_path: Path
+) -> None:
+    artifact, tree = unpacked_install(launcher, tmp_path)
+    out = verified(artifact)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    shutil.rmtree(tree)
+    out = verified(artifact)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert not tree.exists()  # `verify` unpacks nothing: the next run does
+
+
+@pytest.mark.parametrize("tampering", TAMPERINGS)
+def test_verify_names_the_first_difference_and_runs_nothing_of_the_tree(
+    launcher: Path, tmp_path: Path, tampering: str
+) -> None:
+    """Rule 2: a tree that is not exactly the payload is refused before anything of it
+    runs; the check reads no FIFO (it would hang), follows no link and starts nothing."""
+    artifact, tree = unpacked_install(launcher, tmp_path)
+    change, named = TAMPERINGS[tampering]
+    change(tree)
+    out = verified(artifact)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert out.stdout == ""
+    assert named in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert not (tmp_path / "install" / PLANTED_RAN).exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give an entry another owner")
+def test_verify_refuses_an_entry_of_another_owner_or_with_capabilities(
+    launcher: Path, tmp_path: Path
+) -> None:
+    """Rule 2: the tree is root's, one file in it another user's (who could change it
+    after the check); then a file with file capabilities (more rights when it runs)."""
+    artifact, tree = unpacked_install(launcher, tmp_path)
+    os.lchown(tree / "runtime", 1000, 1000)
+    out = verified(artifact)
+    assert out.returncode == 1 and "runtime differs from the payload: owned by uid 1000" in (
+        out.stderr
+    ), out.stderr
+    os.lchown(tree / "runtime", 0, 0)
+    assert verified(artifact).returncode == 0
+    capability = struct.pack("<5I", 0x02000001, 1 << 10, 0, 0, 0)  # v2, effective: bind
+    try:
+        os.setxattr(tree / "runtime", "security.capability", capability)
+    except OSError as exc:
+        pytest.skip(f"this file system takes no file capabilities: {exc}")
+    out = verified(artifact)
+    assert out.returncode == 1 and "carries file capabilities" in out.stderr, out.stderr
 
 
 ECHO_SERVER = """#!/usr/bin/env python3

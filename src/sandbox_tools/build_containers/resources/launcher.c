@@ -12,7 +12,8 @@
  * an flock on <dir>/.unpack.lock, so racing first runs wait for one another and any
  * staging directory seen while holding it is a crashed run's leftover, swept away.
  * Later runs never unpack; they check that the tree belongs to them (or root) and that
- * nobody else can write to it.
+ * nobody else can write to it. Before the injector reuses an install, `verify` compares
+ * the tree with the payload entry by entry, without running or following anything of it.
  *
  * The payload is treated as hostile input too (THREAT_MODEL.md): entry names must be
  * relative with no empty, "." or ".." components; every entry is created relative to
@@ -42,6 +43,7 @@
 #include <sys/types.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +61,8 @@
 #define SERVER_START_TIMEOUT_MS 30000
 #define MAX_REQUEST_BYTES (64 * 1024 * 1024) /* protocol.MAX_FRAME_BYTES */
 #define START_LOCK_FD_ENV "SANDBOX_TOOLS_START_LOCK_FD" /* protocol.START_LOCK_FD_ENV */
+#define MAX_ENTRY_NAME 8192
+#define TREE_DIFFERS 1 /* `verify`: the unpacked tree is not the payload */
 
 static char self_path[4096];
 
@@ -185,7 +189,12 @@ static int lz4_decode(const unsigned char *src, size_t srclen, unsigned char *ds
         length += 4;
         if (length > (size_t)(oend - op)) return -1;
         const unsigned char *match = op - offset;
-        while (length--) *op++ = *match++; /* byte by byte: matches may overlap */
+        if (offset >= length) { /* apart: one copy (most matches, and most of the time) */
+            memcpy(op, match, length);
+            op += length;
+        } else {
+            while (length--) *op++ = *match++; /* byte by byte: the match overlaps its copy */
+        }
     }
     return op == oend ? 0 : -1;
 }
@@ -308,56 +317,75 @@ static int open_parent(int root_fd, char *rel, char **leaf) {
 }
 
 /* Archive entries: u8 type ('D','F','L'), u32 mode, u16 path length, path, u64 size,
- * u64 CRC-32 of the content, content. Everything is created relative to root_fd. */
+ * u64 CRC-32 of the content, content. */
+struct entry {
+    char type;
+    uint32_t mode;
+    const char *name; /* name_len bytes, not NUL-terminated */
+    unsigned name_len;
+    const unsigned char *content;
+    uint64_t length, checksum;
+};
+
+/* The entry at *pos, its bounds and name checked; *pos moves past it. */
+static void next_entry(const unsigned char *archive, uint64_t size, uint64_t *pos,
+                       struct entry *e) {
+    uint64_t at = *pos;
+    if (size - at < 23) die("corrupted archive entry header");
+    e->type = (char)archive[at];
+    e->mode = le32(archive + at + 1);
+    e->name_len = (unsigned)archive[at + 5] | ((unsigned)archive[at + 6] << 8);
+    at += 7;
+    if (size - at < e->name_len + 16ULL || e->name_len == 0 || e->name_len >= MAX_ENTRY_NAME)
+        die("corrupted archive entry");
+    e->name = (const char *)archive + at;
+    if (!safe_name(e->name, e->name_len))
+        die("refusing archive entry %.*s: not a plain relative path", (int)e->name_len, e->name);
+    at += e->name_len;
+    e->length = le64(archive + at);
+    e->checksum = le64(archive + at + 8);
+    at += 16;
+    if (e->length > size - at) die("corrupted archive entry size");
+    e->content = archive + at;
+    *pos = at + e->length;
+}
+
+/* Every entry is created relative to root_fd. */
 static void extract(const unsigned char *archive, uint64_t size, int root_fd, const char *root) {
     uint64_t pos = 0;
-    char name[8192], target[4096];
+    char name[MAX_ENTRY_NAME], target[4096];
+    struct entry e;
     while (pos < size) {
-        if (size - pos < 23) die("corrupted archive entry header");
-        char type = (char)archive[pos];
-        uint32_t mode = le32(archive + pos + 1);
-        unsigned name_len = (unsigned)archive[pos + 5] | ((unsigned)archive[pos + 6] << 8);
-        pos += 7;
-        if (size - pos < name_len + 16ULL || name_len == 0 || name_len >= sizeof name)
-            die("corrupted archive entry");
-        if (!safe_name((const char *)archive + pos, name_len))
-            die("refusing archive entry %.*s: not a plain relative path", (int)name_len,
-                (const char *)archive + pos);
-        memcpy(name, archive + pos, name_len);
-        name[name_len] = 0;
-        pos += name_len;
-        uint64_t length = le64(archive + pos), checksum = le64(archive + pos + 8);
-        pos += 16;
-        if (length > size - pos) die("corrupted archive entry size");
-        const unsigned char *content = archive + pos;
-        pos += length;
+        next_entry(archive, size, &pos, &e);
+        memcpy(name, e.name, e.name_len);
+        name[e.name_len] = 0;
         char *leaf;
         int dir_fd = open_parent(root_fd, name, &leaf);
         if (dir_fd < 0)
             die("cannot open the directory of %s/%s: %s (a parent is missing or a symlink)",
                 root, name, strerror(errno));
-        if (type == 'D') {
+        if (e.type == 'D') {
             if (mkdirat(dir_fd, leaf, 0700) != 0) die("mkdir %s/%s: %s", root, name, strerror(errno));
             int fd = openat(dir_fd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd < 0 || fchmod(fd, mode & 0777) != 0 || close(fd) != 0)
+            if (fd < 0 || fchmod(fd, e.mode & 0777) != 0 || close(fd) != 0)
                 die("chmod %s/%s: %s", root, name, strerror(errno));
-        } else if (type == 'L') {
-            if (length >= sizeof target || !safe_link_target(name, (const char *)content, length))
+        } else if (e.type == 'L') {
+            if (e.length >= sizeof target || !safe_link_target(name, (const char *)e.content, e.length))
                 die("refusing symlink %s: its target leaves the tree", name);
-            memcpy(target, content, length);
-            target[length] = 0;
+            memcpy(target, e.content, e.length);
+            target[e.length] = 0;
             if (symlinkat(target, dir_fd, leaf) != 0)
                 die("symlink %s/%s: %s", root, name, strerror(errno));
-        } else if (type == 'F') {
+        } else if (e.type == 'F') {
             int fd = openat(dir_fd, leaf, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-            if (fd < 0 || write_full(fd, content, length) != 0 || fchmod(fd, mode & 0777) != 0)
+            if (fd < 0 || write_full(fd, e.content, e.length) != 0 || fchmod(fd, e.mode & 0777) != 0)
                 die("cannot write %s/%s: %s", root, name, strerror(errno));
-            if (verify_fd(fd, length, checksum) != 0)
+            if (verify_fd(fd, e.length, e.checksum) != 0)
                 die("verification of %s/%s failed after writing it (disk full or corrupted?)",
                     root, name);
             if (close(fd) != 0) die("cannot write %s/%s: %s", root, name, strerror(errno));
         } else {
-            die("unknown archive entry type %d", type);
+            die("unknown archive entry type %d", e.type);
         }
         close(dir_fd);
     }
@@ -463,6 +491,191 @@ static void ensure_tree(char *tree, size_t n) {
     close(root_fd);
     if (rename(staging, tree) != 0) die("cannot move %s into place: %s", tree, strerror(errno));
     close(lock_fd);
+}
+
+/* ---- checking an unpacked tree against the payload ------------------------------- */
+
+/* `verify`, run by the injector before it reuses an install. Later runs check only the
+ * tree's owner and mode, and the executable is public: an image can ship it beside a
+ * tree of its own making (THREAT_MODEL.md, rule 2). So the tree is compared with this
+ * executable's payload, whose bytes the injector has verified: every entry of the
+ * payload is there with its type, mode, owner and content or link target, nothing else
+ * is, and .complete names this build. Nothing of the tree is run, and no link in it is
+ * followed: every entry is reached from the tree's directory with O_NOFOLLOW, files are
+ * opened only once their type is known (a planted FIFO is never read). Exits 0 when the
+ * tree matches or is not there yet (the first run unpacks it), TREE_DIFFERS naming the
+ * first difference otherwise. */
+
+static void tree_differs(const char *tree, const char *name, size_t len, const char *why) {
+    fprintf(stderr, "sandbox-tools launcher: %s/", tree);
+    for (size_t i = 0; i < len && i < 512; i++) /* a planted name may hold anything */
+        fputc(name[i] >= 0x20 && name[i] < 0x7f ? name[i] : '?', stderr);
+    fprintf(stderr, " differs from the payload: %s\n", why);
+    exit(TREE_DIFFERS);
+}
+
+/* musl's memcmp goes a byte at a time: it was a third of `verify`'s time. */
+static int same_bytes(const unsigned char *a, const unsigned char *b, size_t n) {
+    uint64_t x, y;
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    return memcmp(a, b, n) == 0;
+}
+
+static int same_content(int fd, const unsigned char *expected, uint64_t length) {
+    unsigned char buf[65536];
+    uint64_t at = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r == 0 && at == length;
+        if ((uint64_t)r > length - at || !same_bytes(buf, expected + at, (size_t)r)) return 0;
+        at += (uint64_t)r;
+    }
+}
+
+/* What differs between the payload entry `e` and dir_fd/leaf; NULL when nothing. */
+static const char *entry_difference(int dir_fd, const char *leaf, const struct entry *e,
+                                    uid_t owner) {
+    static char why[128];
+    struct stat st;
+    if (fstatat(dir_fd, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? "missing" : strerror(errno);
+    if (st.st_uid != owner) {
+        snprintf(why, sizeof why, "owned by uid %u, the tree by %u", (unsigned)st.st_uid,
+                 (unsigned)owner);
+        return why;
+    }
+    if (e->type == 'L') {
+        char target[4096];
+        if (!S_ISLNK(st.st_mode)) return "not a symlink";
+        ssize_t n = readlinkat(dir_fd, leaf, target, sizeof target);
+        if (n < 0 || (uint64_t)n != e->length || memcmp(target, e->content, e->length) != 0)
+            return "another link target";
+        return NULL;
+    }
+    if (e->type == 'D' && !S_ISDIR(st.st_mode)) return "not a directory";
+    if (e->type == 'F' && !S_ISREG(st.st_mode)) return "not a regular file";
+    if (e->type != 'D' && e->type != 'F') die("unknown archive entry type %d", e->type);
+    if ((st.st_mode & 07777) != (e->mode & 0777)) {
+        snprintf(why, sizeof why, "mode %04o, not %04o", (unsigned)(st.st_mode & 07777),
+                 (unsigned)(e->mode & 0777));
+        return why;
+    }
+    if (e->type == 'D') return NULL;
+    if ((uint64_t)st.st_size != e->length) return "another size";
+    int fd = openat(dir_fd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return strerror(errno);
+    struct stat opened;
+    const char *difference = NULL;
+    if (fstat(fd, &opened) != 0 || opened.st_dev != st.st_dev || opened.st_ino != st.st_ino)
+        difference = "replaced while it was checked";
+    else if (fgetxattr(fd, "security.capability", NULL, 0) >= 0)
+        difference = "carries file capabilities";
+    else if (!same_content(fd, e->content, e->length))
+        difference = "another content";
+    close(fd);
+    return difference;
+}
+
+struct indexed {
+    const char *name;
+    unsigned len;
+    char type;
+};
+
+static int by_name(const void *a, const void *b) {
+    const struct indexed *x = a, *y = b;
+    int c = memcmp(x->name, y->name, x->len < y->len ? x->len : y->len);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Every entry in the tree's directory `path` (path_len bytes; dir_fd is consumed) must be
+ * one of the payload's. Only the payload's directories are entered, so the walk is no
+ * deeper than the payload, whatever was planted. */
+static void no_extra_entries(const char *tree, int dir_fd, char *path, size_t path_len,
+                             const struct indexed *index, size_t count) {
+    DIR *d = fdopendir(dir_fd);
+    if (!d) die("cannot list %s/%.*s: %s", tree, (int)path_len, path, strerror(errno));
+    struct dirent *de;
+    while ((errno = 0, de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || (path_len == 0 && !strcmp(n, ".complete")))
+            continue;
+        size_t n_len = strlen(n), len = path_len ? path_len + 1 + n_len : n_len;
+        if (len >= MAX_ENTRY_NAME) tree_differs(tree, n, n_len, "not in the payload");
+        if (path_len) path[path_len] = '/';
+        memcpy(path + (path_len ? path_len + 1 : 0), n, n_len);
+        struct indexed key = {path, (unsigned)len, 0};
+        const struct indexed *found = bsearch(&key, index, count, sizeof *index, by_name);
+        if (!found) tree_differs(tree, path, len, "not in the payload");
+        if (found->type == 'D') {
+            int sub = openat(dirfd(d), n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) tree_differs(tree, path, len, "not a directory we can open");
+            no_extra_entries(tree, sub, path, len, index, count);
+        }
+    }
+    if (errno) die("cannot list %s/%.*s: %s", tree, (int)path_len, path, strerror(errno));
+    closedir(d);
+}
+
+static void verify_tree(void) {
+    int fd = open(self_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die("cannot open %s: %s", self_path, strerror(errno));
+    struct trailer t;
+    read_trailer(fd, &t);
+    char dir[4096], tree[8192];
+    self_dir(dir, sizeof dir);
+    tree_path(tree, sizeof tree, dir, &t);
+    struct stat st;
+    if (lstat(tree, &st) != 0) {
+        if (errno == ENOENT) exit(0);
+        die("cannot inspect %s: %s", tree, strerror(errno));
+    }
+    int root_fd = open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root_fd < 0 || fstat(root_fd, &st) != 0) tree_differs(tree, ".", 1, "not a directory");
+    if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 07777) != 0755)
+        tree_differs(tree, ".", 1, "not a directory of ours or root's of mode 0755");
+    uid_t owner = st.st_uid;
+    char seen[32];
+    int mfd = openat(root_fd, ".complete", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (mfd < 0 || fstat(mfd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != owner ||
+        (st.st_mode & 07022) || st.st_size != 32 || read_full(mfd, seen, 32) != 0 ||
+        memcmp(seen, t.tree_id, 32) != 0)
+        tree_differs(tree, ".complete", 9, "not this build's marker");
+    close(mfd);
+    crc_init();
+    unsigned char *archive = decompress_archive(fd, &t);
+    close(fd);
+    size_t count = 0;
+    char name[MAX_ENTRY_NAME];
+    struct entry e;
+    for (uint64_t pos = 0; pos < t.archive_size; count++) {
+        next_entry(archive, t.archive_size, &pos, &e);
+        memcpy(name, e.name, e.name_len);
+        name[e.name_len] = 0;
+        char *leaf;
+        int dir_fd = open_parent(root_fd, name, &leaf);
+        const char *why = dir_fd < 0 ? "a parent is missing or not a directory"
+                                     : entry_difference(dir_fd, leaf, &e, owner);
+        if (dir_fd >= 0) close(dir_fd);
+        if (why) tree_differs(tree, e.name, e.name_len, why);
+    }
+    struct indexed *index = malloc((count ? count : 1) * sizeof *index);
+    if (!index) die("out of memory checking %s", tree);
+    size_t i = 0;
+    for (uint64_t pos = 0; pos < t.archive_size; i++) {
+        next_entry(archive, t.archive_size, &pos, &e);
+        index[i] = (struct indexed){e.name, e.name_len, e.type};
+    }
+    qsort(index, count, sizeof *index, by_name);
+    no_extra_entries(tree, root_fd, name, 0, index, count);
+    free(index);
+    free(archive);
+    exit(0);
 }
 
 /* ---- running the Python runtime ----------------------------------------------------- */
@@ -897,7 +1110,8 @@ int main(int argc, char **argv) {
     } else {
         die("cannot find my own path (/proc is not mounted and argv[0] has no '/')");
     }
-    if (argc >= 2 && strcmp(argv[1], "exec") != 0 && strcmp(argv[1], "unpack") != 0) {
+    if (argc >= 2 && strcmp(argv[1], "exec") != 0 && strcmp(argv[1], "unpack") != 0 &&
+        strcmp(argv[1], "verify") != 0) {
         const char *configured = getenv("SANDBOX_TOOLS_DIR");
         if (!configured || !*configured) { /* the Python side must use our directory */
             char dir[4096];
@@ -911,6 +1125,7 @@ int main(int argc, char **argv) {
         ensure_tree(tree, sizeof tree);
         return 0;
     }
+    if (argc == 2 && strcmp(argv[1], "verify") == 0) verify_tree(); /* the installer, before reuse */
     if (argc == 2 && strcmp(argv[1], "stdio") == 0) start_server_alongside();
     run_python(argc, argv);
     return 127;
