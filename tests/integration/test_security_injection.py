@@ -9,7 +9,9 @@ within its timeout with a typed error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -160,6 +162,100 @@ async def test_after_a_genuine_install_the_agent_cannot_take_its_place(
         async with Injector(artifact=artifact) as injector:
             third = await injector.tool_support(sandbox)
             assert not third.reused and third.install_dir != first.install_dir
+
+
+PLANTED_RAN = "/tmp/.planted-tree-ran"  # the image's loader writes here when it runs
+
+# Everything under a directory, with owner, mode, size, link target and content: what
+# "nothing of it was changed" is compared on.
+SNAPSHOT = (
+    'cd "$1" && find . -printf "%y %m %u %s %l %p\\n" | sort && '
+    "find . -type f -exec sha256sum {} + | sort"
+)
+
+
+# The image's loader: notes that it ran, then runs the real one (moved beside it).
+PLANTED_LOADER = f'#!/bin/sh\necho "$*" >> {PLANTED_RAN}\nexec "$0.real" "$@"\n'
+
+
+@contextlib.asynccontextmanager
+async def image_with_our_install(
+    engine: Any, base: str, artifact: Any, *, plant: bool
+) -> AsyncIterator[tuple[str, str]]:
+    """An image, committed offline from a container we injected into, that ships our
+    install at the exact path the injector reuses: the genuine executable and the tree
+    its first run unpacked, untouched, or (`plant`) with the bundled loader swapped for
+    PLANTED_LOADER. Yields (image, install directory)."""
+    with RunningContainer(engine, base) as container:
+        sandbox = container.sandbox
+        async with Injector(artifact=artifact) as injector:
+            support = await injector.tool_support(sandbox)
+            await support.client.call("sandbox_tools_shutdown")
+            install_dir = support.install_dir
+        await as_root(sandbox, f"rm -rf {install_dir}/run")  # as a saved image has none
+        if plant:
+            swap = 'l=$(echo "$1"/runtime-*/lib/ld-linux-*) && mv "$l" "$l.real" && cat > "$l"'
+            out = await sandbox.exec(
+                ["sh", "-c", swap + ' && chmod 755 "$l"', "plant", install_dir],
+                input=PLANTED_LOADER.encode(),
+            )
+            assert out.returncode == 0, out.stderr
+        image = container.container.commit(repository="sandbox-tools-test/reused-install")
+    try:
+        yield str(image.id), install_dir
+    finally:
+        engine.images.remove(image.id, force=True)
+
+
+async def test_an_image_that_ships_our_executable_beside_its_own_tree_gets_a_fresh_install(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rule 2 (the host is misled): a reused install is accepted only when the agent could
+    not have written it, and the image is untrusted too. The image ships the exact install
+    directory with the genuine executable (public: root's, 0755, the right SHA-256) and
+    an unpacked tree whose loader is its own script. The host does not reuse it: the
+    launcher compares the tree with its payload first. The runtime that answers is
+    installed afresh beside it; nothing of the planted tree ran, and nothing in it was
+    run, chmodded or changed."""
+    async with image_with_our_install(docker_engine, debian_image, artifact, plant=True) as (
+        image,
+        planted,
+    ):
+        with RunningContainer(docker_engine, image) as container:
+            sandbox = container.sandbox
+            before = await as_root(sandbox, f"set -- {planted}; {SNAPSHOT}")
+            assert ".real" in before  # the planted tree is there
+            async with Injector(artifact=artifact) as injector:
+                support = await injector.tool_support(sandbox)
+                assert not support.reused
+                assert support.install_dir.startswith(f"{planted}-")
+                assert support.info.build_id == artifact.build_id
+                result = await exec_remote(support.client, "id -u", stream=False)
+                assert result.stdout == "0\n"
+                # The server that answers runs the fresh install's own loader.
+                server = await as_root(sandbox, f"readlink /proc/{support.info.pid}/exe")
+                assert server.startswith(f"{support.install_dir}/runtime-"), server
+            assert await as_root(sandbox, f"cat {PLANTED_RAN} 2>/dev/null || true") == ""
+            assert await as_root(sandbox, f"set -- {planted}; {SNAPSHOT}") == before
+
+
+async def test_an_image_that_ships_our_untouched_install_is_reused(
+    docker_engine: Any, debian_image: str, artifact: Any
+) -> None:
+    """Rule 2, the other side: an install we made, its tree untouched, passes the tree
+    check and is reused (an image saved from an injected container, say), and it is
+    our runtime that answers."""
+    async with image_with_our_install(docker_engine, debian_image, artifact, plant=False) as (
+        image,
+        install_dir,
+    ):
+        with RunningContainer(docker_engine, image) as container:
+            async with Injector(artifact=artifact) as injector:
+                support = await injector.tool_support(container.sandbox)
+                assert (support.reused, support.install_dir) == (True, install_dir)
+                assert support.info.build_id == artifact.build_id
+                result = await exec_remote(support.client, "echo reused", stream=False)
+                assert result.stdout == "reused\n"
 
 
 async def test_planted_symlinks_fifos_and_a_huge_marker_change_nothing(

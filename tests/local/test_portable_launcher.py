@@ -649,6 +649,10 @@ def test_launcher_constants_agree_with_the_runtime() -> None:
     responses = re.findall(r'\{\\"jsonrpc\\":\\"([^\\]*)\\"[^;]*?\\"code\\":(-?\d+),', source)
     assert {version for version, _ in responses} == {protocol.JSONRPC_VERSION}
     assert {int(code) for _, code in responses} == {protocol.INTERNAL_ERROR, protocol.PARSE_ERROR}
+    # The installer's check of an unpacked tree before reuse, as the injector names it.
+    from sandbox_tools.injector.inject import TREE_CHECK_COMMAND
+
+    assert f'strcmp(argv[1], "{TREE_CHECK_COMMAND}") == 0) verify_tree();' in source
     # The payload trailer it reads is the one the packer writes.
     assert defines["TRAILER_MAGIC"] == f'"{TRAILER_MAGIC.decode()}"'
     assert defines["TRAILER_SIZE"] == str(TRAILER.size)

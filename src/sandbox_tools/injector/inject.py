@@ -6,7 +6,9 @@ reused only at a path this injector creates itself (`<base>/sandbox-tools-<build
 and only after a separate fixed command has checked, in the sandbox and before any of
 it runs, that neither it, its executable nor any parent directory can be changed by
 anyone but root and the runtime's uid, and that the executable has the artifact's
-SHA-256. Everything else, such as a look-alike directory someone prepared, another
+SHA-256; then that verified executable compares the tree it unpacked earlier, if any,
+with its own payload (`verify`), since it would run that tree without reading it again.
+Everything else, such as a look-alike directory someone prepared, another
 user's install, another version or another tool's install, is ignored. A fresh install
 goes into a directory made for it (mkdir, or mktemp -d when the name is taken), written
 and verified there before it is moved into place. Failures raise SandboxInjectionError
@@ -32,7 +34,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox_tools.artifacts import Artifact
+from sandbox_tools.artifacts import Artifact, ArtifactFormat
 from sandbox_tools.errors import (
     ConfigurationError,
     SandboxExecError,
@@ -67,6 +69,9 @@ UPLOAD_TIMEOUT = 300.0
 SMALL_OUTPUT = 64 * 1024  # what the fixed injection commands may print
 FIRST_CALL_TIMEOUT = 120.0  # unpack + server start + answer, under QEMU too
 _FRESH_DIR = re.compile(r"/[A-Za-z0-9/._-]+")
+# The portable launcher's check of the tree it unpacked beside itself against its own
+# payload (launcher.c, verify_tree): exit 0 when they match or there is no tree yet.
+TREE_CHECK_COMMAND = "verify"
 
 log = logging.getLogger(__name__)
 
@@ -266,13 +271,40 @@ async def find_trusted_install(sandbox: Sandbox, recon: Recon, artifact: Artifac
             f"checking earlier installs in {sandbox.name} failed ({code}): {stderr}"
         )
     for path, verdict in parse_check(stdout.encode(), paths).items():
-        if verdict is InstallVerdict.TRUSTED:
-            return path
-        if verdict is InstallVerdict.UNVERIFIED and await _read_back_matches(
-            sandbox, f"{path}/{EXE_NAME}", artifact
-        ):
+        verified = verdict is InstallVerdict.TRUSTED or (
+            verdict is InstallVerdict.UNVERIFIED
+            and await _read_back_matches(sandbox, f"{path}/{EXE_NAME}", artifact)
+        )
+        if verified and await _unpacked_tree_matches(sandbox, path, artifact):
             return path
     return None
+
+
+async def _unpacked_tree_matches(sandbox: Sandbox, install_dir: str, artifact: Artifact) -> bool:
+    """Whether the runtime tree unpacked beside a verified executable, if there is one,
+    is exactly that executable's payload.
+
+    Later runs of the launcher check only the tree's owner and mode, and the executable
+    is public: an image can ship it beside a tree of its own (THREAT_MODEL.md, rule 2).
+    The verified executable compares the two as the installer, a fixed command that
+    runs and follows nothing of the tree. A tree that differs makes the install
+    untrusted: the caller installs afresh in a new directory and never touches it.
+    """
+    if artifact.format is not ArtifactFormat.PORTABLE:
+        return True  # nothing is unpacked beside it to be run later
+    with _step("verify the unpacked tree"):
+        code, _, stderr = await _run(
+            sandbox,
+            [f"{install_dir}/{EXE_NAME}", TREE_CHECK_COMMAND],
+            f"checking the unpacked runtime in {install_dir}",
+        )
+    if code == 0:
+        return True
+    reason = stderr.splitlines()[-1] if stderr else f"exit {code}"
+    log.warning(
+        "not reusing the install at %s in %s: %s", install_dir, sandbox.name, ascii(reason[:300])
+    )
+    return False
 
 
 async def _write_artifact(sandbox: Sandbox, recon: Recon, path: str, data: bytes) -> None:
