@@ -3,6 +3,8 @@
 Cold: a fresh container, then tool_support_sandbox (probe + copy + verify + first
 start, which unpacks the artifact and starts the server) and one `version` call.
 Warm: one `version` call per exec afterwards, and through the persistent channel.
+Reuse: a new handle on the same container (probe, the install checks, among them the
+launcher comparing its unpacked tree with its payload, and the first answer).
 Usage: .venv/bin/python benchmarks/injection.py [--runs N] [--image debian-12]
 """
 
@@ -20,7 +22,12 @@ from rich.table import Table
 
 from sandbox_tools.distro_matrix.docker_backend import DockerBackend
 from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.injector.inject import forget_sandbox, runtime_env, tool_support_sandbox
+from sandbox_tools.injector.inject import (
+    forget_sandbox,
+    recording_steps,
+    runtime_env,
+    tool_support_sandbox,
+)
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
@@ -36,7 +43,7 @@ async def main(runs: int, target: str) -> None:
     backend = DockerBackend(client, ContainerPolicy.from_cascade(), RootfsStore.from_cascade())
     image, _ = backend.resolve_image(distro, arch)
     assert image is not None
-    cold, warm_exec, warm_stream, bare = [], [], [], []
+    cold, warm_exec, warm_stream, bare, reuse, tree_check = [], [], [], [], [], []
     for _ in range(runs):
         with RunningContainer(client, image) as container:
             sandbox = container.sandbox
@@ -54,7 +61,12 @@ async def main(runs: int, target: str) -> None:
                 bare.append(time.perf_counter() - started)
             await support.aclose()
             await forget_sandbox(sandbox)
-            stream = await tool_support_sandbox(sandbox)  # reuses the install
+            started = time.perf_counter()
+            with recording_steps() as steps:
+                stream = await tool_support_sandbox(sandbox)  # reuses the install
+            reuse.append(time.perf_counter() - started)
+            assert stream.reused
+            tree_check.append(steps["verify the unpacked tree"])
             for _ in range(5):
                 started = time.perf_counter()
                 await stream.client.call("version")
@@ -70,6 +82,8 @@ async def main(runs: int, target: str) -> None:
         ("cold: probe + copy + verify + first call", cold),
         ("warm: `exec version` per call", warm_exec),
         ("warm: `version` via persistent channel", warm_stream),
+        ("reuse: probe + checks + first answer", reuse),
+        ("reuse: of which the tree check (`verify`)", tree_check),
     ):
         median = statistics.median(samples)
         table.add_row(
