@@ -19,6 +19,7 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 [ -e /usr/bin/qemu-aarch64-static ] || [ -e /usr/bin/qemu-aarch64 ] || missing+=(qemu-user-static)
 command -v update-binfmts >/dev/null || missing+=(binfmt-support)
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
+command -v gcc >/dev/null || missing+=(gcc)  # tests build a small preload library
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 # The web browser tool's tests on this machine (tests/local/test_web_browser.py) drive
 # Debian's Chromium headless shell, the browser the tool starts by default; container

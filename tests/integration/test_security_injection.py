@@ -448,3 +448,58 @@ async def test_an_endless_line_on_the_persistent_stream_is_refused(
         print(f"endless line refused in {time.monotonic() - started:.2f} s; grew {grown:.0f} MiB")
         assert grown < HOST_RSS_BOUND_MIB
         await stream.close()
+
+
+PRELOAD_MARKER = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+/* Loaded into a process: leave /tmp/preloaded-<pid> naming its executable. */
+__attribute__((constructor)) static void mark(void) {
+    char exe[512], path[64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n < 0) return;
+    exe[n] = 0;
+    snprintf(path, sizeof path, "/tmp/preloaded-%d", (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) { write(fd, exe, strlen(exe)); close(fd); }
+}
+"""
+
+
+async def test_an_images_ld_preload_never_loads_into_the_runtime(
+    docker_engine: Any, python_image: str, tmp_path: Any
+) -> None:
+    """Rule 2 (the host talks only to what it injected): an engine's exec passes the
+    image's ENV, and the bundled loader obeyed its LD_PRELOAD, loading the image's code
+    into the (root) runtime. The launcher keeps the loader's variables from the runtime
+    and gives them back to the commands it starts, as the image meant them."""
+    import shutil
+    import subprocess
+
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc to build the preloaded library (scripts/setup.sh installs it)")
+    source = tmp_path / "mark.c"
+    source.write_text(PRELOAD_MARKER)
+    compile_it = ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "mark.so"), str(source)]
+    await asyncio.to_thread(subprocess.run, compile_it, check=True)
+    with RunningContainer(
+        docker_engine,
+        python_image,
+        network_mode="none",
+        volumes={str(tmp_path): {"bind": "/opt/mark", "mode": "ro"}},
+        environment={"LD_PRELOAD": "/opt/mark/mark.so"},
+    ) as container:
+        sandbox = container.sandbox
+        async with Injector() as injector:
+            support = await injector.tool_support(sandbox)
+            await text_editor(support.client, "create", "/tmp/x.txt", file_text="x")
+            done = await exec_remote(support.client, ["/usr/bin/env", "true"], stream=False)
+            assert done.returncode == 0
+        listing = await sandbox.exec(
+            ["sh", "-c", 'for f in /tmp/preloaded-*; do cat "$f"; echo; done']
+        )
+    loaded_into = set(listing.stdout.decode().split())
+    assert "/usr/bin/true" in loaded_into, sorted(loaded_into)  # given back to commands
+    assert not [exe for exe in loaded_into if "/runtime-" in exe], loaded_into

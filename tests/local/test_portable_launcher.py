@@ -292,7 +292,8 @@ def replace_loader(tree: Path) -> None:
 
 def change_a_byte(tree: Path) -> None:
     data = tree / "_internal" / "pkg" / "data.bin"
-    data.write_bytes(b"X" + data.read_bytes()[1:])
+    content = data.read_bytes()
+    data.write_bytes(bytes([content[0] ^ 0xFF]) + content[1:])  # always another byte
 
 
 def add_a_file(tree: Path) -> None:
@@ -621,6 +622,12 @@ def test_launcher_constants_agree_with_the_runtime() -> None:
     assert f"getenv({c_string(protocol.SERVER_DIR_ENV)})" in source
     assert f"setenv({c_string(protocol.SERVER_DIR_ENV)}, dir, 1)" in source
     assert f"setenv({c_string(protocol.LAUNCHER_SELF_ENV)}, self_path, 1)" in source
+    # The loader's variables it keeps from the runtime, saved where child_env looks.
+    from sandbox_tools.runtime.child_env import LOADER_VARIABLES
+
+    listed = ", ".join(c_string(name) for name in LOADER_VARIABLES)
+    assert f"LOADER_VARIABLES[] = {{{listed}}};" in source
+    assert f'"%s_%s", {c_string(protocol.LAUNCHER_SELF_ENV)}, LOADER_VARIABLES[n]' in source
     assert defines["START_LOCK_FD_ENV"].split("/*")[0].strip() == c_string(
         protocol.START_LOCK_FD_ENV
     )

@@ -16,6 +16,10 @@ from sandbox_tools.protocol import LAUNCHER_SELF_ENV
 # Variables that only make sense to the runtime itself.
 _PRIVATE_PREFIXES = ("_PYI_", "_MEIPASS", LAUNCHER_SELF_ENV)
 _RESTORED = ("LD_LIBRARY_PATH",)
+# What the portable launcher kept from the runtime's own loader (the image's LD_PRELOAD
+# must not load into the runtime) and saved as LAUNCHER_SELF_ENV + "_" + name: the
+# commands it starts get them back, as the image meant them.
+LOADER_VARIABLES = ("LD_PRELOAD", "LD_AUDIT")
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -29,6 +33,10 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             # A onefile bootloader set it without a caller value to save: not ours to pass
             # on. (The portable launcher never sets it, so there it is the caller's.)
             env.pop(name, None)
+    for name in LOADER_VARIABLES:
+        saved = os.environ.get(f"{LAUNCHER_SELF_ENV}_{name}")
+        if saved is not None:
+            env[name] = saved
     if extra:
         env.update(extra)
     return env

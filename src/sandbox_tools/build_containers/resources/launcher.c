@@ -680,6 +680,24 @@ static void verify_tree(void) {
 
 /* ---- running the Python runtime ----------------------------------------------------- */
 
+/* Variables the bundled loader obeys that the caller's environment may hold: an engine's
+ * exec passes the image's ENV, and the image must not load its code into the runtime.
+ * Each is taken away and saved under the name of the launcher's own variable, an
+ * underscore and its name, so that the commands the runtime starts get it back
+ * (runtime/child_env.py). */
+static const char *const LOADER_VARIABLES[] = {"LD_PRELOAD", "LD_AUDIT"};
+
+static void keep_loader_variables_from_the_runtime(void) {
+    for (size_t n = 0; n < sizeof LOADER_VARIABLES / sizeof *LOADER_VARIABLES; n++) {
+        char saved[64];
+        snprintf(saved, sizeof saved, "%s_%s", "SANDBOX_TOOLS_SELF", LOADER_VARIABLES[n]);
+        const char *value = getenv(LOADER_VARIABLES[n]);
+        if (value) setenv(saved, value, 1);
+        else unsetenv(saved);
+        unsetenv(LOADER_VARIABLES[n]);
+    }
+}
+
 static void run_python(int argc, char **argv) {
     char tree[8192], loader[8300], boot[8300], libpath[17000];
     ensure_tree(tree, sizeof tree);
@@ -692,6 +710,7 @@ static void run_python(int argc, char **argv) {
     setenv("_PYI_PARENT_PROCESS_LEVEL", "-1", 1);
     setenv("_PYI_LINUX_PROCESS_NAME", "sandbox-tools", 1);
     setenv("SANDBOX_TOOLS_SELF", self_path, 1);
+    keep_loader_variables_from_the_runtime();
     char **args = calloc((size_t)argc + 8, sizeof(char *));
     if (!args) die("out of memory");
     int i = 0;
