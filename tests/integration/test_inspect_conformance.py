@@ -220,10 +220,18 @@ def test_inspect_version_is_the_proven_one() -> None:
 
 
 @pytest.fixture
-def clean_local_tools_dir() -> Iterator[None]:
+def clean_local_tools_dir(tmp_path: Path) -> Iterator[None]:
+    """inspect's tools directory emptied before and after; the server the test started
+    (in its own server directory, tmp_path/srv) stopped after it, not left running."""
     shutil.rmtree(INSPECT_TOOLS_DIR, ignore_errors=True)
     yield
-    subprocess.run([str(INSPECT_CLI), "stop-server"], capture_output=True, timeout=60, check=False)
+    subprocess.run(
+        [str(INSPECT_CLI), "stop-server"],
+        env={**os.environ, "SANDBOX_TOOLS_DIR": str(tmp_path / "srv")},
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     shutil.rmtree(INSPECT_TOOLS_DIR, ignore_errors=True)
 
 
