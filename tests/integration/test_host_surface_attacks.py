@@ -91,11 +91,23 @@ async def raw_http(port: int, request: bytes) -> bytes:
 
 
 def free_port() -> int:
+    """A loopback port free now, below the kernel's ephemeral range: a port from that
+    range (what binding port 0 gives) may be taken as the source port of any outgoing
+    connection before the proxy binds it, which the floods here make likely."""
+    import random
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    ephemeral_low = int(ranges.split()[0])
+    for _ in range(200):
+        port = random.randrange(10_000, ephemeral_low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free loopback port below the ephemeral range")
 
 
 async def test_the_sandbox_cannot_send_the_hosts_credentials_anywhere_else(
