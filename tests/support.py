@@ -9,6 +9,8 @@ import contextlib
 import http.server
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 import threading
@@ -293,3 +295,20 @@ def site_handler(
             pass
 
     return Site
+
+
+def free_port() -> int:
+    """A loopback port free now, below the kernel's ephemeral range: a port from that
+    range (what binding port 0 gives) may be taken as the source port of any outgoing
+    connection before the test's server binds it, which busy tests make likely."""
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    ephemeral_low = int(ranges.split()[0])
+    for _ in range(200):
+        port = random.randrange(10_000, ephemeral_low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free loopback port below the ephemeral range")

@@ -34,7 +34,7 @@ from sandbox_tools.injector.model_proxy import ModelProxy, ProxyResponse, forwar
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
 from tests.proxy.upstream import RecordingListener
-from tests.support import RuntimeDir, peak_rss_mib, reset_peak_rss
+from tests.support import RuntimeDir, free_port, peak_rss_mib, reset_peak_rss
 
 pytest.importorskip("httpx", reason="the [proxy] extra is not installed")
 mcp = pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
@@ -88,26 +88,6 @@ async def raw_http(port: int, request: bytes) -> bytes:
     answer = await asyncio.wait_for(reader.read(65536), 60)
     writer.close()
     return answer
-
-
-def free_port() -> int:
-    """A loopback port free now, below the kernel's ephemeral range: a port from that
-    range (what binding port 0 gives) may be taken as the source port of any outgoing
-    connection before the proxy binds it, which the floods here make likely."""
-    import random
-    import socket
-
-    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
-    ephemeral_low = int(ranges.split()[0])
-    for _ in range(200):
-        port = random.randrange(10_000, ephemeral_low)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free loopback port below the ephemeral range")
 
 
 async def test_the_sandbox_cannot_send_the_hosts_credentials_anywhere_else(

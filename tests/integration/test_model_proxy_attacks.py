@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -24,7 +23,7 @@ from sandbox_tools.injector.model_proxy import (
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.sandboxes.local import LocalSandbox
 from tests.proxy.upstream import RecordingListener
-from tests.support import RuntimeDir, peak_rss_mib
+from tests.support import RuntimeDir, free_port, peak_rss_mib
 
 pytest.importorskip("httpx", reason="the [proxy] extra is not installed")
 pytestmark = [pytest.mark.security, pytest.mark.timeout(300)]
@@ -46,12 +45,6 @@ async def runtime(runtime_dir: RuntimeDir) -> AsyncIterator[Runtime]:
     made = Runtime(runtime_dir)
     yield made
     await made.client.aclose()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def raw_http(port: int, request: bytes, timeout: float = 60) -> bytes:
