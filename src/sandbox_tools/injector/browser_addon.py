@@ -29,9 +29,9 @@ from typing import Any
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, atomic_write
 from sandbox_tools.cache import cache_root
-from sandbox_tools.errors import SandboxExecError, SandboxInjectionError
+from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.acquire import Source, acquire_artifact
-from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes
+from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
 from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive, needed_bytes
 from sandbox_tools.runtime.paths import BROWSER_DIR
 from sandbox_tools.settings import Settings, load_settings
@@ -40,7 +40,6 @@ __all__ = ["BrowserInstall", "ensure_browser", "install_browser"]
 
 CHECK_TIMEOUT = 120.0  # walking and hashing ~300 MiB; QEMU included
 INSTALL_TIMEOUT = 900.0  # 100 MB streamed in, unpacked and hashed: ~6 s native, minutes under QEMU
-SMALL_OUTPUT = 64 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -79,24 +78,16 @@ async def _runtime_command(
 ) -> dict[str, Any]:
     """One of the runtime's fixed add-on commands, run as the installer; its JSON line."""
     sandbox = support.sandbox
-    try:
-        out = await sandbox.exec(
-            [support.exe, *args], input=data, timeout=timeout, max_output=SMALL_OUTPUT
-        )
-    except TimeoutError:
+    code, stdout, stderr = await run_step(
+        sandbox, [support.exe, *args], what, input=data, timeout=timeout
+    )
+    if code != 0:
+        reason = stderr.removeprefix("sandbox-tools: ")
         raise SandboxInjectionError(
-            f"{what} in {sandbox.name} did not finish within {timeout:g} s",
-            remedy="The sandbox may be starved of CPU or disk; check its load and space.",
-        ) from None
-    except SandboxExecError as exc:
-        raise SandboxInjectionError(f"{what} in {sandbox.name} failed: {exc.message}") from None
-    if out.returncode != 0:
-        reason = out.stderr.decode(errors="replace").strip().removeprefix("sandbox-tools: ")
-        raise SandboxInjectionError(
-            f"{what} in {sandbox.name} failed: {reason or f'exit {out.returncode}'}",
+            f"{what} in {sandbox.name} failed: {reason or f'exit {code}'}",
             remedy="Check free space and permissions of the runtime's install directory.",
         )
-    lines = out.stdout.decode(errors="replace").strip().splitlines()
+    lines = stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if lines else None
     except ValueError:

@@ -144,7 +144,7 @@ def runtime_env(install_dir: str, uid: int | None = None) -> dict[str, str]:
     return {SERVER_DIR_ENV: f"{install_dir}/{name}"}
 
 
-async def _run(
+async def run_step(
     sandbox: Sandbox,
     cmd: list[str],
     what: str,
@@ -153,7 +153,8 @@ async def _run(
     user: str | None = None,
     timeout: float = STEP_TIMEOUT,
 ) -> tuple[int, str, str]:
-    """A fixed injection command, bounded in time and bytes; failures are typed."""
+    """A fixed injection command, bounded in time and bytes; failures are typed (the
+    injection's steps and the browser add-on's commands)."""
     try:
         out = await sandbox.exec(
             cmd, input=input, user=user, timeout=timeout, max_output=SMALL_OUTPUT
@@ -252,7 +253,7 @@ async def find_trusted_install(sandbox: Sandbox, recon: Recon, artifact: Artifac
     )
     if not paths:
         return None
-    code, stdout, stderr = await _run(
+    code, stdout, stderr = await run_step(
         sandbox,
         [
             "sh",
@@ -293,7 +294,7 @@ async def _unpacked_tree_matches(sandbox: Sandbox, install_dir: str, artifact: A
     if artifact.format is not ArtifactFormat.PORTABLE:
         return True  # nothing is unpacked beside it to be run later
     with _step("verify the unpacked tree"):
-        code, _, stderr = await _run(
+        code, _, stderr = await run_step(
             sandbox,
             [f"{install_dir}/{EXE_NAME}", TREE_CHECK_COMMAND],
             f"checking the unpacked runtime in {install_dir}",
@@ -320,7 +321,7 @@ async def _write_artifact(sandbox: Sandbox, recon: Recon, path: str, data: bytes
             ) from None
     # e.g. Docker refuses archive uploads into a container with a read-only root, even
     # onto a writable tmpfs. The path is an argument, never part of the script.
-    code, _, stderr = await _run(
+    code, _, stderr = await run_step(
         sandbox,
         # A file the provider's upload left (owned by another user) is replaced, not
         # written into: the directory is the one this injection made.
@@ -386,7 +387,7 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
         )
     wanted = f"{bases[0].path.rstrip('/')}/{INSTALL_PREFIX}{tag}"
     with _step("make the install directory"):
-        code, stdout, stderr = await _run(
+        code, stdout, stderr = await run_step(
             sandbox, ["sh", "-c", _MAKE_DIR, "mkdir", wanted], f"creating {wanted}"
         )
     install_dir = stdout.strip()
@@ -427,7 +428,7 @@ async def _fill(
         await _write_artifact(sandbox, recon, staging, data)
     if recon.has_sha256sum:
         with _step("verify and move into place"):
-            code, stdout, stderr = await _run(
+            code, stdout, stderr = await run_step(
                 sandbox,
                 ["sh", "-c", _VERIFY_AND_MOVE, "finish", staging, exe, artifact.sha256],
                 f"verifying {staging}",
@@ -437,7 +438,7 @@ async def _fill(
     else:
         if not await _read_back_matches(sandbox, staging, artifact):
             raise _mismatch(sandbox, staging, artifact, "other bytes")
-        code, stdout, stderr = await _run(
+        code, stdout, stderr = await run_step(
             sandbox, ["mv", staging, exe], f"moving {staging} into place"
         )
     if code != 0:
@@ -460,7 +461,7 @@ _PREPARE_FOR_USER = (
 
 
 async def _ids_of(sandbox: Sandbox, user: str) -> tuple[int, int]:
-    code, stdout, stderr = await _run(
+    code, stdout, stderr = await run_step(
         sandbox, ["sh", "-c", "id -u && id -g"], f"looking up user {user!r}", user=user
     )
     ids = stdout.split()
@@ -488,7 +489,7 @@ async def _runtime_env_for(
             "the default user.",
         )
     env = runtime_env(install_dir, uid)
-    code, _, stderr = await _run(
+    code, _, stderr = await run_step(
         sandbox,
         [
             "sh",
