@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import acquire_artifact
-from sandbox_tools.inspect.provider_env import ProviderEnvironment
+from sandbox_tools.inspect.provider_env import TIMEOUT_COMMAND, ProviderEnvironment
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.engines import docker_client
@@ -149,16 +150,42 @@ def _remove(container: Any) -> None:
         container.remove(force=True)
 
 
+def _container_defaults(container: Any) -> tuple[str, str | None]:
+    """(working directory, user) the engine runs the container's execs with."""
+    attrs = container.attrs if isinstance(container.attrs, dict) else {}
+    config = attrs.get("Config") if isinstance(attrs.get("Config"), dict) else {}
+    working_dir = config.get("WorkingDir") if isinstance(config, dict) else None
+    user = config.get("User") if isinstance(config, dict) else None
+    working_dir = working_dir if isinstance(working_dir, str) and working_dir else "/"
+    return working_dir, user if isinstance(user, str) and user else None
+
+
 @sandboxenv(name="docker_sdk")
 class DockerSdkSandboxEnvironment(ProviderEnvironment):
+    """A sample's container: files are read and written as its user through its shell
+    (inspect's semantics), or by the engine where the image has no shell; execs with a
+    timeout run under its `timeout`, where it has one."""
+
     sandbox: DockerSandbox
+    shell_files = True
+    timeout_command = TIMEOUT_COMMAND
+
+    @classmethod
+    def for_container(cls, container: Any, client: Any) -> DockerSdkSandboxEnvironment:
+        working_dir, user = _container_defaults(container)
+        return cls(DockerSandbox(container, client), working_dir, user)
 
     @classmethod
     async def sample_init(
         cls, task_name: str, config: Any, metadata: dict[str, str]
     ) -> dict[str, SandboxEnvironment]:
         client, container = await asyncio.to_thread(_run, config, task_name)
-        return {"default": cls(DockerSandbox(container, client))}
+        return {"default": cls.for_container(container, client)}
+
+    async def provider_write_file(self, path: str, data: bytes, file: str) -> None:
+        if await self.sandbox.is_directory(path):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", file)
+        await self.sandbox.write_file(path, data)
 
     @classmethod
     def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:

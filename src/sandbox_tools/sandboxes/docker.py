@@ -48,6 +48,7 @@ from sandbox_tools.sandboxes.engines import docker_client
 _STDERR_KEPT = 65536  # a stream's stderr is kept for diagnostics only: its newest bytes
 MAX_READ_FILE = 256 * 1024 * 1024  # a file read out of a sandbox (THREAT_MODEL.md, rule 3)
 MAX_SYMLINKS = 40  # links followed by one read_file, as Linux does before ELOOP
+GO_MODE_DIR = 1 << 31  # Go's os.ModeDir, in the engine's stat of a path
 
 
 class _MissingDirectory(Exception):
@@ -81,7 +82,7 @@ def _archived_file(data: bytes, path: str) -> tuple[bytes, str | None]:
                 raise tarfile.ReadError("no file in the archive")
             extracted = tar.extractfile(member)
             if extracted is None:
-                raise IsADirectoryError(path)
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
             return extracted.read(), None
     except (tarfile.TarError, ValueError, EOFError) as exc:
         raise SandboxExecError(f"the engine sent a malformed archive of {path}: {exc}") from None
@@ -281,6 +282,13 @@ class DockerSandbox(Sandbox):
                 return content
             wanted = posixpath.join(posixpath.dirname(wanted), link)
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+
+    async def is_directory(self, path: str) -> bool:
+        """Whether `path` is a directory, by the engine's stat (nothing in the container
+        runs): the engine's archive upload replaces a directory by a file of its name."""
+        async with self._api.slot():
+            mode = await self._api.path_mode(self.container_id, path)
+        return mode is not None and bool(mode & GO_MODE_DIR)
 
     async def architecture_hint(self) -> str | None:
         def image_arch() -> str | None:

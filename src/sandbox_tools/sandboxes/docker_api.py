@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import base64
 import contextlib
 import functools
 import json
@@ -239,6 +240,11 @@ class EngineAPI(abc.ABC):
     async def get_archive(self, container_id: str, path: str, max_bytes: int) -> bytes:
         """A tar of `path`; EngineRequestError(404) if it is missing."""
 
+    @abc.abstractmethod
+    async def path_mode(self, container_id: str, path: str) -> int | None:
+        """The Go `os.FileMode` bits the engine reports for `path` (links not followed),
+        or None if it is missing: a look without reading anything of the file."""
+
     async def exit_code(self, exec_id: str) -> int:
         """The exec's exit code, polled for within one control deadline in all."""
 
@@ -338,6 +344,19 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]
         if sep:
             headers[name.strip().lower()] = value.strip()
     return int(parts[1]), headers
+
+
+def _stat_mode(stat: object, path: str) -> int:
+    """The mode in the engine's path stat (base64 JSON in a header, or the SDK's dict)."""
+    if isinstance(stat, str):
+        try:
+            stat = json.loads(base64.b64decode(stat, validate=True))
+        except ValueError:
+            stat = None
+    mode = stat.get("mode") if isinstance(stat, dict) else None
+    if not isinstance(mode, int) or isinstance(mode, bool) or mode < 0:
+        raise SandboxExecError(f"the engine's stat of {path[:200]} is malformed")
+    return mode
 
 
 async def _read_body(
@@ -549,6 +568,22 @@ class NativeEngineAPI(EngineAPI):
             max_bytes=max_bytes,
             timeout=self.archive_timeout,
         )
+
+    async def path_mode(self, container_id: str, path: str) -> int | None:
+        query = urllib.parse.urlencode({"path": path})
+
+        async def head() -> int | None:
+            status, headers, _, writer = await self._send(
+                "HEAD", f"/containers/{container_id}/archive?{query}"
+            )
+            writer.close()
+            if status == 404:
+                return None
+            if status >= 400:
+                raise EngineRequestError(status, f"cannot look at {path}")
+            return _stat_mode(headers.get("x-docker-container-path-stat", ""), path)
+
+        return await within(self.timeout, f"look at {path[:200]}", head())
 
 
 # -- the SDK transport: TLS and SSH engines ---------------------------------------------
@@ -766,6 +801,17 @@ class SdkEngineAPI(EngineAPI):
             return await self._run("send an archive", fetch, timeout=self.archive_timeout)
         finally:
             gave_up.set()
+
+    async def path_mode(self, container_id: str, path: str) -> int | None:
+        def look() -> int | None:
+            try:
+                chunks, stat = self._api.get_archive(container_id, path)
+            except docker.errors.NotFound:
+                return None
+            chunks.close()  # the stat is the response's header: nothing of the body is read
+            return _stat_mode(stat, path)
+
+        return await self._run("look at a path", look)
 
 
 def _take_buffered(reader: Any) -> bytes:

@@ -1,0 +1,114 @@
+"""inspect_ai's own sandbox conformance suite (`self_check`) against our `docker_sdk` sandbox.
+
+inspect ships these checks in its package for any `SandboxEnvironment` to run: they are
+collected here unchanged (`from ... self_check import *`), with the one fixture they ask
+for, `sandbox_env`, over three configurations an author uses:
+
+- `root`: the image as it is (root, working directory `/`);
+- `nonroot`: a user with a home directory as the working directory, the configuration
+  inspect's own runner uses for its Docker sandbox;
+- `read_only`: root on a read-only root filesystem with a tmpfs for the working directory
+  and /tmp (our sandbox's own case: inspect's Docker sandbox has no such runner).
+
+The checks a configuration cannot pass by its nature are marked xfail below, each with
+the reason; docs/INSPECT_COMPAT.md lists them. One container per configuration serves
+all its checks (as inspect's runner does): each check cleans up after itself.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+inspect_ai = pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
+
+from inspect_ai.util._sandbox.self_check import *  # noqa: E402, F403
+
+from sandbox_tools.platforms import Arch  # noqa: E402
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+
+NONROOT = "nonroot"
+
+# Checks that cannot pass in a configuration, and why. Root may read and overwrite any
+# file whatever its mode (CAP_DAC_OVERRIDE): inspect's own runner excepts the same two
+# writes for its root container. A read-only root has no writable /etc for `adduser`.
+ROOT_BYPASSES_MODES = "root reads and overwrites files whatever their mode"
+KNOWN_FAILURES: dict[str, dict[str, str]] = {
+    "root": {
+        "test_read_file_not_allowed": ROOT_BYPASSES_MODES,
+        "test_write_text_file_without_permissions": ROOT_BYPASSES_MODES,
+        "test_write_binary_file_without_permissions": ROOT_BYPASSES_MODES,
+    },
+    "nonroot": {},
+    "read_only": {
+        "test_read_file_not_allowed": ROOT_BYPASSES_MODES,
+        "test_write_text_file_without_permissions": ROOT_BYPASSES_MODES,
+        "test_write_binary_file_without_permissions": ROOT_BYPASSES_MODES,
+        "test_exec_as_user": "adduser cannot write /etc on a read-only root",
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def self_check_image(docker_engine: Any) -> str:
+    """Debian bookworm with what inspect's checks call: `adduser` and `ps` (procps), and
+    a user `nonroot` with a home directory. Built offline from debootstrap."""
+    from sandbox_tools.recipes import RootfsRecipe
+    from sandbox_tools.sandboxes.images import ensure_image
+
+    recipe = RootfsRecipe(
+        suite="bookworm",
+        arch=Arch.parse(os.uname().machine),
+        include=("python3", "adduser", "procps"),
+    )
+    base = ensure_image(docker_engine, recipe)
+    tag = f"{base}-selfcheck"
+    try:
+        docker_engine.images.get(tag)
+    except Exception:
+        dockerfile = f"FROM {base}\nRUN useradd --create-home --shell /bin/sh {NONROOT}\n"
+        docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    return tag
+
+
+def _config(name: str, image: str) -> Any:
+    from sandbox_tools.inspect.docker_env import DockerSdkConfig
+
+    if name == "root":
+        return DockerSdkConfig(image=image)
+    if name == "nonroot":
+        return DockerSdkConfig(image=image, user=NONROOT, working_dir=f"/home/{NONROOT}")
+    return DockerSdkConfig(
+        image=image,
+        read_only=True,
+        tmpfs={"/tmp": "exec,mode=1777", "/work": "exec,mode=755"},
+        working_dir="/work",
+    )
+
+
+@pytest.fixture(scope="module", params=sorted(KNOWN_FAILURES))
+def self_check_container(request: pytest.FixtureRequest, self_check_image: str) -> Iterator[Any]:
+    """The configuration's container, made by the docker_sdk sandbox's own code."""
+    from sandbox_tools.inspect.docker_env import _remove, _run
+
+    client, container = _run(_config(request.param, self_check_image), "self-check")
+    try:
+        yield request.param, client, container
+    finally:
+        _remove(container)
+
+
+@pytest.fixture
+def sandbox_env(request: pytest.FixtureRequest, self_check_container: Any) -> Any:
+    from sandbox_tools.inspect.docker_env import DockerSdkSandboxEnvironment
+
+    name, client, container = self_check_container
+    reason = KNOWN_FAILURES[name].get(request.node.originalname)
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
+    return DockerSdkSandboxEnvironment.for_container(container, client)
