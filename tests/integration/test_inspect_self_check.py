@@ -112,3 +112,58 @@ def sandbox_env(request: pytest.FixtureRequest, self_check_container: Any) -> An
     if reason is not None:
         request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
     return DockerSdkSandboxEnvironment.for_container(container, client)
+
+
+# -- an image with no shell: what our sandbox does beyond inspect's ----------------------
+
+
+@pytest.fixture(scope="module")
+def shell_less_container(docker_engine: Any) -> Iterator[Any]:
+    """Static busybox under /.sleeper and nothing else: no /bin/sh, no timeout."""
+    from sandbox_tools.inspect.docker_env import DockerSdkConfig, _remove, _run
+    from sandbox_tools.sandboxes.images import ensure_busybox_image
+
+    image = ensure_busybox_image(docker_engine, Arch.parse(os.uname().machine), applets=False)
+    config = DockerSdkConfig(
+        image=image, command=["/.sleeper/busybox", "sleep", "infinity"], working_dir="/tmp"
+    )
+    client, container = _run(config, "self-check")
+    try:
+        yield client, container
+    finally:
+        _remove(container)
+
+
+async def test_files_in_an_image_without_a_shell_go_through_the_engine(
+    shell_less_container: Any,
+) -> None:
+    """Without a shell, files are written and read by the engine (as root): relative paths
+    still resolve against the working directory, and a write onto a directory is refused
+    with inspect's IsADirectoryError, the directory and its files untouched (the engine's
+    upload alone would replace the directory by the file)."""
+    from sandbox_tools.inspect.docker_env import DockerSdkSandboxEnvironment
+
+    env = DockerSdkSandboxEnvironment.for_container(*reversed(shell_less_container))
+    await env.write_file("made/here.txt", b"\x00\xffbytes")
+    assert await env.read_file("/tmp/made/here.txt", text=False) == b"\x00\xffbytes"
+    with pytest.raises(IsADirectoryError, match="directory"):
+        await env.write_file("made", "would replace the directory")
+    assert await env.read_file("made/here.txt", text=False) == b"\x00\xffbytes"
+    with pytest.raises(IsADirectoryError, match="directory"):
+        await env.read_file("made")
+    with pytest.raises(FileNotFoundError, match="absent"):
+        await env.read_file("absent")
+
+
+async def test_a_timed_exec_in_an_image_without_timeout_still_runs(
+    shell_less_container: Any,
+) -> None:
+    """No /usr/bin/timeout: the command runs with the host's deadline alone, and a
+    command past it is still a TimeoutError."""
+    from sandbox_tools.inspect.docker_env import DockerSdkSandboxEnvironment
+
+    env = DockerSdkSandboxEnvironment.for_container(*reversed(shell_less_container))
+    result = await env.exec(["/.sleeper/busybox", "echo", "hi"], timeout=20)
+    assert (result.returncode, result.stdout) == (0, "hi\n")
+    with pytest.raises(TimeoutError):
+        await env.exec(["/.sleeper/busybox", "sleep", "10"], timeout=2)
