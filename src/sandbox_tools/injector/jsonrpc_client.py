@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import base64
 import collections
 import contextlib
 import itertools
@@ -34,6 +35,9 @@ from sandbox_tools.protocol import (
     JSONRPC_VERSION,
     MAX_FRAME_BYTES,
     MAX_JSON_VALUES,
+    RESPONSE_CHUNK_FIELD,
+    RESPONSE_CHUNK_METHOD,
+    RESPONSE_MAX_BYTES_ENV,
     RUNTIME_SERVER_LOST,
     SERVER_DIR_ENV,
     TOOL_ERROR,
@@ -402,6 +406,40 @@ class RuntimeClient(abc.ABC):
         await self.aclose()
 
 
+def _chunk_fields(piece: Any, handle: str | None, offset: int) -> tuple[str, bytes, bool]:
+    """One piece of a held response as (handle, data, done), checked: the same handle,
+    the next offset, a total within MAX_RESPONSE_BYTES, base64 data that ends where the
+    piece says."""
+    method = RESPONSE_CHUNK_METHOD
+    fields = piece if isinstance(piece, dict) else {}
+    got_handle, done, data = fields.get("handle"), fields.get("done"), fields.get("chunk")
+    numbers = [fields.get(k) for k in ("offset", "next_offset", "total_size")]
+    ints = [n for n in numbers if isinstance(n, int) and not isinstance(n, bool)]
+    if (
+        not isinstance(got_handle, str)
+        or (handle is not None and got_handle != handle)
+        or len(ints) != 3
+        or ints[0] != offset
+        or not isinstance(done, bool)
+        or not isinstance(data, str)
+    ):
+        raise RuntimeTransportError(f"{method}: a malformed piece: {_describe(piece)}")
+    next_offset, total = ints[1], ints[2]
+    if total > MAX_RESPONSE_BYTES:
+        raise RuntimeTransportError(
+            f"{method}: the response would be {total} bytes; the host accepts at most "
+            f"{MAX_RESPONSE_BYTES}"
+        )
+    try:
+        chunk = base64.b64decode(data, validate=True)
+    except ValueError:
+        raise RuntimeTransportError(f"{method}: a piece's data is not base64") from None
+    end = offset + len(chunk)
+    if end != next_offset or end > total or done != (end == total) or (not chunk and not done):
+        raise RuntimeTransportError(f"{method}: a piece does not continue the response")
+    return got_handle, chunk, done
+
+
 def _request(request_id: int, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "jsonrpc": JSONRPC_VERSION,
@@ -490,12 +528,49 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
         params: Mapping[str, Any] | None = None,
         timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> Any:
-        request = json.dumps(_request(next(self._ids), method, params))
+        # A sandbox that caps an exec's output lower than a response may be (inspect's,
+        # at the task's limit) gets larger responses in pieces, as inspect's host does.
+        limit = self.sandbox.exec_output_limit()
+        env = self.env if limit is None else {**self.env, RESPONSE_MAX_BYTES_ENV: str(limit)}
+        response = await self._exchange(_request(next(self._ids), method, params), env, timeout)
+        if isinstance(response, dict) and RESPONSE_CHUNK_FIELD in response:
+            response = await self._reassembled(response[RESPONSE_CHUNK_FIELD], env, timeout)
+        return unwrap_response(response, method)
+
+    async def _reassembled(self, piece: Any, env: Mapping[str, str], timeout: float) -> Any:
+        """The whole response from its pieces: each asked for by handle and offset, checked
+        to continue the one before, bounded by MAX_RESPONSE_BYTES; the handle released."""
+        method = RESPONSE_CHUNK_METHOD
+        data, handle = bytearray(), None
+        try:
+            while True:
+                handle, chunk, done = _chunk_fields(piece, handle, len(data))
+                data += chunk
+                if done:
+                    break
+                ask = {"handle": handle, "offset": len(data)}
+                answer = await self._exchange(_request(next(self._ids), method, ask), env, timeout)
+                if not isinstance(answer, dict) or RESPONSE_CHUNK_FIELD not in answer:
+                    unwrap_response(answer, method)  # an error: raised as the runtime said it
+                    raise RuntimeTransportError(f"{method}: the runtime sent no piece")
+                piece = answer[RESPONSE_CHUNK_FIELD]
+        finally:
+            if handle is not None:
+                release = {"handle": handle, "release": True}
+                with contextlib.suppress(SandboxToolsError):
+                    await self._exchange(_request(next(self._ids), method, release), env, timeout)
+        return parse_response_line(bytes(data), method)
+
+    async def _exchange(
+        self, request: dict[str, Any], env: Mapping[str, str], timeout: float
+    ) -> Any:
+        """One request through one run of `exec`: the response object it printed."""
+        method = str(request["method"])
         try:
             output = await self.sandbox.exec(
                 [*self.runtime_command, "exec"],
-                input=request,
-                env=self.env,
+                input=json.dumps(request),
+                env=env,
                 user=self.user,
                 timeout=timeout,
                 max_output=MAX_RESPONSE_BYTES,
@@ -514,7 +589,7 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
                 f"{method}: runtime exited with {output.returncode} in {self.sandbox.name} "
                 f"without a response; stderr: {stderr or '(empty)'}"
             )
-        return unwrap_response(parse_response_line(last, method), method)
+        return parse_response_line(last, method)
 
 
 class StdioRuntimeClient(_SandboxRuntimeClient):

@@ -87,6 +87,12 @@ class InspectSandbox(Sandbox):
             )
         return ExecOutput(int(result.returncode), stdout, stderr)
 
+    def exec_output_limit(self) -> int:
+        """inspect's exec output limit now (a context variable: the task may set it)."""
+        from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
+
+        return int(SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE)
+
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """inspect's write_file writes as the sandbox's default user (its docker sandbox)
         or as whoever its provider chooses; where this adapter runs commands as another

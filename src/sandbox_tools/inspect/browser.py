@@ -25,15 +25,13 @@ from inspect_ai.util import store
 from sandbox_tools import errors
 from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
 from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, new_browser_session
-from sandbox_tools.inspect.tools import _Bound, _bound_for, _for_model, _mcp_server
-
-try:  # inspect 0.3.2xx: agents in a tool_state_scope() get browsers of their own
-    from inspect_ai.util import tool_state_instance
-except ImportError:  # older inspect: the instance is what the caller gave
-
-    def tool_state_instance(instance: str | None) -> str | None:
-        return instance
-
+from sandbox_tools.inspect.tools import (
+    _Bound,
+    _bound_for,
+    _for_model,
+    _mcp_server,
+    tool_state_instance,
+)
 
 _SESSION_KEY = "sandbox_tools:web_browser:"
 BROWSER_MCP_COMMAND = "browser-mcp"  # the runtime's subcommand that serves MCP on stdio

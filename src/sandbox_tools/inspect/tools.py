@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import posixpath
 import secrets
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +26,7 @@ from typing import Any, Literal
 from inspect_ai.hooks import Hooks, SampleEnd, hooks
 from inspect_ai.log import transcript
 from inspect_ai.tool import MCPServer, Tool, ToolError, tool
+from inspect_ai.tool._tool import ToolParsingError
 from inspect_ai.util import (
     ExecCompleted,
     ExecRemoteAwaitableOptions,
@@ -36,6 +38,7 @@ from inspect_ai.util import (
     sandbox,
     store,
 )
+from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
 
 from sandbox_tools import errors
 from sandbox_tools.injector import tool_clients
@@ -53,12 +56,26 @@ from sandbox_tools.injector.web_browser import BrowserSession
 from sandbox_tools.inspect.adapter import InspectSandbox, describe
 from sandbox_tools.protocol import User
 
+try:  # inspect 0.3.2xx: agents in a tool_state_scope() get shells and browsers of their own
+    from inspect_ai.util import tool_state_instance
+except ImportError:  # older inspect: the instance is what the caller gave
+
+    def tool_state_instance(instance: str | None) -> str | None:
+        return instance
+
+
+__all__ = ["tool_state_instance"]  # also the browser tools'
+
 DEFAULT_WAIT_FOR_OUTPUT = 30
 DEFAULT_IDLE_TIME = 0.5
-# Shell builtins only (busybox and dash have them): who an exec runs as, from /proc.
+# What a call may take beyond its wait for output, as inspect's bash_session allows.
+TRANSPORT_TIMEOUT = 180
+# Shell builtins only (busybox and dash have them): who an exec runs as, from /proc, and
+# where it runs (the sandbox's working directory, against which relative paths resolve).
 _IDENTITY_PROBE = (
     'while read -r k v rest; do case "$k" in Uid:|Gid:) echo "$k $v";; '
-    'Groups:) echo "$k $v $rest";; esac; done < /proc/self/status; echo "HOME: ${HOME-}"'
+    'Groups:) echo "$k $v $rest";; esac; done < /proc/self/status; echo "HOME: ${HOME-}"; '
+    'printf "CWD: "; pwd'
 )
 
 
@@ -75,6 +92,9 @@ class _Bound:
     # not tried again (every later browser call says why at once).
     browser_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     browser_failure: str | None = None
+    # The sandbox's working directory, where a relative path resolves (inspect's tools
+    # resolve it in their exec, which runs there); None where it could not be read.
+    working_dir: str | None = None
 
     def ready(self) -> ToolSupport:
         """The runtime, or the reason it cannot run here (raised on every call)."""
@@ -106,7 +126,14 @@ async def _identity(adapted: InspectSandbox, user: str | None) -> dict[str, Any]
         groups = [int(g) for g in fields.get("Groups", "").split()]
     except (KeyError, IndexError, ValueError):
         return None
-    return {"uid": uid, "gid": gid, "groups": groups, "home": fields["HOME"].strip() or None}
+    cwd = fields.get("CWD", "").strip()
+    return {
+        "uid": uid,
+        "gid": gid,
+        "groups": groups,
+        "home": fields["HOME"].strip() or None,
+        "cwd": cwd if cwd.startswith("/") else None,
+    }
 
 
 async def runtime_for(sandbox_name: str | None = None) -> tuple[ToolSupport, User | None]:
@@ -162,7 +189,10 @@ async def _bind(environment: SandboxEnvironment, sandbox_name: str | None) -> _B
         source="sandbox-tools",
     )
     act_as = default if as_root and default is not None and default["uid"] != 0 else None
-    return _Bound(support, act_as)
+    if act_as is not None:
+        act_as = {k: v for k, v in act_as.items() if k != "cwd"}
+    working_dir = default["cwd"] if default is not None else None
+    return _Bound(support, act_as, working_dir=working_dir)
 
 
 def _for_model(exc: errors.ToolError) -> ToolError:
@@ -180,13 +210,18 @@ def bash_session(
     """An interactive bash shell that keeps its state between calls.
 
     Args:
-      timeout: Seconds a call may take in all (default: wait_for_output + 180).
+      timeout: Seconds a call may take in all (default and least: wait_for_output + 180).
       wait_for_output: Longest a call waits for output to settle, in seconds (30).
       user: Run the shell as this user instead of the sandbox's default user.
       instance: Shells are per instance: give each agent its own to keep them apart.
+        Defaults to the current `tool_state_scope()`, if any, as in inspect.
     """
     wait = wait_for_output or DEFAULT_WAIT_FOR_OUTPUT
-    budget = timeout or wait + 180
+    least = wait + TRANSPORT_TIMEOUT
+    if timeout is not None and timeout < least:
+        # inspect's own check: a shorter timeout would cut calls that wait for output
+        raise ValueError(f"Timeout must be at least {least} seconds, but got {timeout}.")
+    budget = timeout or least
 
     async def execute(
         action: Literal["type", "type_submit", "restart", "read", "interrupt"],
@@ -209,18 +244,28 @@ def bash_session(
         Returns:
           What the shell printed since the previous call.
         """
+        # A call the model got wrong is a parsing error, as inspect's.
         if action == "type" and input is None:
-            raise ToolError("'input' is required for the 'type' action.")
+            raise ToolParsingError("'input' is required for the 'type' action.")
         if action in ("read", "interrupt", "restart") and input is not None:
-            raise ToolError(f"Do not give 'input' with the '{action}' action.")
+            raise ToolParsingError(f"Do not give 'input' with the '{action}' action.")
         bound = await _bound_for(None)
         support, default_user = bound.ready(), bound.default_user
-        key = f"sandbox_tools:bash_session:{instance or ''}"
+        key = f"sandbox_tools:bash_session:{tool_state_instance(instance) or ''}"
 
         async def new_session() -> tuple[str, str]:
-            session, note = await tool_clients.start_bash_session(
-                support.client, user=user or default_user
-            )
+            try:
+                session, note = await tool_clients.start_bash_session(
+                    support.client, user=user or default_user
+                )
+            except errors.ToolError as exc:
+                if user is None:
+                    raise
+                # The task's author named the user, not the model: as in inspect, the
+                # sample fails with the reason instead of the model being told.
+                raise RuntimeError(
+                    f"bash_session(user={user!r}) cannot start a shell: {exc.message}"
+                ) from None
             store().set(key, session)
             bound.sessions.add(session)
             return session, f"[sandbox-tools: {note}]\n" if note else ""  # e.g. sh -i
@@ -241,6 +286,8 @@ def bash_session(
                 sent,
                 wait_for_output=wait,
                 idle_timeout=DEFAULT_IDLE_TIME,
+                # inspect's cut: the sandbox's exec output limit (10 MiB, or the task's)
+                max_output_bytes=SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE,
             )
 
         async def call() -> str:
@@ -281,6 +328,7 @@ def text_editor(timeout: int | None = None, user: str | None = None) -> Tool:
         path: str,
         file_text: str | None = None,
         insert_line: int | None = None,
+        insert_text: str | None = None,
         new_str: str | None = None,
         old_str: str | None = None,
         view_range: list[int] | None = None,
@@ -294,10 +342,12 @@ def text_editor(timeout: int | None = None, user: str | None = None) -> Tool:
 
         Args:
           command: One of view, create, str_replace, insert, undo_edit.
-          path: Absolute path of the file or directory.
+          path: Path of the file or directory, e.g. `/repo/file.py` or `../repo` (relative
+            to the sandbox's working directory).
           file_text: For create: the whole content of the new file.
-          insert_line: For insert: the line after which `new_str` goes.
-          new_str: For str_replace and insert: the text to put in.
+          insert_line: For insert: the line after which the text goes.
+          insert_text: For insert: the text to put in (or give it as `new_str`).
+          new_str: For str_replace: the text to put in; for insert, as `insert_text`.
           old_str: For str_replace: the exact text to replace (it must occur once).
           view_range: For view of a file: [first, last] line numbers, -1 as last for
             the end of the file.
@@ -307,11 +357,14 @@ def text_editor(timeout: int | None = None, user: str | None = None) -> Tool:
         """
         if view_range is not None and len(view_range) != 2:
             raise ToolError("view_range must be two line numbers: [first, last].")
-        support, default_user = await runtime_for()
+        if command == "insert" and new_str is None:
+            new_str = insert_text  # inspect's schema names it so; its runtime takes new_str
+        bound = await _bound_for(None)
+        support, default_user = bound.ready(), bound.default_user
         call = tool_clients.text_editor(
             support.client,
             command,
-            path,
+            resolved_path(path, bound.working_dir),
             view_range=(view_range[0], view_range[1]) if view_range else None,
             file_text=file_text,
             old_str=old_str,
@@ -325,6 +378,15 @@ def text_editor(timeout: int | None = None, user: str | None = None) -> Tool:
             raise _for_model(exc) from None
 
     return execute
+
+
+def resolved_path(path: str, working_dir: str | None) -> str:
+    """`path` as the sandbox's working directory resolves it (inspect's text_editor runs
+    in an exec there); an absolute path as it is. Our runtime server lives longer than
+    one exec, so its own directory means nothing to the model: the host resolves."""
+    if path.startswith("/") or working_dir is None or "\0" in path:
+        return path
+    return posixpath.normpath(posixpath.join(working_dir, path))
 
 
 # -- exec_remote with inspect's options and events ---------------------------------------
@@ -386,10 +448,24 @@ class ExecRemoteProcess:
             self._on_end()
 
     async def write_stdin(self, data: str | bytes) -> None:
+        """Send `data` to the process (started with `stdin_open=True`). As inspect's:
+        RuntimeError without `stdin_open`, or once the process has ended."""
+        self._need_stdin_open("write_stdin")
+        if self._killed or self._process.completed is not None:
+            raise RuntimeError("Cannot write to stdin: process has terminated")
         await self._process.write_stdin(_text(data))
 
     async def close_stdin(self) -> None:
+        """Close the process's stdin (EOF). As inspect's: RuntimeError without
+        `stdin_open`; a no-op once the process has ended."""
+        self._need_stdin_open("close_stdin")
+        if self._killed or self._process.completed is not None:
+            return
         await self._process.close_stdin()
+
+    def _need_stdin_open(self, method: str) -> None:
+        if not self._process.options.stdin_open:
+            raise RuntimeError(f"{method}() requires stdin_open=True in ExecRemoteStreamingOptions")
 
     async def kill(self) -> None:
         """Kill the process; a no-op once it was killed or a poll saw it end (as inspect's,

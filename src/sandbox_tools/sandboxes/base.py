@@ -74,6 +74,12 @@ class Sandbox(abc.ABC):
         exceed `max_output` bytes.
         """
 
+    def exec_output_limit(self) -> int | None:
+        """The most one exec may print before the provider refuses it, where that is lower
+        than what callers ask of `exec` (inspect's sandboxes: the task's limit); None:
+        the caller's `max_output` holds."""
+        return None
+
     @abc.abstractmethod
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
 

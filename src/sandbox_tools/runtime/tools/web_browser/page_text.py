@@ -191,10 +191,8 @@ def _property_value(prop: Mapping[str, Any]) -> Any:
     value = prop.get("value")
     if not isinstance(value, dict):
         return None
-    related = value.get("relatedNodes")
-    if value.get("value") is None and isinstance(related, list):
-        refs = [r.get("idref") for r in related if isinstance(r, dict)]
-        return " ".join(r for r in refs if isinstance(r, str)) or None
+    # A reference to other nodes (`controls`, `labelledby`) has no value of its own: its
+    # name alone is shown, as in inspect's tree.
     inner = value.get("value")
     return inner if isinstance(inner, (str, int, float, bool)) else None
 
@@ -253,14 +251,15 @@ def _line(node: _Node) -> str:
     for name, value in node.properties:
         if name in _SKIPPED_PROPERTIES:
             continue
-        if value is None:
+        if not value:  # as inspect's tree: a falsy value (None, False, 0, "") shows the name
             shown.append(name)
             continue
         text = redact_data_url(value) if name == "url" and isinstance(value, str) else value
         shown.append(f"{name}: {_format_value(text)}")
-    if shown:
-        parts.append("[" + ", ".join(shown) + "]")
-    return " ".join(parts)
+    line = " ".join(parts)
+    # Two spaces before the properties, as inspect's tree has them (authors' checks
+    # compare lines such as `link "Anchor"  [url: ...]` exactly).
+    return f"{line}  [{', '.join(shown)}]" if shown else line
 
 
 class _Page:
