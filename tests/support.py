@@ -165,6 +165,9 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> N
         time.sleep(0.02)
 
 
+# The user with a home directory in the image of inspect's own checks (self_check_image).
+NONROOT = "nonroot"
+
 # Offline-buildable targets: Debian releases from debootstrap, and a libc-free busybox.
 DEBIAN_SUITES = {"debian-11": "bullseye", "debian-12": "bookworm", "debian-13": "trixie"}
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import MCP_SERVERS_MOUNT, MCP_SITE_MOUNT
+from tests.support import MCP_SERVERS_MOUNT, MCP_SITE_MOUNT, NONROOT
 
 
 @pytest.fixture
@@ -106,3 +106,29 @@ def mcp_volumes(mcp_site: Any) -> dict[str, dict[str, str]]:
         str(mcp_site): {"bind": MCP_SITE_MOUNT, "mode": "ro"},
         str(servers): {"bind": MCP_SERVERS_MOUNT, "mode": "ro"},
     }
+
+
+@pytest.fixture(scope="session")
+def self_check_image(docker_engine: Any) -> str:
+    """Debian bookworm with what inspect's checks call: `adduser` and `ps` (procps), and
+    a user `nonroot` with a home directory. Built offline from debootstrap."""
+    import io
+    import os
+
+    from sandbox_tools.platforms import Arch
+    from sandbox_tools.recipes import RootfsRecipe
+    from sandbox_tools.sandboxes.images import ensure_image
+
+    recipe = RootfsRecipe(
+        suite="bookworm",
+        arch=Arch.parse(os.uname().machine),
+        include=("python3", "adduser", "procps"),
+    )
+    base = ensure_image(docker_engine, recipe)
+    tag = f"{base}-selfcheck"
+    try:
+        docker_engine.images.get(tag)
+    except Exception:
+        dockerfile = f"FROM {base}\nRUN useradd --create-home --shell /bin/sh {NONROOT}\n"
+        docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    return tag

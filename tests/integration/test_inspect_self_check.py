@@ -17,7 +17,6 @@ all its checks (as inspect's runner does): each check cleans up after itself.
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +31,7 @@ from sandbox_tools.platforms import Arch  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
-NONROOT = "nonroot"
+from tests.support import NONROOT  # noqa: E402
 
 # Checks that cannot pass in a configuration, and why. Root may read and overwrite any
 # file whatever its mode (CAP_DAC_OVERRIDE): inspect's own runner excepts the same two
@@ -52,28 +51,6 @@ KNOWN_FAILURES: dict[str, dict[str, str]] = {
         "test_exec_as_user": "adduser cannot write /etc on a read-only root",
     },
 }
-
-
-@pytest.fixture(scope="session")
-def self_check_image(docker_engine: Any) -> str:
-    """Debian bookworm with what inspect's checks call: `adduser` and `ps` (procps), and
-    a user `nonroot` with a home directory. Built offline from debootstrap."""
-    from sandbox_tools.recipes import RootfsRecipe
-    from sandbox_tools.sandboxes.images import ensure_image
-
-    recipe = RootfsRecipe(
-        suite="bookworm",
-        arch=Arch.parse(os.uname().machine),
-        include=("python3", "adduser", "procps"),
-    )
-    base = ensure_image(docker_engine, recipe)
-    tag = f"{base}-selfcheck"
-    try:
-        docker_engine.images.get(tag)
-    except Exception:
-        dockerfile = f"FROM {base}\nRUN useradd --create-home --shell /bin/sh {NONROOT}\n"
-        docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
-    return tag
 
 
 def _config(name: str, image: str) -> Any:
