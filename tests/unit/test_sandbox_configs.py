@@ -4,6 +4,8 @@ inspect task configured as the docs show)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sandbox_tools.sandboxes.modal_config import ModalConfig
@@ -51,3 +53,18 @@ def test_a_spec_with_our_config_survives_inspects_log_round_trip(kind: str, conf
     written = SandboxEnvironmentSpec(kind, config).model_dump(mode="json")
     read = SandboxEnvironmentSpec.model_validate(written)
     assert read.config == config
+
+
+def test_no_tmpfs_is_none_as_docker_run_without_tmpfs() -> None:
+    assert DockerSdkConfig(image="x", tmpfs=None).tmpfs is None
+
+
+def test_a_compose_file_given_to_docker_sdk_says_what_to_do(tmp_path: Any) -> None:
+    from sandbox_tools.errors import ConfigurationError
+    from sandbox_tools.inspect.docker_env import docker_sdk_config
+
+    compose = tmp_path / "compose.yaml"
+    compose.write_text("services:\n  default:\n    image: debian\n    user: agent\n")
+    with pytest.raises(ConfigurationError, match="is a compose file") as caught:
+        docker_sdk_config(str(compose))
+    assert 'sandbox="docker"' in caught.value.remedy and "top level" in caught.value.remedy

@@ -40,7 +40,7 @@ class DockerSdkConfig(BaseModel, frozen=True):
     command: list[str] = Field(default_factory=lambda: ["sleep", "infinity"])
     user: str | None = None
     read_only: bool = False
-    tmpfs: dict[str, str] = Field(default_factory=dict)
+    tmpfs: dict[str, str] | None = Field(default_factory=dict)  # None: none, as `docker run`
     network_mode: str = "none"
     working_dir: str | None = None
     environment: dict[str, str] = Field(default_factory=dict)
@@ -64,7 +64,16 @@ def docker_sdk_config(config: Any) -> DockerSdkConfig:
             import yaml  # inspect_ai depends on PyYAML; JSON is YAML too
 
             try:
-                return DockerSdkConfig.model_validate(yaml.safe_load(path.read_text()))
+                fields = yaml.safe_load(path.read_text())
+                if isinstance(fields, dict) and "services" in fields:
+                    raise ConfigurationError(
+                        f"{path} is a compose file; the docker_sdk sandbox reads the fields of "
+                        "DockerSdkConfig (image, user, working_dir, ...), not compose services",
+                        remedy="Keep sandbox=\"docker\" for a compose file (our tools work "
+                        "there too), or move `image`, `user`, `working_dir`, ... of its service "
+                        "to the top level of a docker_sdk config (docs/INSPECT.md).",
+                    )
+                return DockerSdkConfig.model_validate(fields)
             except (yaml.YAMLError, ValueError) as exc:
                 raise ConfigurationError(
                     f"{path}: not a docker_sdk sandbox config: {exc}",
