@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import stat
 import sys
 import time
 from typing import Any
@@ -55,6 +56,22 @@ class AlreadyRunning(Exception):
     pass
 
 
+def _open_lock(path: str, new: bool = False) -> int:
+    """The lock file, made if missing, never through a link; `new`: only a file this
+    call makes (O_EXCL), so that one somebody else made first is not taken for ours."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(path, flags | (os.O_EXCL if new else 0), 0o600)
+
+
+def _locked(fd: int) -> bool:
+    """Whether this process now holds the exclusive lock on `fd` (never waits)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 class RuntimeServer:
     def __init__(self, paths: ServerPaths, limits: Limits) -> None:
         self.paths = paths
@@ -65,16 +82,58 @@ class RuntimeServer:
         self.methods: dict[str, Method] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._socket_inode: int | None = None
+        self._home: tuple[int, int] | None = None  # the directory's (device, inode)
+        self._owner = True  # False once this server stepped down: touch nothing there
         self.held = HeldResponses()
 
     def _take_lifetime_lock(self) -> None:
-        fd = os.open(self.paths.running_lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        """Hold the directory for the server's life: an exclusive lock the kernel keeps on
+        one lock file, and the identity of the directory that file is in. Every later
+        check compares both, so ownership is decided by the kernel, never by timing."""
+        info = os.lstat(self.paths.directory)
+        self._home = (info.st_dev, info.st_ino)
+        fd = _open_lock(self.paths.running_lock)
+        if not _locked(fd):
             os.close(fd)
-            raise AlreadyRunning(f"another server already serves {self.paths.directory}") from None
+            raise AlreadyRunning(f"another server already serves {self.paths.directory}")
         self._lock_fd = fd
+
+    def _lost_ownership(self) -> str | None:
+        """Why this server no longer owns its directory, or None while it does. The lock
+        file gone (a cleaner) is taken again where nobody else took it first."""
+        try:
+            info = os.lstat(self.paths.directory)
+        except FileNotFoundError:
+            return "its directory is gone"
+        except OSError as exc:
+            return f"its directory cannot be checked: {exc.strerror}"
+        if (info.st_dev, info.st_ino) != self._home:
+            return "its directory was replaced"
+        if (
+            not stat.S_ISDIR(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or stat.S_IMODE(info.st_mode) & 0o022
+        ):
+            return "its directory's owner or mode changed"
+        assert self._lock_fd is not None
+        held = os.fstat(self._lock_fd)
+        try:
+            current = os.lstat(self.paths.running_lock)
+        except FileNotFoundError:
+            current = None
+        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            return None
+        try:
+            fd = _open_lock(self.paths.running_lock, new=current is None)
+        except OSError:
+            return "its lock file was replaced"
+        if not _locked(fd):
+            os.close(fd)
+            return "another server holds its directory"
+        os.close(self._lock_fd)  # the old file is unlinked: nobody can meet that lock
+        self._lock_fd = fd
+        _log(f"lock file {self.paths.running_lock} was removed; holding a new one")
+        return None
 
     def _previous_server_note(self) -> str | None:
         """A pid file left behind means the previous server died without shutting down."""
@@ -124,10 +183,14 @@ class RuntimeServer:
                 await asyncio.wait(self._in_flight, timeout=SHUTDOWN_DRAIN_S)
             gc_task.cancel()
             await self.controllers.shutdown()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.paths.socket)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.paths.pid_file)
+            # Only what is still ours: a server that stepped down leaves the owner's
+            # socket and pid file where they are.
+            if self._owner and self._lost_ownership() is None:
+                with contextlib.suppress(OSError):
+                    if os.lstat(self.paths.socket).st_ino == self._socket_inode:
+                        os.unlink(self.paths.socket)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.paths.pid_file)
 
     async def _listen(self) -> asyncio.AbstractServer:
         with contextlib.suppress(FileNotFoundError):
@@ -143,11 +206,20 @@ class RuntimeServer:
         return server
 
     async def _keep_socket(self, servers: list[asyncio.AbstractServer]) -> None:
-        """Listen again when the socket file vanished or was replaced (a tmp cleaner, or
-        anything running as our uid): otherwise every later call waited 30 s and failed,
-        and stop-server could not reach us."""
+        """Stay the owner of the directory, or leave. While this server holds it (the same
+        directory, its lock), a socket file that vanished or was replaced (a tmp cleaner,
+        or anything running as our uid) is made again: otherwise every later call waited
+        30 s and failed, and stop-server could not reach us. A server that lost the
+        directory (gone, replaced, or held by another server) exits, touching nothing
+        there: two servers of one build once took one socket from each other forever."""
         while True:
             await asyncio.sleep(SOCKET_CHECK_S)
+            reason = self._lost_ownership()
+            if reason is not None:
+                _log(f"stepping down: {reason}; this server exits")
+                self._owner = False
+                self._stop.set()
+                return
             try:
                 current = os.lstat(self.paths.socket).st_ino
             except FileNotFoundError:
