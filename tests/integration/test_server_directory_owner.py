@@ -143,3 +143,57 @@ def test_a_lock_file_removed_under_a_live_server_is_taken_again(
         assert started_server(runtime_dir) == first
     finally:
         kill(first)
+
+
+def test_the_default_server_directory_is_never_where_another_user_could_swap_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime from source keeps the launcher's rule: an image's TMPDIR that the
+    agent owns is passed over for /tmp."""
+    from sandbox_tools.runtime.paths import default_server_dir
+
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    os.chown(agents, 1000, 1000)
+    monkeypatch.delenv("SANDBOX_TOOLS_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(agents))
+    assert os.path.dirname(default_server_dir()) == "/tmp"
+    ours = tmp_path / "ours"
+    ours.mkdir(mode=0o755)
+    monkeypatch.setenv("TMPDIR", str(ours))
+    assert os.path.dirname(default_server_dir()) == str(ours)
+
+
+def test_a_browser_beside_the_executable_that_another_user_could_plant_is_not_run(
+    tmp_path: Path,
+) -> None:
+    """A runtime copied to a directory others may write (/var/tmp-like, not sticky): a
+    `browser/chrome` there is not the add-on, whoever made it, nor one owned by another
+    user, nor one others may write; the add-on in a directory only root can change is."""
+    from sandbox_tools.runtime.paths import installed_browser
+
+    def planted(directory: Path, owner: int = 0, mode: int = 0o755) -> Path:
+        (directory / "browser").mkdir(parents=True)
+        chrome = directory / "browser" / "chrome"
+        chrome.write_text("#!/bin/sh\nid > /tmp/pwned\n")
+        chrome.chmod(mode)
+        os.chown(chrome, owner, owner)
+        return chrome
+
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    planted(open_dir)
+    assert installed_browser(str(open_dir / "sandbox-tools")) is None
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    planted(theirs, owner=1000)
+    assert installed_browser(str(theirs / "sandbox-tools")) is None
+    writable = tmp_path / "writable"
+    writable.mkdir()
+    planted(writable, mode=0o777)
+    assert installed_browser(str(writable / "sandbox-tools")) is None
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    chrome = planted(ours)
+    assert installed_browser(str(ours / "sandbox-tools")) == str(chrome)

@@ -663,3 +663,31 @@ def test_launcher_constants_agree_with_the_runtime() -> None:
     # The payload trailer it reads is the one the packer writes.
     assert defines["TRAILER_MAGIC"] == f'"{TRAILER_MAGIC.decode()}"'
     assert defines["TRAILER_SIZE"] == str(TRAILER.size)
+
+
+@pytest.mark.parametrize("tmpdir_owner", [1000, 0])
+def test_the_server_directory_is_never_where_another_user_could_swap_it(
+    launcher: Path, tmp_path: Path, tmpdir_owner: int
+) -> None:
+    """An image sets TMPDIR to a directory the agent (uid 1000) owns: a root runtime's
+    server directory there could be renamed away and replaced by the agent's, so it goes
+    to /tmp instead (sticky: nobody else can rename what root made). A TMPDIR only root
+    can change is used, by its real path."""
+    tree = fake_tree(tmp_path / "tree")
+    (tree / "lib" / LOADER).write_text('#!/bin/sh\necho "dir: $SANDBOX_TOOLS_DIR"\n')
+    install = tmp_path / "install"
+    install.mkdir()
+    install.chmod(0o777)  # not ours alone: the directory beside the executable is not used
+    artifact = install / "sandbox-tools"
+    pack_portable(launcher, tree, TREE_ID, artifact)
+    agents = tmp_path / "agents-tmp"
+    agents.mkdir()
+    os.chown(agents, tmpdir_owner, tmpdir_owner)
+    link = tmp_path / "tmp-link"
+    link.symlink_to(agents)
+    env = {**os.environ, "TMPDIR": str(link)}
+    env.pop("SANDBOX_TOOLS_DIR", None)
+    out = subprocess.run([str(artifact), "version"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    base = "/tmp" if tmpdir_owner else str(agents)
+    assert out.stdout.strip() == f"dir: {base}/sandbox-tools-{os.geteuid()}-{TREE_ID[:16]}"

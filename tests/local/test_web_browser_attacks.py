@@ -404,6 +404,7 @@ def test_a_profile_is_never_made_where_another_user_could_swap_it(
     directory the agent (uid 1000) owns, a root browser's profile was made there, the
     agent swapped it for a link, and root's Chromium wrote through it. Profiles go only
     where nobody but root and the runtime's user can change anything on the path."""
+    from sandbox_tools.runtime.paths import safe_for_us
     from sandbox_tools.runtime.tools.web_browser import browser as chromium
 
     agents = tmp_path / "agents"
@@ -415,7 +416,7 @@ def test_a_profile_is_never_made_where_another_user_could_swap_it(
     ours = tmp_path / "ours"  # root's, 0755, under pytest's root-owned tmp
     ours.mkdir(mode=0o755)
     monkeypatch.setattr("tempfile.tempdir", str(ours))
-    if chromium._safe_for_us(str(tmp_path)):
+    if safe_for_us(str(tmp_path)) is not None:
         assert chromium.profile_base() == str(ours)
     (ours / "inner").mkdir()
     ours.chmod(0o777)  # writable by others, not sticky: unsafe below it too

@@ -69,7 +69,7 @@ def docker_sdk_config(config: Any) -> DockerSdkConfig:
                     raise ConfigurationError(
                         f"{path} is a compose file; the docker_sdk sandbox reads the fields of "
                         "DockerSdkConfig (image, user, working_dir, ...), not compose services",
-                        remedy="Keep sandbox=\"docker\" for a compose file (our tools work "
+                        remedy='Keep sandbox="docker" for a compose file (our tools work '
                         "there too), or move `image`, `user`, `working_dir`, ... of its service "
                         "to the top level of a docker_sdk config (docs/INSPECT.md).",
                     )

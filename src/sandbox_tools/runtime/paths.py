@@ -66,14 +66,49 @@ def build_key() -> str:
     return f"src-{here.st_dev:x}-{here.st_ino:x}"
 
 
+# Where a directory of ours may go when $TMPDIR will not do, in this order.
+TEMPORARY_DIRECTORIES = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def safe_for_us(directory: str) -> str | None:
+    """`directory`'s real path if nobody but root and us can rename or replace entries in
+    it or any directory above it (each owned by root or us, and not writable by others
+    unless sticky), so that a directory we make in it stays the one we made; else None.
+    The launcher (launcher.c, safe_for_us) has the same rule."""
+    real = path = os.path.realpath(directory)
+    while True:
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid()):
+            return None
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return None
+        if path == "/":
+            return real
+        path = os.path.dirname(path)
+
+
 def default_server_dir() -> str:
-    """`$TMPDIR/sandbox-tools-<uid>-<build>`: a client only ever meets a server of its own
-    build there, never another version's or a stale one's (SERVER_DIR_ENV overrides)."""
+    """`<temporary directory>/sandbox-tools-<uid>-<build>`: a client only ever meets a
+    server of its own build there, never another version's or a stale one's. The
+    temporary directory is the first of $TMPDIR, /tmp, /var/tmp, /dev/shm that no other
+    user can change (an image may set TMPDIR to a directory the agent owns: a root
+    server's directory there could be swapped for the agent's). SERVER_DIR_ENV overrides."""
     configured = os.environ.get(SERVER_DIR_ENV)
     if configured:
         return configured
-    base = os.environ.get("TMPDIR") or "/tmp"
-    return os.path.join(base, f"sandbox-tools-{os.geteuid()}-{build_key()}")
+    name = f"sandbox-tools-{os.geteuid()}-{build_key()}"
+    for candidate in (os.environ.get("TMPDIR") or "/tmp", *TEMPORARY_DIRECTORIES):
+        base = safe_for_us(candidate)
+        if base is not None:
+            return os.path.join(base, name)
+    raise ServerDirError(
+        "no place for the runtime server's directory that only root and this user can "
+        f"change (tried $TMPDIR, {', '.join(TEMPORARY_DIRECTORIES)}); set {SERVER_DIR_ENV} "
+        "to a directory of your own"
+    )
 
 
 def server_paths(directory: str | None = None, create: bool = True) -> ServerPaths:
@@ -120,8 +155,19 @@ def ensure_private_dir(directory: str) -> None:
 
 def installed_browser(launcher: str | None) -> str | None:
     """The browser add-on's entry point beside the runtime's launcher (in its install
-    directory), if the host installed one there."""
+    directory), if the host installed one there and nobody but root and us can change it
+    or any directory above it: a runtime copied to a directory others may write must not
+    start, as root, a `browser/chrome` another user put beside it."""
     if not launcher:
         return None
-    entry = os.path.join(os.path.dirname(launcher), BROWSER_DIR, BROWSER_ENTRY)
-    return entry if os.path.isfile(entry) else None
+    directory = os.path.join(os.path.dirname(launcher), BROWSER_DIR)
+    entry = os.path.join(directory, BROWSER_ENTRY)
+    try:
+        info = os.lstat(entry)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_uid not in (0, os.geteuid()):
+        return None
+    if info.st_mode & 0o022 or safe_for_us(directory) is None:
+        return None
+    return entry

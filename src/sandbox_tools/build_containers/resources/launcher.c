@@ -31,6 +31,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <ftw.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -820,40 +821,74 @@ static void json_error(const char *message) {
 static char err_buf[16384];
 #define FAIL(...) do { snprintf(err_buf, sizeof err_buf, __VA_ARGS__); json_error(err_buf); } while (0)
 
+/* Whether nobody but root and us can rename or replace entries in `dir` or in any
+ * directory above it (each owned by root or us, and not writable by others unless
+ * sticky), so that a directory we make in it stays the one we made. Its real path (no
+ * link another user could repoint) goes to `real`. runtime/paths.py has the same rule. */
+static int safe_for_us(const char *dir, char *real) {
+    char path[PATH_MAX];
+    if (!realpath(dir, path)) return 0;
+    snprintf(real, PATH_MAX, "%s", path);
+    for (;;) {
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+        if (st.st_uid != 0 && st.st_uid != geteuid()) return 0;
+        if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)) return 0;
+        if (strcmp(path, "/") == 0) return 1;
+        char *slash = strrchr(path, '/');
+        if (slash == path) path[1] = 0;
+        else *slash = 0;
+    }
+}
+
 /* The default server directory is keyed by this build's tree id: a client only ever
  * talks to a server of its own build, never to another version's, a stale one, or one
  * another runtime of the same uid left in a shared directory. It lies beside the
  * executable when that directory is ours alone (an install by root, run by root), so
- * that no other user can prepare it first; otherwise in $TMPDIR, where a directory
- * someone else made is refused. main() exports it, so the Python side (bridge, server)
- * uses exactly this directory. */
-static void server_dir(char *out, size_t n) {
+ * that no other user can prepare it first; otherwise in the first of $TMPDIR, /tmp,
+ * /var/tmp and /dev/shm where no other user can replace what we make (an image may set
+ * TMPDIR to a directory the agent owns), where a directory someone else made is refused.
+ * main() exports it, so the Python side (bridge, server) uses exactly this directory.
+ * -1 when there is no such place. */
+static int server_dir(char *out, size_t n) {
     const char *configured = getenv("SANDBOX_TOOLS_DIR");
     if (configured && *configured) {
         snprintf(out, n, "%s", configured);
-        return;
+        return 0;
     }
     int fd = open(self_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) die("cannot open %s: %s", self_path, strerror(errno));
     struct trailer t;
     read_trailer(fd, &t);
     close(fd);
-    char home[4096];
+    char home[4096], real[PATH_MAX];
     snprintf(home, sizeof home, "%s", self_path);
     char *slash = strrchr(home, '/');
     struct stat st;
     if (slash && slash != home && (size_t)(slash - home) < 64) {
         *slash = 0;
         if (lstat(home, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
-            !(st.st_mode & 022) && access(home, W_OK) == 0) {
+            !(st.st_mode & 022) && access(home, W_OK) == 0 && safe_for_us(home, real)) {
             snprintf(out, n, "%s/.run-%u-%.16s", home, (unsigned)geteuid(), t.tree_id);
-            return;
+            return 0;
         }
     }
-    const char *base = getenv("TMPDIR");
-    snprintf(out, n, "%s/sandbox-tools-%u-%.16s", base && *base ? base : "/tmp",
-             (unsigned)geteuid(), t.tree_id);
+    const char *tmpdir = getenv("TMPDIR");
+    const char *candidates[] = {tmpdir && *tmpdir ? tmpdir : "/tmp", "/tmp", "/var/tmp", "/dev/shm"};
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+        if (safe_for_us(candidates[i], real)) {
+            snprintf(out, n, "%s/sandbox-tools-%u-%.16s", strcmp(real, "/") ? real : "",
+                     (unsigned)geteuid(), t.tree_id);
+            return 0;
+        }
+    }
+    return -1;
 }
+
+#define NO_SERVER_DIR                                                                        \
+    "no place for the runtime server's directory that only root and this user can change " \
+    "(tried $TMPDIR, /tmp, /var/tmp, /dev/shm); set SANDBOX_TOOLS_DIR to a directory of "    \
+    "your own"
 
 /* The caller's working directory, as a protocol.CWD_OPTION line (empty if it has none
  * that can travel): a job started without `cwd` begins there. */
@@ -1031,7 +1066,7 @@ static void exec_request(int argc, char **argv) {
     request[len++] = '\n';
     remember_request_id(request, len);
     char dir[4096], sock_path[4200];
-    server_dir(dir, sizeof dir);
+    if (server_dir(dir, sizeof dir) != 0) FAIL(NO_SERVER_DIR);
     snprintf(sock_path, sizeof sock_path, "%s/server.sock", dir);
     if (strlen(sock_path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
         FAIL("server directory %s is too long for a Unix socket path; set SANDBOX_TOOLS_DIR to "
@@ -1095,7 +1130,7 @@ static void exec_request(int argc, char **argv) {
 static void start_server_alongside(void) {
     unsetenv(START_LOCK_FD_ENV); /* only ever ours, never inherited from a caller */
     char dir[4096], sock_path[4200], lock_path[4200];
-    server_dir(dir, sizeof dir);
+    if (server_dir(dir, sizeof dir) != 0) return; /* the bridge reports it */
     int n = snprintf(sock_path, sizeof sock_path, "%s/server.sock", dir);
     if (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) return;
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) return;
@@ -1134,7 +1169,7 @@ int main(int argc, char **argv) {
         const char *configured = getenv("SANDBOX_TOOLS_DIR");
         if (!configured || !*configured) { /* the Python side must use our directory */
             char dir[4096];
-            server_dir(dir, sizeof dir);
+            if (server_dir(dir, sizeof dir) != 0) die(NO_SERVER_DIR);
             setenv("SANDBOX_TOOLS_DIR", dir, 1);
         }
     }

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import Identity
 from sandbox_tools.runtime.jsonrpc import ToolError
+from sandbox_tools.runtime.paths import TEMPORARY_DIRECTORIES, safe_for_us
 from sandbox_tools.runtime.tools.web_browser.cdp import BrowserFailed, CdpConnection, EventHandler
 
 VIEWPORT_WIDTH = 1280
@@ -88,31 +89,12 @@ class BrowserProcess:
         return self.process.pid
 
 
-def _safe_for_us(directory: str) -> bool:
-    """Whether nobody but root and us can rename or replace entries in `directory` or
-    any directory above it (each owned by root or us, and not writable by others unless
-    sticky), so that a directory we make in it stays the one we made."""
-    path = os.path.realpath(directory)
-    while True:
-        try:
-            info = os.stat(path)
-        except OSError:
-            return False
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid()):
-            return False
-        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-            return False
-        if path == "/":
-            return True
-        path = os.path.dirname(path)
-
-
 def profile_base() -> str:
     """Where profiles are made: the temporary directory, unless another user could swap
     what we make there (the image sets TMPDIR for the runtime too, e.g. to a directory
     the agent owns: root's browser then wrote through the agent's links), then /tmp."""
-    for candidate in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
-        if _safe_for_us(candidate):
+    for candidate in (tempfile.gettempdir(), *TEMPORARY_DIRECTORIES):
+        if safe_for_us(candidate) is not None:
             return candidate
     raise ToolError(
         "no directory for the browser's profile that only root and the runtime's user can "
