@@ -438,12 +438,38 @@ async def test_mcp_notifications_the_sdk_cannot_validate_are_counted_not_logged_
             except Exception as exc:
                 ended = exc
                 break
+        # a later call fails saying why (within 30 s: it waited out its timeout, 600 s)
+        with pytest.raises(Exception, match="session was ended"):
+            await asyncio.wait_for(session.list_tools(), 30)
     records = [r for r in caplog.records if r.levelno >= logging.WARNING]
     print(f"{MAX_DROPPED_MESSAGES}+ invalid notifications: {len(records)} warnings; {ended!r:.200}")
     assert ended is not None, "the session was not ended"
     assert f"more than {MAX_DROPPED_MESSAGES} messages the host refused" in caplog.text
     assert not [r for r in records if r.name == "root"], "the SDK logged them one by one"
     assert len(records) <= 5, [r.getMessage()[:200] for r in records]
+
+
+async def test_deeply_nested_mcp_notifications_are_counted_not_a_traceback_each(
+    runtime: SourceRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """THREAT_MODEL.md rule 3: notifications nested 260 deep (valid JSON, within every
+    size bound) failed the SDK's serializer, and the host logged an ERROR with a
+    traceback for each (3,000 messages: 2.8 MiB of log, copied into the transcript).
+    They are dropped as messages the host cannot read, told once, then counted."""
+    caplog.set_level(logging.INFO)
+    server = StdioServerParameters(command=sys.executable, args=[HOSTILE, "deep", "260", "300"])
+    async with (
+        sandbox_mcp_client(runtime.client, server) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        await asyncio.sleep(3)
+        await asyncio.wait_for(session.send_ping(), 10)  # the session still works
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    print(f"300 notifications nested 260 deep: {len(records)} warnings")
+    assert not [r for r in records if r.exc_info], "a traceback was logged"
+    assert len(records) <= 5, [r.getMessage()[:200] for r in records]
+    assert "cannot be read as MCP" in caplog.text
 
 
 def test_hostile_server_is_valid_json_lines() -> None:

@@ -144,3 +144,44 @@ async def test_a_timed_exec_in_an_image_without_timeout_still_runs(
     assert (result.returncode, result.stdout) == (0, "hi\n")
     with pytest.raises(TimeoutError):
         await env.exec(["/.sleeper/busybox", "sleep", "10"], timeout=2)
+
+
+async def test_cleanup_removes_what_an_interrupted_run_left_not_a_live_evaluations(
+    self_check_image: str,
+) -> None:
+    """`inspect sandbox cleanup docker_sdk` removed every container with our label on the
+    engine, another evaluation's running samples included. Now: only those whose
+    evaluation process is gone; a live one's (here: this test's own) are kept."""
+    import docker
+
+    from sandbox_tools.inspect.docker_env import (
+        LABEL,
+        OWNER_LABEL,
+        DockerSdkConfig,
+        DockerSdkSandboxEnvironment,
+        _remove,
+        _run,
+        this_evaluation,
+    )
+
+    client, live = _run(DockerSdkConfig(image=self_check_image), "cleanup-live")
+    host, pid, started = this_evaluation().split("/")
+    gone_owner = f"{host}/{pid}/{int(started) - 1}"  # this pid, another process: gone
+    left = client.containers.run(
+        self_check_image,
+        ["sleep", "infinity"],
+        detach=True,
+        network_mode="none",
+        labels={LABEL: "cleanup-left", OWNER_LABEL: gone_owner},
+    )
+    try:
+        await DockerSdkSandboxEnvironment.cli_cleanup(None)
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(left.id)
+        assert client.containers.get(live.id).status == "running"
+        await DockerSdkSandboxEnvironment.cli_cleanup("cleanup-live")  # by task: removed
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(live.id)
+    finally:
+        _remove(live)
+        _remove(left)

@@ -468,8 +468,9 @@ __attribute__((constructor)) static void mark(void) {
 """
 
 
+@pytest.mark.parametrize("how", ["environment", "preload-list"])
 async def test_an_images_ld_preload_never_loads_into_the_runtime(
-    docker_engine: Any, python_image: str, tmp_path: Any
+    docker_engine: Any, python_image: str, tmp_path: Any, how: str
 ) -> None:
     """Rule 2 (the host talks only to what it injected): an engine's exec passes the
     image's ENV, and the bundled loader obeyed its LD_PRELOAD, loading the image's code
@@ -489,9 +490,12 @@ async def test_an_images_ld_preload_never_loads_into_the_runtime(
         python_image,
         network_mode="none",
         volumes={str(tmp_path): {"bind": "/opt/mark", "mode": "ro"}},
-        environment={"LD_PRELOAD": "/opt/mark/mark.so"},
+        environment={"LD_PRELOAD": "/opt/mark/mark.so"} if how == "environment" else {},
     ) as container:
         sandbox = container.sandbox
+        if how == "preload-list":
+            listed = await sandbox.exec(["sh", "-c", "echo /opt/mark/mark.so > /etc/ld.so.preload"])
+            assert listed.returncode == 0, listed.stderr
         async with Injector() as injector:
             support = await injector.tool_support(sandbox)
             await text_editor(support.client, "create", "/tmp/x.txt", file_text="x")

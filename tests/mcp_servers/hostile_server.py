@@ -85,6 +85,14 @@ def attack(mode: str, args: list[str]) -> None:
             request["id"] = f"w{n}"
             send(request)
             answered.acquire()
+    elif mode == "deep":
+        depth, count = int(args[0]), int(args[1])
+        nested: Any = "bottom"
+        for _ in range(depth):
+            nested = {"a": nested}
+        for _ in range(count):
+            send({"jsonrpc": "2.0", "method": "notifications/message",
+                  "params": {"level": "info", "data": nested}})  # fmt: skip
     elif mode == "invalid":
         pace = float(args[0])
         while True:

@@ -47,3 +47,36 @@ async def test_the_client_wide_bound_fails_only_the_listener_the_message_is_for(
     stuck.set()
     await quiet.aclose()
     await flood.aclose()
+
+
+@pytest.mark.security
+async def test_a_handler_that_fails_on_every_message_is_counted_not_a_traceback_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """THREAT_MODEL.md rule 3: what a sandbox sends may fail a handler every time; the
+    host logged a traceback per message. Now the first few are told, escaped (a message
+    cannot forge log lines), then counted."""
+    import logging
+
+    async def fails(params: dict[str, Any]) -> None:
+        raise ValueError(f"bad {params['name']}")
+
+    caplog.set_level(logging.INFO)
+    client = Client()
+    listener = await client.listen("mcp", fails)
+    for n in range(200):
+        client._dispatch({"method": "mcp", "params": {"name": f"x{n}\nforged line"}}, 10)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    await listener.aclose()
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert 1 <= len(records) <= 6
+    assert not [r for r in records if r.exc_info]
+    assert not [r for r in records if "\n" in r.getMessage()]
+
+
+def test_text_from_the_sandbox_is_escaped_and_cut_for_the_log() -> None:
+    from sandbox_tools.injector.log_bounds import said
+
+    assert said("a\nb\x1b[31mc") == "a\\nb\\x1b[31mc"
+    assert said("é" * 500, 10) == "\\xe9" * 10 + "..."

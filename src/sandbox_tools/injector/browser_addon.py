@@ -32,6 +32,7 @@ from sandbox_tools.cache import cache_root
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.acquire import Source, acquire_artifact
 from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
+from sandbox_tools.injector.log_bounds import said
 from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive, needed_bytes
 from sandbox_tools.runtime.paths import BROWSER_DIR
 from sandbox_tools.settings import Settings, load_settings
@@ -158,7 +159,7 @@ async def install_browser(
                 "%s: %s is not the pinned add-on (%s); installing it again",
                 support.sandbox.name,
                 directory,
-                found.get("why"),
+                said(found.get("why")),  # names from the sandbox: escaped, cut
             )
         free, needed = _free_bytes(found, support.sandbox.name), needed_bytes(tree.size)
         if free < needed:

@@ -31,6 +31,7 @@ from sandbox_tools.errors import (
     SandboxToolsError,
     ToolError,
 )
+from sandbox_tools.injector.log_bounds import Throttled, said
 from sandbox_tools.protocol import (
     JSONRPC_VERSION,
     MAX_FRAME_BYTES,
@@ -225,6 +226,7 @@ class Listener:
         self.method = method
         self.per_server = per_server
         self.failed: str | None = None
+        self._failures = Throttled(log, f"a handler of {method} messages failed")
         self.max_messages, self.max_bytes = max_messages, max_bytes
         self._handler = handler
         self._on_failure = on_failure
@@ -286,8 +288,11 @@ class Listener:
             self._bytes -= size
             try:
                 await self._handler(params)
-            except Exception:
-                log.exception("a handler of %s messages failed", self.method)
+            except Exception as exc:
+                # What the sandbox sends may fail the handler every time: counted, never a
+                # traceback per message (its traceback at debug level).
+                self._failures.warn(f"{type(exc).__name__}: {said(exc)}")
+                log.debug("a handler of %s messages failed", self.method, exc_info=True)
 
     async def aclose(self) -> None:
         self._release(self)

@@ -54,6 +54,7 @@ from pydantic import ValidationError
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient
+from sandbox_tools.injector.log_bounds import said
 from sandbox_tools.protocol import HOST_MESSAGE_MCP, MAX_SERVER_MESSAGE_VALUES, User
 from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, session_params
 
@@ -188,7 +189,7 @@ async def sandbox_mcp_client(
         """Refuse a request (an error answer for its id) or drop a notification; counted,
         and past MAX_DROPPED_MESSAGES the session ends."""
         method = message.get("method")
-        name = repr(method[:80]) if isinstance(method, str) else type(method).__name__
+        name = repr(said(method, 80)) if isinstance(method, str) else type(method).__name__
         kind = "request" if "id" in message else "notification"
         drops.note(f"a {kind} {name} was refused: {why}")
         request_id = message.get("id")
@@ -233,13 +234,16 @@ async def sandbox_mcp_client(
             why = f"it is not valid MCP ({exc.error_count()} validation errors for {exc.title})"
             await drop(message, why, INVALID_PARAMS)
             return
+        except (ValueError, RecursionError) as exc:  # e.g. nested past pydantic's depth
+            await drop(message, f"it cannot be read as MCP: {said(exc, 120)}", INVALID_PARAMS)
+            return
         await to_session(item)
 
     async def from_sandbox(params: dict[str, Any]) -> None:
         await launched.wait()  # messages sent before the launch returned wait, in order
         dropped = params.get("dropped")
         if isinstance(dropped, dict):
-            reason = str(dropped.get("reason"))[:500]
+            reason = said(dropped.get("reason"), 500)
             log.warning("MCP server in the sandbox: %s", reason)
             await to_session(ValueError(reason))
             return
@@ -247,9 +251,12 @@ async def sandbox_mcp_client(
         if isinstance(message, dict) and params.get("session_id") == session_id:
             await from_server(message)
 
+    ended: list[str] = []  # why the host ended the session, once it did
+
     async def transport_failed(reason: str) -> None:
         # Messages were lost: the session cannot be trusted to be whole any more, so the
         # server is stopped (a flooding server stops flooding) and the session told.
+        ended.append(reason)
         log.warning("MCP session in the sandbox ended: %s", reason)
         if session_id is not None:
             with anyio.move_on_after(KILL_TIMEOUT), contextlib.suppress(Exception):
@@ -280,6 +287,14 @@ async def sandbox_mcp_client(
         launched.set()
 
         async def request(root: JSONRPCRequest) -> None:
+            if ended:  # answered at once: the server was stopped, nothing would answer
+                error = ErrorData(
+                    code=INTERNAL_ERROR, message=f"the MCP session was ended: {ended[0]}"
+                )
+                await to_session(
+                    _as_dict(JSONRPCMessage(JSONRPCError(jsonrpc="2.0", id=root.id, error=error)))
+                )
+                return
             try:
                 response = await client.call(
                     "mcp_send_request",
@@ -300,6 +315,8 @@ async def sandbox_mcp_client(
             body = _as_dict(message.message)
             if isinstance(root, JSONRPCRequest):
                 task_group.start_soon(request, root)  # many in flight: matched by id
+            elif ended:
+                return  # a notification or an answer for a server that was stopped
             elif isinstance(root, JSONRPCNotification):
                 await client.call(
                     "mcp_send_notification", SendParams(session_id, body).to_params("notification")

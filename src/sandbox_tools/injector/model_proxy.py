@@ -26,7 +26,6 @@ import contextlib
 import json
 import logging
 import re
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from sandbox_tools.injector.exec_remote import (
     start_exec_remote,
 )
 from sandbox_tools.injector.jsonrpc_client import Listener, RuntimeClient
+from sandbox_tools.injector.log_bounds import TOLD_IN_FULL, Throttled, said
 from sandbox_tools.protocol import (
     HOP_BY_HOP_HEADERS,
     HOST_MESSAGE_HTTP_CANCEL,
@@ -77,8 +77,7 @@ BROWSER_HEADERS = frozenset(
     {"origin", "sec-fetch-site", "sec-fetch-mode", "sec-fetch-dest", "sec-fetch-user"}
 )
 # Refusals logged in full per proxy; after that, one line a minute says how many more.
-REFUSALS_LOGGED = 5
-REFUSAL_SUMMARY_SECONDS = 60.0
+REFUSALS_LOGGED = TOLD_IN_FULL  # refusals told in full before they are only counted
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,11 @@ class ProxyRequest:
                 f"{MAX_REQUEST_JSON_VALUES})",
                 status=413,
             )
-        return json.loads(self.body)
+        try:
+            return json.loads(self.body)
+        except RecursionError:
+            # Nested past the interpreter's depth: bad input like any other, not a crash
+            raise ValueError("the request body is nested too deeply to be JSON") from None
 
 
 @dataclass
@@ -264,7 +267,8 @@ class ModelProxy:
         self._watcher: asyncio.Task[None] | None = None
         self.ended: str | None = None  # why the in-sandbox proxy ended while in use
         self._held = 0  # what requests held by pending tasks may cost, in bytes
-        self._refusals = _Throttled(log, "model proxy")
+        self._refusals = Throttled(log, "model proxy: refused")
+        self._failures = Throttled(log, "model proxy: the handler failed")
 
     @property
     def base_url(self) -> str:
@@ -384,14 +388,14 @@ class ModelProxy:
         if len(self._tasks) >= MAX_PENDING:
             # Not even a refusal: that would be one more task. The runtime answers its
             # client 504 when the host stays silent.
-            log.warning("model proxy: %d requests pending; one more was dropped", MAX_PENDING)
+            self._refusals.warn(f"{MAX_PENDING} requests pending; one more was dropped")
             return
         held = 0  # what this request keeps on the host until it is answered
         request: ProxyRequest | ProxyRequestRefused
         try:
             parsed = _request_from(params)
         except ProxyRequestRefused as exc:
-            self._refusals.warn(f"refused a request from the sandbox: {exc}")
+            self._refusals.warn(f"a request from the sandbox: {said(exc)}")
             request = exc
         else:
             request = parsed
@@ -405,7 +409,7 @@ class ModelProxy:
                     status=503,
                 )
             if refused is not None:
-                self._refusals.warn(f"refused a request from the sandbox: {refused}")
+                self._refusals.warn(f"a request from the sandbox: {said(refused)}")
                 request, held = refused, 0
         self._held += held
         task = asyncio.create_task(self._serve(request_id, request))
@@ -448,10 +452,13 @@ class ModelProxy:
             except asyncio.CancelledError:
                 raise
             except ProxyRequestRefused as exc:
-                self._refusals.warn(f"refused {request_id}: {exc}")
+                self._refusals.warn(f"{said(request_id, 80)}: {said(exc)}")
                 response = refusal(str(exc), exc.status)
             except Exception as exc:
-                log.exception("model proxy handler failed")
+                # Counted, not a traceback per request: what the sandbox sends may make
+                # the handler fail on every request (its traceback at debug level).
+                self._failures.warn(f"{type(exc).__name__}: {said(exc)}")
+                log.debug("model proxy handler failed", exc_info=True)
                 response = ProxyResponse.json(
                     {"error": {"type": "handler_error", "message": f"{type(exc).__name__}: {exc}"}},
                     status=502,
@@ -559,36 +566,6 @@ ROUTING_HEADERS = {
     "x-real-ip",
     "x-envoy-original-path",
 }
-
-
-class _Throttled:
-    """Warnings about what a sandbox sends, bounded: the first few in full, then a count
-    at most once a minute. A refusal per request would let an agent fill the host's log
-    and every sample's transcript (inspect keeps each record)."""
-
-    def __init__(self, logger: logging.Logger, what: str) -> None:
-        self.log = logger
-        self.what = what
-        self.count = 0
-        self.unsaid = 0
-        self.said_at = 0.0
-
-    def warn(self, message: str) -> None:
-        self.count += 1
-        if self.count <= REFUSALS_LOGGED:
-            self.log.warning("%s: %s", self.what, message)
-            self.said_at = time.monotonic()
-            return
-        self.unsaid += 1
-        if time.monotonic() - self.said_at >= REFUSAL_SUMMARY_SECONDS:
-            self.log.warning(
-                "%s: %d more refusals since the last line (the latest: %s)",
-                self.what,
-                self.unsaid,
-                message,
-            )
-            self.unsaid = 0
-            self.said_at = time.monotonic()
 
 
 def refusal(reason: str, status: int = 400) -> ProxyResponse:

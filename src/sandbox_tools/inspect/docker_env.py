@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,34 @@ from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.engines import docker_client
 
 LABEL = "sandbox-tools.inspect"
+# Which evaluation made a container: "<host>/<pid>/<the process's start time>". Cleanup
+# without an id removes only containers whose evaluation is gone (not this host's live
+# processes: another evaluation's running samples are not leftovers).
+OWNER_LABEL = "sandbox-tools.inspect.owner"
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot ("" where /proc has none): with
+    the pid, it names one process, even once the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def this_evaluation() -> str:
+    return f"{socket.gethostname()}/{os.getpid()}/{_process_start(os.getpid())}"
+
+
+def evaluation_alive(owner: str | None) -> bool:
+    """Whether the evaluation named by an OWNER_LABEL still runs. A container from another
+    host, or with no such label, cannot be told apart from a live one: kept, as live."""
+    host, _, rest = (owner or "").partition("/")
+    pid, _, started = rest.partition("/")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    return bool(started) and _process_start(int(pid)) == started
 
 
 class DockerSdkConfig(BaseModel, frozen=True):
@@ -139,7 +168,7 @@ def _run(config: Any, task_name: str) -> Any:
         "read_only": config.read_only,
         "network_mode": config.network_mode,
         "environment": config.environment,
-        "labels": {LABEL: task_name},
+        "labels": {LABEL: task_name, OWNER_LABEL: this_evaluation()},
         "init": True,  # reaps orphans: processes the agent leaves behind do not pile up
     }
     if config.tmpfs:
@@ -234,15 +263,33 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
 
     @classmethod
     async def cli_cleanup(cls, id: str | None) -> None:
-        def remove_all() -> int:
+        """`inspect sandbox cleanup docker_sdk [ID]`: with an id, the containers of that
+        task (or that container id); without, what interrupted evaluations left: each
+        labelled container whose evaluation process no longer runs on this host. The
+        containers of a live evaluation, or of another host's, are kept, and counted."""
+
+        def remove() -> tuple[int, int]:
             client = docker_client()
-            removed = 0
+            removed = kept = 0
             for container in client.containers.list(all=True, filters={"label": LABEL}):
-                if id is None or container.labels.get(LABEL) == id:
+                labels = container.labels
+                if id is not None:
+                    chosen = id in (labels.get(LABEL), container.id, container.short_id)
+                else:
+                    chosen = not evaluation_alive(labels.get(OWNER_LABEL))
+                if chosen:
                     _remove(container)
                     removed += 1
-            return removed
+                else:
+                    kept += id is None
+            return removed, kept
 
-        removed = await asyncio.to_thread(remove_all)
+        removed, kept = await asyncio.to_thread(remove)
         # `inspect sandbox cleanup docker_sdk` otherwise prints nothing at all.
         print(f"docker_sdk: removed {removed} container(s) labelled {LABEL}")
+        if kept:
+            print(
+                f"docker_sdk: kept {kept} container(s) of evaluations still running (or made "
+                f"on another host); `inspect sandbox cleanup docker_sdk <task or container id>` "
+                "removes them"
+            )

@@ -16,6 +16,22 @@ import sys
 
 LDD_LINE = re.compile(r"^\s*(?:(\S+)\s+=>\s+)?(/\S+)\s+\(0x[0-9a-f]+\)")
 LOADER = re.compile(r"^ld-linux-(x86-64\.so\.2|aarch64\.so\.1)$")
+# The file every glibc loader reads its list of libraries to load into every program
+# from, and no variable turns that off. The image owns it, and the runtime runs as root:
+# the bundled loader gets a path that cannot exist instead (/dev/null is no directory),
+# of the same length, its tail unchanged (another string may end inside it).
+PRELOAD_LIST = b"/etc/ld.so.preload\0"
+NO_PRELOAD_LIST = b"/dev/null/.preload\0"
+
+
+def ignore_preload_list(loader: str) -> None:
+    """Make the bundled loader blind to the image's /etc/ld.so.preload."""
+    with open(loader, "rb") as handle:
+        data = handle.read()
+    if data.count(PRELOAD_LIST) != 1:
+        sys.exit(f"bundle_libs: {loader} names {PRELOAD_LIST!r} {data.count(PRELOAD_LIST)} times")
+    with open(loader, "wb") as handle:
+        handle.write(data.replace(PRELOAD_LIST, NO_PRELOAD_LIST))
 
 
 def is_elf(path: str) -> bool:
@@ -58,6 +74,7 @@ def main(tree: str) -> None:
         sys.exit(
             f"bundle_libs: expected one loader and libc in lib/, got {sorted(os.listdir(lib))}"
         )
+    ignore_preload_list(os.path.join(lib, loaders[0]))
     print("bundled:", " ".join(sorted(os.listdir(lib))))
 
 
