@@ -133,17 +133,52 @@ def inspects_own_install() -> Iterator[None]:
     shutil.rmtree(INSPECT_TOOLS_DIR, ignore_errors=True)
 
 
+def leftover_server(install_dir: Path, artifact: Path) -> int:
+    """A server of an earlier install at `install_dir`, still alive once that install is
+    removed (a host that reuses its install directory across runs): its pid."""
+    install_dir.mkdir(mode=0o700)
+    cli = install_dir / "inspect-sandbox-tools"
+    shutil.copy(artifact, cli)
+    cli.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "SANDBOX_TOOLS_DIR"}
+    subprocess.run([str(cli), "start-server"], check=True, capture_output=True, env=env)
+    (pid_file,) = install_dir.glob(".run-*/server.pid")
+    pid = int(pid_file.read_text())
+    shutil.rmtree(install_dir)
+    return pid
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
 def test_inspects_own_host_code_on_our_runtime(
     artifact: Path, inspects_own_install: None, tmp_path: Path
 ) -> None:
-    """User path: inspect's own tools with our artifact as inspect's runtime, `local`."""
+    """User path: inspect's own tools with our artifact as inspect's runtime, `local`,
+    20 samples in a row, with a server of an earlier install at the same path still
+    alive. Before, it and the new install's server took one socket from each other: 5
+    runs in 6 failed, and servers whose directory was gone never exited."""
     from sandbox_tools.inspect.dropin import as_inspect_dev_runtime
 
-    with as_inspect_dev_runtime(artifact, Arch.parse(os.uname().machine)):
-        samples = run_many(
-            tmp_path, {"JOURNEY_TOOLS": "inspect", "INSPECT_SANDBOX_TOOLS_INSTALL_STATE": "edited"}
-        )
-    assert_every_sample_worked(samples)
+    leftover = leftover_server(INSPECT_TOOLS_DIR, artifact)
+    try:
+        with as_inspect_dev_runtime(artifact, Arch.parse(os.uname().machine)):
+            samples = run_many(
+                tmp_path,
+                {"JOURNEY_TOOLS": "inspect", "INSPECT_SANDBOX_TOOLS_INSTALL_STATE": "edited"},
+            )
+        assert_every_sample_worked(samples)
+        assert gone(leftover), "the earlier install's server is still running"
+        (log,) = INSPECT_TOOLS_DIR.glob(".run-*/server.log")
+        assert "listening again" not in log.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(leftover, signal.SIGKILL)
 
 
 def test_our_tools(artifact: Path, tmp_path: Path) -> None:
