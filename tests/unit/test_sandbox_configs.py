@@ -68,3 +68,19 @@ def test_a_compose_file_given_to_docker_sdk_says_what_to_do(tmp_path: Any) -> No
     with pytest.raises(ConfigurationError, match="is a compose file") as caught:
         docker_sdk_config(str(compose))
     assert 'sandbox="docker"' in caught.value.remedy and "top level" in caught.value.remedy
+
+
+def test_an_unknown_field_is_refused_naming_the_field_it_meant(tmp_path: Any) -> None:
+    """A misspelt `workdir` was dropped: the working directory stayed `/` and the sample
+    failed later, copying its files."""
+    from pydantic import ValidationError
+
+    from sandbox_tools.errors import ConfigurationError
+    from sandbox_tools.inspect.docker_env import docker_sdk_config
+
+    with pytest.raises(ValidationError, match="did you mean 'working_dir'"):
+        DockerSdkConfig(image="x", workdir="/home/agent")  # type: ignore[call-arg]
+    config = tmp_path / "sandbox.yaml"
+    config.write_text("image: x\nworkdir: /home/agent\n")
+    with pytest.raises(ConfigurationError, match="unknown field 'workdir'"):
+        docker_sdk_config(str(config))

@@ -179,21 +179,44 @@ def test_visible_elements_are_lines_indented_by_depth() -> None:
         '[1] RootWebArea "Home"  [url: u]',
         "  [2] main",
         '    [3] heading "Welcome"',
-        '    [4] link "Next page"',
-        '    [9] textbox "Search" Current input: "typed text"  [editable: plaintext]',
-        '    [10] image "Cat" https://img.example/cat.png',
+        '    [5] link "Next page"',
+        '    [10] textbox "Search" Current input: "typed text"  [editable: plaintext]',
+        '    [11] image "Cat" https://img.example/cat.png',
     ]
     # What can be clicked is what is shown, with its box for the click.
-    assert set(text.targets) == {"1", "2", "3", "4", "9", "10"}
-    assert text.targets["4"].bounds == Rect(8, 60, 100, 20)
-    assert text.targets["4"].backend_node_id == 4
+    assert set(text.targets) == {"1", "2", "3", "5", "10", "11"}
+    assert text.targets["5"].bounds == Rect(8, 60, 100, 20)
+    assert text.targets["5"].backend_node_id == 4
     assert not text.truncated
+
+
+def test_the_same_document_gives_the_same_ids_whatever_the_browsers_node_ids() -> None:
+    """Ids are places in the document's tree, not the browser's node ids (which count up
+    over the browser's life: the same link was 14, 16 or 17 in fresh sandboxes, and new
+    again after `back`). The browser's ids shifted and its list reordered: same tree."""
+    nodes, snap = page()
+
+    def shifted(value: str) -> str:
+        return str(int(value) + 1000)
+
+    renumbered = []
+    for node in reversed(nodes):
+        node = dict(node, nodeId=shifted(node["nodeId"]))
+        node["childIds"] = [shifted(c) for c in node.get("childIds", [])]
+        if "parentId" in node:
+            node["parentId"] = shifted(node["parentId"])
+        renumbered.append(node)
+    renumbered.insert(0, renumbered.pop())  # the root first, as the browser sends it
+    first = render_page(nodes, snap, VIEWPORT, max_chars=10_000)
+    again = render_page(renumbered, snap, VIEWPORT, max_chars=10_000)
+    assert again.tree == first.tree
+    assert set(again.targets) == set(first.targets)
 
 
 def test_what_is_scrolled_into_view_appears_and_what_left_it_goes() -> None:
     nodes, snap = page()
     lines = render_page(nodes, snap, Rect(0, 4500, 1280, 1080), max_chars=10_000).tree
-    assert '[7] StaticText "Far below"' in lines
+    assert '[8] StaticText "Far below"' in lines
     assert "Welcome" not in lines
 
 
@@ -217,7 +240,9 @@ def test_properties_show_booleans_and_references_and_skip_noise() -> None:
         {"name": "url", "value": {"type": "string", "value": "data:image/png;base64,AAAA"}},
     ]
     tree = render_page([node], snapshot({1: (0, 0, 10, 10)}), VIEWPORT, max_chars=1000).tree
-    assert tree == ('[1] button "Menu"  [expanded, controls, url: data:<base64-data-removed>]\n')
+    assert tree == (
+        '[1] button "Menu"  [expanded: False, controls: m, url: data:<base64-data-removed>]\n'
+    )
 
 
 def test_a_tree_past_the_bound_is_cut_at_a_line_and_says_how_much_is_missing() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import errno
 import os
 import socket
@@ -22,7 +23,7 @@ from typing import Any
 
 from inspect_ai._util.error import PrerequisiteError  # inspect's "print the message only"
 from inspect_ai.util import SandboxEnvironment, sandboxenv
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import acquire_artifact
@@ -62,8 +63,10 @@ def evaluation_alive(owner: str | None) -> bool:
     return bool(started) and _process_start(int(pid)) == started
 
 
-class DockerSdkConfig(BaseModel, frozen=True):
-    """How each sample's container is made (the fields mirror `docker run` options)."""
+class DockerSdkConfig(BaseModel, frozen=True, extra="forbid"):
+    """How each sample's container is made (the fields mirror `docker run` options). An
+    unknown field is refused: a misspelt `workdir` silently left the working directory at
+    `/`, and the sample failed later, elsewhere."""
 
     image: str
     command: list[str] = Field(default_factory=lambda: ["sleep", "infinity"])
@@ -76,6 +79,20 @@ class DockerSdkConfig(BaseModel, frozen=True):
     mem_limit: str | None = None
     pids_limit: int | None = None
     volumes: list[str] = Field(default_factory=list)  # "host:container[:ro]", as docker -v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        """An unknown field named, with the field it most likely meant."""
+        if isinstance(data, dict):
+            for key in data:
+                if key not in cls.model_fields:
+                    close = difflib.get_close_matches(str(key), cls.model_fields, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(
+                        f"unknown field {key!r}{hint}; the fields are {', '.join(cls.model_fields)}"
+                    )
+        return data
 
     def __hash__(self) -> int:
         # inspect hashes sandbox specs (`sandbox=("docker_sdk", DockerSdkConfig(...))`):

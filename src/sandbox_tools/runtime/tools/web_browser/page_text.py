@@ -185,14 +185,34 @@ class _Node:
     visible: bool = False
     image_url: str | None = None
     current_input: str | None = None
+    # The id the model sees: the node's place in the document's tree (pre-order from the
+    # root), so the same document gives the same ids in every run and after back/forward
+    # (the browser's own node ids count up across the browser's life).
+    element_id: int = 0
+
+
+def _number_in_document_order(nodes: dict[str, _Node], root: str) -> None:
+    """Give every node reachable from `root` its pre-order place, from 1."""
+    stack, seen, number = [root], set(), 0
+    while stack:
+        node_id = stack.pop()
+        node = nodes.get(node_id)
+        if node is None or node_id in seen:  # a malformed tree may name a node twice
+            continue
+        seen.add(node_id)
+        number += 1
+        node.element_id = number
+        stack.extend(reversed(node.children))
 
 
 def _property_value(prop: Mapping[str, Any]) -> Any:
     value = prop.get("value")
     if not isinstance(value, dict):
         return None
-    # A reference to other nodes (`controls`, `labelledby`) has no value of its own: its
-    # name alone is shown, as in inspect's tree.
+    related = value.get("relatedNodes")
+    if value.get("value") is None and isinstance(related, list):
+        refs = [r.get("idref") for r in related if isinstance(r, dict)]
+        return " ".join(r for r in refs if isinstance(r, str)) or None
     inner = value.get("value")
     return inner if isinstance(inner, (str, int, float, bool)) else None
 
@@ -227,6 +247,8 @@ def _parse_nodes(ax_nodes: Iterable[Any]) -> tuple[dict[str, _Node], str | None]
         )
         if root is None and not isinstance(parent, str):
             root = node_id
+    if root is not None:
+        _number_in_document_order(nodes, root)
     return nodes, root
 
 
@@ -240,7 +262,7 @@ def _format_value(value: Any) -> str:
 
 def _line(node: _Node) -> str:
     has_box = node.bounds is not None and node.bounds.has_area
-    parts = [f"[{node.node_id if has_box else '*'}]", node.role]
+    parts = [f"[{node.element_id if has_box else '*'}]", node.role]
     if node.name:
         parts.append(f'"{node.name}"')
     if node.image_url:
@@ -251,7 +273,10 @@ def _line(node: _Node) -> str:
     for name, value in node.properties:
         if name in _SKIPPED_PROPERTIES:
             continue
-        if not value:  # as inspect's tree: a falsy value (None, False, 0, "") shows the name
+        # A value of False is shown as such (inspect's tool documentation shows the model
+        # `required: False`; a bare `required` reads as true), a property without one by
+        # its name alone.
+        if value is None:
             shown.append(name)
             continue
         text = redact_data_url(value) if name == "url" and isinstance(value, str) else value
@@ -359,7 +384,7 @@ def render_page(
         child_depth, child_ancestor = depth, shown_ancestor
         if not page.hidden(node, shown_ancestor):
             if node.bounds is not None and node.bounds.has_area:
-                targets[node_id] = Target(node.bounds, node.backend_node_id)
+                targets[str(node.element_id)] = Target(node.bounds, node.backend_node_id)
             line = "  " * depth + _line(node)
             if cut_after or size + len(line) + 1 > max_chars:
                 cut_after += 1
