@@ -10,10 +10,11 @@ strings, two spaces before `[url: ...]` included). What changed, and only that:
   (test_inspect_tool_support.yaml: a python image beside the aisiuk/inspect-tool-support
   browser image) -> our `docker_sdk` sandbox on the offline-built Debian bookworm image
   with python3 (`python_image`), network "none"; `web_browser_sandbox()` takes that image;
-- the internet sites -> small pages served inside the container by `python3 -m
-  http.server`'s handler on 127.0.0.1:8000 (extensionless files served as HTML), started
-  by a solver (`serve_offline_web()`) placed before `use_tools`. Each site is a folder
-  named after its host, so https://github.com/UKGovernmentBEIS/inspect_ai becomes
+- the internet sites -> small pages served inside the container on 127.0.0.1:8000 by
+  python3's http.server (its SimpleHTTPRequestHandler, extensionless files served as
+  HTML), started by a solver (`serve_offline_web()`) placed before `use_tools`. Each
+  site is a folder named after its host, so
+  https://github.com/UKGovernmentBEIS/inspect_ai becomes
   http://127.0.0.1:8000/github.com/UKGovernmentBEIS/inspect_ai, and so on; the pages
   (SITE below) reproduce what the tests look at: the repository page's "Skip to content"
   link to #start-of-content, the docs site's "Anchor" link to #welcome (and a "Solvers"
@@ -43,7 +44,7 @@ import functools
 import importlib.util
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from itertools import count
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -226,9 +227,10 @@ def browser_dist(
 
 
 @pytest.fixture
-def image(python_image: str, browser_dist: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def image(python_image: str, browser_dist: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The Debian image with python3; acquisition finds the builds in `browser_dist`."""
     monkeypatch.setenv("SANDBOX_TOOLS_DIST", str(browser_dist))
-    yield python_image
+    return python_image
 
 
 def web_browser_sandbox(image: str) -> tuple[str, DockerSdkConfig]:

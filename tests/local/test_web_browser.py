@@ -336,6 +336,36 @@ async def test_a_pages_failure_is_in_error_not_a_protocol_error(
     )
 
 
+@pytest.mark.parametrize("where", ["refused", "unsafe port"])
+async def test_after_a_failed_navigation_the_session_stays_on_its_page(
+    browser: WebBrowserController, site: str, where: str
+) -> None:
+    """A URL that cannot be opened left the session half broken (Chromium 156: after the
+    error page, screenshot, back and refresh answered "Not attached to an active page").
+    The error says what the model can do, and each of them works."""
+    session = await new_browser_session(browser)
+    params = SessionParams.parse({"session_name": session})
+    first = await browse(browser, session, site)
+    link = {"session_name": session, "element_id": element(first["web_at"], "link", "Next page")}
+    await browser.click(ClickParams.parse(link))
+    if where == "refused":
+        with socket.socket() as closed:  # a port nobody listens on once this block ends
+            closed.bind(("127.0.0.1", 0))
+            port = closed.getsockname()[1]
+    else:
+        port = 6000  # X11's: a port Chromium refuses to open
+    failed = await browse(browser, session, f"http://127.0.0.1:{port}/")
+    assert failed["error"] is not None and "ERR_" in failed["error"]
+    assert "web_back returns to the page before" in failed["error"], failed["error"]
+    shot = await browser.screenshot(params)
+    assert shot["png_base64"]
+    assert (await browser.refresh(params))["web_url"] is not None
+    assert (await browser.snapshot(params))["error"] is None
+    back = await browser.history(params, step=-1)  # the error page is an entry of its own
+    assert back["error"] is None and back["web_url"] == f"{site}/next"
+    element(back["web_at"], "heading", "Second page")
+
+
 async def test_a_browser_killed_mid_call_is_a_tool_error_and_the_next_call_starts_afresh(
     browser: WebBrowserController, site: str
 ) -> None:

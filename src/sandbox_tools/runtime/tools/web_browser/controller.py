@@ -73,6 +73,12 @@ SCREENSHOT_MAX_BYTES = 16 * 1024 * 1024
 IDLE_CHECK_S = 5.0
 # A page that did not answer gets this long to stop loading before it is reset.
 STOP_LOADING_S = 5.0
+# A page between two renderers (an error page commits in a process of its own) answers
+# "Not attached to an active page" for a moment: a command is sent again this often, for
+# at most this long, before that is its answer.
+DETACHED_RETRY_S = 0.1
+DETACHED_PATIENCE_S = 3.0
+_DETACHED = "Not attached to an active page"  # Chromium's wording for that moment
 # After a page missed its deadline, how long the browser itself has to answer before it
 # is called hung (Browser.getVersion needs no page: a few ms even for a busy browser).
 HEALTH_CHECK_S = 10.0
@@ -185,7 +191,14 @@ class WebBrowserController:
             before = self._before(session, tab)
             reply = await self._call("Page.navigate", {"url": url}, tab)
             if reply.get("errorText"):
-                raise PageError(f"cannot open {url}: {reply['errorText']}")
+                # The browser shows its error page, an entry of the history like any page:
+                # wait for it, so that the next command meets a page, not the switch.
+                await self._wait_for_load(session, before, required=False)
+                raise PageError(
+                    f"cannot open {url}: {reply['errorText']}. Check the address (the "
+                    "browser also refuses some ports, such as 6000); web_back returns to "
+                    "the page before, web_go opens another"
+                )
             await self._wait_for_load(session, before, required=True)
 
         return await self._page_action(params.session_name, navigate, fresh_is_fine=True)
@@ -737,16 +750,22 @@ class WebBrowserController:
         if tab.crashed is not None:
             raise PageError(tab.crashed)
         connection = self._browser.connection
-        try:
-            return await connection.call(
-                method,
-                params,
-                session_id=tab.cdp_session,
-                timeout=self.limits.browser_call_timeout_s,
-            )
-        except PageTimeout as exc:
-            await self._page_timed_out(tab, exc)
-            raise
+        patience = time.monotonic() + DETACHED_PATIENCE_S
+        while True:
+            try:
+                return await connection.call(
+                    method,
+                    params,
+                    session_id=tab.cdp_session,
+                    timeout=self.limits.browser_call_timeout_s,
+                )
+            except PageTimeout as exc:
+                await self._page_timed_out(tab, exc)
+                raise
+            except CdpCommandError as exc:
+                if _DETACHED not in str(exc) or time.monotonic() > patience:
+                    raise
+            await asyncio.sleep(DETACHED_RETRY_S)
 
     @property
     def _stop_loading_s(self) -> float:
