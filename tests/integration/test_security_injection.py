@@ -468,14 +468,30 @@ __attribute__((constructor)) static void mark(void) {
 """
 
 
-@pytest.mark.parametrize("how", ["environment", "preload-list"])
+# How an image may get a library of its own loaded into a process (each is the image's
+# right for its own programs, never for the runtime):
+LOADINGS = {
+    "environment": "LD_PRELOAD in the image's ENV",
+    "preload-list": "/etc/ld.so.preload",
+    "nss": "an NSS module /etc/nsswitch.conf names, loaded by a user look-up",
+    "locale": "a gconv module for the charset of the image's locale (LANG, LOCPATH, GCONV_PATH)",
+}
+EVIL_GCONV = "module  ISO-8859-15//  INTERNAL  mark  1\nmodule  INTERNAL  ISO-8859-15//  mark  1\n"
+
+
+@pytest.mark.parametrize("how", sorted(LOADINGS))
 async def test_an_images_ld_preload_never_loads_into_the_runtime(
     docker_engine: Any, python_image: str, tmp_path: Any, how: str
 ) -> None:
     """Rule 2 (the host talks only to what it injected): an engine's exec passes the
     image's ENV, and the bundled loader obeyed its LD_PRELOAD, loading the image's code
     into the (root) runtime. The launcher keeps the loader's variables from the runtime
-    and gives them back to the commands it starts, as the image meant them."""
+    and gives them back to the commands it starts, as the image meant them. The image's
+    /etc/ld.so.preload, which every glibc loader reads and nothing turns off, loaded
+    into the root runtime too: the bundled loader reads a path that cannot exist. So did
+    an NSS module (the C library's user look-ups load what nsswitch.conf names: the
+    runtime reads /etc/passwd and /etc/group as data) and a gconv module for a locale's
+    charset (the runtime runs in the C locale; its commands get the image's back)."""
     import shutil
     import subprocess
 
@@ -485,25 +501,66 @@ async def test_an_images_ld_preload_never_loads_into_the_runtime(
     source.write_text(PRELOAD_MARKER)
     compile_it = ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "mark.so"), str(source)]
     await asyncio.to_thread(subprocess.run, compile_it, check=True)
+    environment: dict[str, str] = {}
+    if how == "environment":
+        environment = {"LD_PRELOAD": "/opt/mark/mark.so"}
+    elif how == "locale":
+        if shutil.which("localedef") is None:
+            pytest.skip("no localedef to make the image's locale")
+        (tmp_path / "loc").mkdir()
+        (tmp_path / "gc").mkdir()
+        locale = ["localedef", "-i", "POSIX", "-f", "ISO-8859-15"]
+        made = await asyncio.to_thread(
+            subprocess.run, [*locale, str(tmp_path / "loc" / "xx_YY.ISO-8859-15")], check=False
+        )
+        assert made.returncode in (0, 1), made  # 1: warnings only
+        shutil.copy(tmp_path / "mark.so", tmp_path / "gc" / "mark.so")
+        (tmp_path / "gc" / "gconv-modules").write_text(EVIL_GCONV)
+        environment = {
+            "LANG": "xx_YY.ISO-8859-15",
+            "LOCPATH": "/opt/mark/loc",
+            "GCONV_PATH": "/opt/mark/gc",
+        }
     with RunningContainer(
         docker_engine,
         python_image,
         network_mode="none",
         volumes={str(tmp_path): {"bind": "/opt/mark", "mode": "ro"}},
-        environment={"LD_PRELOAD": "/opt/mark/mark.so"} if how == "environment" else {},
+        environment=environment,
     ) as container:
         sandbox = container.sandbox
         if how == "preload-list":
             listed = await sandbox.exec(["sh", "-c", "echo /opt/mark/mark.so > /etc/ld.so.preload"])
             assert listed.returncode == 0, listed.stderr
+        if how == "nss":
+            planted = await sandbox.exec(
+                [
+                    "sh",
+                    "-c",
+                    'dir=$(dirname "$(ls /lib/*/libnss_files.so.2 /usr/lib/*/libnss_files.so.2 '
+                    '2>/dev/null | head -n1)") && cp /opt/mark/mark.so "$dir/libnss_mark.so.2" '
+                    '&& sed -i "s/^passwd:.*/passwd: files mark/;s/^group:.*/group: files mark/" '
+                    "/etc/nsswitch.conf && /usr/bin/id 4242 || true",
+                ]
+            )
+            assert planted.returncode == 0, planted.stderr
         async with Injector() as injector:
             support = await injector.tool_support(sandbox)
             await text_editor(support.client, "create", "/tmp/x.txt", file_text="x")
-            done = await exec_remote(support.client, ["/usr/bin/env", "true"], stream=False)
-            assert done.returncode == 0
+            options = ExecRemoteOptions(
+                user={"uid": 4242, "gid": 4242, "groups": [4242], "home": None}
+                if how == "nss"
+                else None
+            )
+            if how != "locale":  # the image's locale breaks its own shell (a fake module)
+                done = await exec_remote(
+                    support.client, ["/usr/bin/env", "true"], options, stream=False
+                )
+                assert done.returncode == 0, done
         listing = await sandbox.exec(
             ["sh", "-c", 'for f in /tmp/preloaded-*; do cat "$f"; echo; done']
         )
     loaded_into = set(listing.stdout.decode().split())
-    assert "/usr/bin/true" in loaded_into, sorted(loaded_into)  # given back to commands
-    assert not [exe for exe in loaded_into if "/runtime-" in exe], loaded_into
+    if how != "locale":  # `true` converts no text: no charset module
+        assert "/usr/bin/true" in loaded_into or "/usr/bin/id" in loaded_into, sorted(loaded_into)
+    assert not [exe for exe in loaded_into if "/runtime-" in exe], (LOADINGS[how], loaded_into)

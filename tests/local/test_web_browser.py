@@ -169,6 +169,21 @@ async def test_typing_shows_in_the_field_and_submitting_sends_the_form(
     assert "You searched: q=cats" in submitted["web_at"]  # what was typed first is replaced
 
 
+async def test_typing_into_a_submit_button_types_into_the_page_it_leads_to(
+    browser: WebBrowserController, site: str
+) -> None:
+    """inspect's own test types into a form's Submit button: the click submits, and the
+    text goes to the page it leads to. Ours typed into the page being replaced: 3 runs in
+    11 hung 30 s and lost the session."""
+    session = await new_browser_session(browser)
+    for _ in range(5):
+        tree = (await browse(browser, session, site))["web_at"]
+        button = {"session_name": session, "element_id": element(tree, "button", "Go")}
+        done = await browser.type_text(TypeParams.parse({**button, "text": "x"}), submit=True)
+        assert done["error"] is None, done["error"]
+        assert done["web_url"] == f"{site}/search"
+
+
 async def test_a_link_is_followed_and_history_goes_back_and_forward(
     browser: WebBrowserController, site: str
 ) -> None:

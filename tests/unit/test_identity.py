@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,3 +87,35 @@ def test_a_named_user_that_does_not_exist_is_a_tool_error() -> None:
 def test_switching_without_root_is_a_tool_error_naming_the_identity() -> None:
     with pytest.raises(ToolError, match="cannot run as uid 4242:1"):
         resolve_user(UserSpec(uid=4242, gid=1))
+
+
+def test_names_and_groups_come_from_the_account_files_never_through_nss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C library's look-ups load the NSS modules the image's nsswitch.conf names into
+    the root runtime; the account files are read as data instead."""
+    from sandbox_tools.runtime import identity
+
+    passwd = tmp_path / "passwd"
+    passwd.write_text(
+        "root:x:0:0:root:/root:/bin/sh\n# a comment\nbroken line\n"
+        "agent:x:1000:1000::/home/agent:/bin/bash\nodd:x:12a:1::/:/bin/sh\n"
+    )
+    group = tmp_path / "group"
+    group.write_text("agent:x:1000:\nwheel:x:10:root,agent\naudio:x:29:other\ndocker:x:999:agent\n")
+    monkeypatch.setattr(identity, "PASSWD_FILE", str(passwd))
+    monkeypatch.setattr(identity, "GROUP_FILE", str(group))
+    monkeypatch.setattr(identity.os, "geteuid", lambda: 0)
+    agent = resolve_user(parse_user({"user": "agent"}))
+    assert (agent.uid, agent.gid, agent.groups, agent.home) == (
+        1000,
+        1000,
+        [1000, 10, 999],
+        "/home/agent",
+    )
+    by_uid = resolve_user(parse_user({"user": "1000"}))
+    assert by_uid.name == "agent" and by_uid.home == "/home/agent"
+    with pytest.raises(ToolError, match="'odd' does not exist"):
+        resolve_user(parse_user({"user": "odd"}))
+    nobody = resolve_user(parse_user({"user": "4242"}))
+    assert (nobody.uid, nobody.gid, nobody.groups, nobody.name) == (4242, 4242, [4242], None)

@@ -16,10 +16,32 @@ from sandbox_tools.protocol import LAUNCHER_SELF_ENV
 # Variables that only make sense to the runtime itself.
 _PRIVATE_PREFIXES = ("_PYI_", "_MEIPASS", LAUNCHER_SELF_ENV)
 _RESTORED = ("LD_LIBRARY_PATH",)
-# What the portable launcher kept from the runtime's own loader (the image's LD_PRELOAD
-# must not load into the runtime) and saved as LAUNCHER_SELF_ENV + "_" + name: the
-# commands it starts get them back, as the image meant them.
-LOADER_VARIABLES = ("LD_PRELOAD", "LD_AUDIT")
+# What the portable launcher keeps from the runtime (saved as LAUNCHER_SELF_ENV + "_" +
+# name): what the bundled loader obeys (the image's LD_PRELOAD loaded into the runtime),
+# and the locale (a charset other than UTF-8 made the C library load the image's gconv
+# module into the runtime; the runtime runs in the C locale). The commands it starts
+# get them back as the image meant them, or not at all where the image had none.
+LOADER_VARIABLES = (
+    "LD_PRELOAD",
+    "LD_AUDIT",
+    "GCONV_PATH",
+    "LOCPATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_COLLATE",
+    "LC_MESSAGES",
+    "LC_MONETARY",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "LC_ADDRESS",
+    "LC_IDENTIFICATION",
+    "LC_MEASUREMENT",
+    "LC_NAME",
+    "LC_PAPER",
+    "LC_TELEPHONE",
+)
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -33,10 +55,13 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             # A onefile bootloader set it without a caller value to save: not ours to pass
             # on. (The portable launcher never sets it, so there it is the caller's.)
             env.pop(name, None)
+    kept_by_launcher = LAUNCHER_SELF_ENV in os.environ
     for name in LOADER_VARIABLES:
         saved = os.environ.get(f"{LAUNCHER_SELF_ENV}_{name}")
         if saved is not None:
             env[name] = saved
+        elif kept_by_launcher:  # the runtime's own value (its C locale), not the image's
+            env.pop(name, None)
     if extra:
         env.update(extra)
     return env

@@ -11,7 +11,6 @@ touches any file), never by checking permissions ourselves.
 from __future__ import annotations
 
 import os
-import pwd
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -129,20 +128,69 @@ class Identity:
 SELF = Identity(None, None, None, None, None)
 
 
-def _entry_by_uid(uid: int) -> pwd.struct_passwd | None:
-    try:
-        return pwd.getpwuid(uid)
-    except (KeyError, OverflowError):
-        return None
+# The image's account files, read as data. The C library's look-ups (getpwnam,
+# getgrouplist) go through NSS, which loads the shared libraries the image's
+# /etc/nsswitch.conf names into the calling process: as root, the image's code in the
+# runtime. Containers keep their accounts in these files.
+PASSWD_FILE = "/etc/passwd"
+GROUP_FILE = "/etc/group"
+MAX_ACCOUNTS_BYTES = 16 * 1024 * 1024
 
 
-def _supplementary(entry: pwd.struct_passwd | None, gid: int) -> list[int]:
-    if entry is None:
-        return [gid]
+@dataclass(frozen=True)
+class Account:
+    """One line of the passwd file."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+def _table(path: str) -> list[list[str]]:
+    """The colon-separated lines of an account file ([] if it cannot be read)."""
     try:
-        return os.getgrouplist(entry.pw_name, gid)
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_ACCOUNTS_BYTES)
     except OSError:
-        return [gid]
+        return []
+    text = data.decode("utf-8", "replace")
+    return [line.split(":") for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def _number(field: str) -> int | None:
+    return int(field) if field.isascii() and field.isdigit() and len(field) <= 12 else None
+
+
+def _accounts() -> list[Account]:
+    found = []
+    for fields in _table(PASSWD_FILE):
+        if len(fields) >= 6:
+            uid, gid = _number(fields[2]), _number(fields[3])
+            if uid is not None and gid is not None and fields[0]:
+                found.append(Account(fields[0], uid, gid, fields[5]))
+    return found
+
+
+def _entry_by_name(name: str) -> Account | None:
+    return next((a for a in _accounts() if a.name == name), None)
+
+
+def _entry_by_uid(uid: int) -> Account | None:
+    return next((a for a in _accounts() if a.uid == uid), None)
+
+
+def _supplementary(entry: Account | None, gid: int) -> list[int]:
+    """The primary group, then every group of the group file that lists the user."""
+    groups = [gid]
+    if entry is None:
+        return groups
+    for fields in _table(GROUP_FILE):
+        if len(fields) >= 4 and entry.name in fields[3].split(","):
+            number = _number(fields[2])
+            if number is not None and number not in groups and len(groups) < MAX_GROUPS:
+                groups.append(number)
+    return groups
 
 
 def resolve_user(spec: UserSpec | None) -> Identity:
@@ -150,21 +198,19 @@ def resolve_user(spec: UserSpec | None) -> Identity:
     if spec is None:
         return SELF
     if spec.name is not None:
-        try:
-            entry: pwd.struct_passwd | None = pwd.getpwnam(spec.name)
-        except KeyError:
-            raise ToolError(f"user {spec.name!r} does not exist in this container") from None
-        assert entry is not None
-        uid = entry.pw_uid
+        entry = _entry_by_name(spec.name)
+        if entry is None:
+            raise ToolError(f"user {spec.name!r} does not exist in this container")
+        uid = entry.uid
     else:
         assert spec.uid is not None
         uid = spec.uid
         entry = _entry_by_uid(uid)
     # A uid with no passwd entry gets its own number as group, not root's group 0.
-    gid = spec.gid if spec.gid is not None else (entry.pw_gid if entry else uid)
+    gid = spec.gid if spec.gid is not None else (entry.gid if entry else uid)
     groups = list(spec.groups) if spec.groups is not None else _supplementary(entry, gid)
-    home = spec.home or (entry.pw_dir if entry else None) or "/"
-    name = entry.pw_name if entry else None
+    home = spec.home or (entry.home if entry else None) or "/"
+    name = entry.name if entry else None
     if uid == os.geteuid() and gid == os.getegid():
         return Identity(None, None, None, home, name)
     if os.geteuid() != 0:

@@ -681,12 +681,13 @@ static void verify_tree(void) {
 
 /* ---- running the Python runtime ----------------------------------------------------- */
 
-/* Variables the bundled loader obeys that the caller's environment may hold: an engine's
- * exec passes the image's ENV, and the image must not load its code into the runtime.
- * Each is taken away and saved under the name of the launcher's own variable, an
- * underscore and its name, so that the commands the runtime starts get it back
- * (runtime/child_env.py). */
-static const char *const LOADER_VARIABLES[] = {"LD_PRELOAD", "LD_AUDIT"};
+/* Variables the bundled loader or C library obey that the caller's environment may hold:
+ * an engine's exec passes the image's ENV, and the image must not load its code into the
+ * runtime (LD_PRELOAD, LD_AUDIT; a locale whose charset needs one of the image's gconv
+ * modules). Each is taken away and saved under the name of the launcher's own variable,
+ * an underscore and its name, so that the commands the runtime starts get it back
+ * (runtime/child_env.py); the runtime itself runs in the C locale. */
+static const char *const LOADER_VARIABLES[] = {"LD_PRELOAD", "LD_AUDIT", "GCONV_PATH", "LOCPATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME", "LC_ADDRESS", "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_NAME", "LC_PAPER", "LC_TELEPHONE"};
 
 static void keep_loader_variables_from_the_runtime(void) {
     for (size_t n = 0; n < sizeof LOADER_VARIABLES / sizeof *LOADER_VARIABLES; n++) {
@@ -697,6 +698,7 @@ static void keep_loader_variables_from_the_runtime(void) {
         else unsetenv(saved);
         unsetenv(LOADER_VARIABLES[n]);
     }
+    setenv("LC_ALL", "C", 1); /* built into the C library: no file of the image is read */
 }
 
 static void run_python(int argc, char **argv) {

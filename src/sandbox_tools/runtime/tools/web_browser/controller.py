@@ -65,6 +65,9 @@ from sandbox_tools.runtime.tools.web_browser.urls import normalise_url, reported
 # action is taken to have stayed on the page. Handlers that navigate do so while the
 # input event is handled, so this is long only for pages that wait before they go.
 NAVIGATION_START_S = 1.0
+# How long typing waits after its click for a navigation the click may start: a submit
+# starts one within milliseconds, and every typed field would pay this.
+TYPE_NAVIGATION_START_S = 0.25
 # An empty tree right after a load is usually a page still building itself: look again.
 EMPTY_TREE_RETRIES = 2
 EMPTY_TREE_PAUSE_S = 0.25
@@ -213,7 +216,13 @@ class WebBrowserController:
 
     async def type_text(self, params: TypeParams, submit: bool) -> CrawlerResult:
         async def type_text(session: _Session, tab: _Tab) -> None:
+            clicked = self._before(session, tab)
             await self._click(tab, params.element_id)
+            # A click that navigates (a link, a submit button) replaces the page: the text
+            # goes to the page it leads to, once loaded (typing into the page being
+            # replaced hung until the call's timeout), as inspect's browser does.
+            await self._wait_for_navigation(session, clicked, TYPE_NAVIGATION_START_S)
+            tab = session.tab or tab
             if submit:
                 # Replace what the field held, as a person selecting all and typing does.
                 await self._key(tab, "a", "KeyA", 65, modifiers=2, commands=["selectAll"])
@@ -916,9 +925,11 @@ class WebBrowserController:
                 )
         return True
 
-    async def _wait_for_navigation(self, session: _Session, before: _Before) -> None:
+    async def _wait_for_navigation(
+        self, session: _Session, before: _Before, start_within: float = NAVIGATION_START_S
+    ) -> None:
         """After an input event: if it started a navigation or opened a tab within
-        NAVIGATION_START_S, wait for that page to load; else the page stayed."""
+        `start_within` seconds, wait for that page to load; else the page stayed."""
 
         def started() -> bool:
             tab = session.tab
@@ -931,7 +942,7 @@ class WebBrowserController:
                 )
             )
 
-        if await self._wait(session, started, NAVIGATION_START_S):
+        if await self._wait(session, started, start_within):
             await self._wait_for_load(session, before, required=False)
 
     async def _wait_for_load(self, session: _Session, before: _Before, required: bool) -> None:
