@@ -162,6 +162,11 @@ def test_the_default_server_directory_is_never_where_another_user_could_swap_it(
     ours.mkdir(mode=0o755)
     monkeypatch.setenv("TMPDIR", str(ours))
     assert os.path.dirname(default_server_dir()) == str(ours)
+    link = tmp_path / "agents-link"  # the agent's link to root's directory: repointable
+    link.symlink_to(ours)
+    os.lchown(link, 1000, 1000)
+    monkeypatch.setenv("TMPDIR", str(link))
+    assert os.path.dirname(default_server_dir()) == "/tmp"
 
 
 def test_a_browser_beside_the_executable_that_another_user_could_plant_is_not_run(
@@ -197,3 +202,11 @@ def test_a_browser_beside_the_executable_that_another_user_could_plant_is_not_ru
     ours.mkdir()
     chrome = planted(ours)
     assert installed_browser(str(ours / "sandbox-tools")) == str(chrome)
+    # A runtime in a sticky shared directory (/tmp): the agent's `browser` link there,
+    # flipped between a root-owned browser and its own, is never followed.
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "browser").symlink_to(ours / "browser")
+    os.lchown(sticky / "browser", 1000, 1000)
+    assert installed_browser(str(sticky / "sandbox-tools")) is None

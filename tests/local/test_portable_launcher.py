@@ -665,29 +665,78 @@ def test_launcher_constants_agree_with_the_runtime() -> None:
     assert defines["TRAILER_SIZE"] == str(TRAILER.size)
 
 
-@pytest.mark.parametrize("tmpdir_owner", [1000, 0])
+@pytest.mark.parametrize(
+    ("directory_owner", "link_owner", "used"),
+    [(1000, 0, False), (0, 0, True), (0, 1000, False)],
+    ids=["the-agents-directory", "roots-directory", "the-agents-link-to-roots-directory"],
+)
 def test_the_server_directory_is_never_where_another_user_could_swap_it(
-    launcher: Path, tmp_path: Path, tmpdir_owner: int
+    launcher: Path, tmp_path: Path, directory_owner: int, link_owner: int, used: bool
 ) -> None:
     """An image sets TMPDIR to a directory the agent (uid 1000) owns: a root runtime's
     server directory there could be renamed away and replaced by the agent's, so it goes
     to /tmp instead (sticky: nobody else can rename what root made). A TMPDIR only root
-    can change is used, by its real path."""
+    can change is used, by its real path; through a link the agent owns, it is not (the
+    agent would point it wherever it likes between two calls)."""
     tree = fake_tree(tmp_path / "tree")
     (tree / "lib" / LOADER).write_text('#!/bin/sh\necho "dir: $SANDBOX_TOOLS_DIR"\n')
     install = tmp_path / "install"
     install.mkdir()
-    install.chmod(0o777)  # not ours alone: the directory beside the executable is not used
+    install.chmod(0o1777)  # others may write (sticky): not the directory beside the executable
     artifact = install / "sandbox-tools"
     pack_portable(launcher, tree, TREE_ID, artifact)
-    agents = tmp_path / "agents-tmp"
-    agents.mkdir()
-    os.chown(agents, tmpdir_owner, tmpdir_owner)
+    target = tmp_path / "tmp-target"
+    target.mkdir()
+    os.chown(target, directory_owner, directory_owner)
     link = tmp_path / "tmp-link"
-    link.symlink_to(agents)
+    link.symlink_to(target)
+    os.lchown(link, link_owner, link_owner)
     env = {**os.environ, "TMPDIR": str(link)}
     env.pop("SANDBOX_TOOLS_DIR", None)
     out = subprocess.run([str(artifact), "version"], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
-    base = "/tmp" if tmpdir_owner else str(agents)
+    base = str(target) if used else "/tmp"
     assert out.stdout.strip() == f"dir: {base}/sandbox-tools-{os.geteuid()}-{TREE_ID[:16]}"
+
+
+def test_the_runtime_never_runs_from_where_another_user_could_swap_its_tree(
+    launcher: Path, tmp_path: Path
+) -> None:
+    """In a directory others may write (not sticky), another user could rename the tree
+    away and put one of theirs at its name while it unpacks (their loader ran as root):
+    the launcher refuses to unpack or run there, saying so. Nothing is unpacked."""
+    tree = fake_tree(tmp_path / "tree")
+    install = tmp_path / "open"
+    install.mkdir()
+    install.chmod(0o777)
+    artifact = install / "sandbox-tools"
+    pack_portable(launcher, tree, TREE_ID, artifact)
+    out = subprocess.run([str(artifact), "version"], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "can be changed by users other than root" in out.stderr
+    assert sorted(p.name for p in install.iterdir()) == ["sandbox-tools"]
+
+
+def test_the_unpack_never_sweeps_another_users_staging_directory(
+    launcher: Path, tmp_path: Path
+) -> None:
+    """A stale staging directory is swept before unpacking, by path: one another user
+    planted (where it may write, as in a sticky /tmp) could be swapped for a link under
+    the sweep, and root's files went. Only our own are swept."""
+    tree = fake_tree(tmp_path / "tree")
+    install = tmp_path / "shared"
+    install.mkdir()
+    install.chmod(0o1777)
+    artifact = install / "sandbox-tools"
+    pack_portable(launcher, tree, TREE_ID, artifact)
+    planted = install / f"runtime-{TREE_ID}.tmp.AGENT"
+    (planted / "d").mkdir(parents=True)
+    (planted / "d" / "f").write_text("the agent's")
+    for path in (planted, planted / "d", planted / "d" / "f"):
+        os.lchown(path, 1000, 1000)
+    ours = install / f"runtime-{TREE_ID}.tmp.OURS"
+    ours.mkdir()
+    out = subprocess.run([str(artifact), "version"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert (planted / "d" / "f").read_text() == "the agent's"
+    assert not ours.exists()

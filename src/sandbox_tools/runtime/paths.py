@@ -70,24 +70,55 @@ def build_key() -> str:
 TEMPORARY_DIRECTORIES = ("/tmp", "/var/tmp", "/dev/shm")
 
 
+def _dir_safe(path: str) -> bool:
+    """Ours or root's, and nobody else may rename or replace its entries."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid()):
+        return False
+    return not info.st_mode & 0o022 or bool(info.st_mode & stat.S_ISVTX)
+
+
+MAX_LINKS = 40  # followed on one path, as Linux does before ELOOP
+
+
 def safe_for_us(directory: str) -> str | None:
-    """`directory`'s real path if nobody but root and us can rename or replace entries in
-    it or any directory above it (each owned by root or us, and not writable by others
-    unless sticky), so that a directory we make in it stays the one we made; else None.
-    The launcher (launcher.c, safe_for_us) has the same rule."""
-    real = path = os.path.realpath(directory)
-    while True:
+    """`directory`'s real path if nobody but root and us can change what it names: every
+    directory on the way is ours or root's and not writable by others unless sticky, and
+    every link on the way is root's or ours, in such a directory (an image's TMPDIR may be
+    the agent's link, repointed at will); else None. The launcher (launcher.c,
+    safe_for_us) has the same rule."""
+    if not directory.startswith("/") or not _dir_safe("/"):
+        return None
+    rest = [part for part in directory.split("/") if part]
+    current, hops = "/", 0
+    while rest:
+        name = rest.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
         try:
-            info = os.stat(path)
+            info = os.lstat(candidate)
         except OSError:
             return None
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid()):
+        if stat.S_ISLNK(info.st_mode):
+            hops += 1
+            if hops > MAX_LINKS or info.st_uid not in (0, os.geteuid()):
+                return None
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                current = "/"
+            rest = [part for part in target.split("/") if part] + rest
+            continue
+        if not _dir_safe(candidate):
             return None
-        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-            return None
-        if path == "/":
-            return real
-        path = os.path.dirname(path)
+        current = candidate
+    return current
 
 
 def default_server_dir() -> str:
@@ -160,14 +191,14 @@ def installed_browser(launcher: str | None) -> str | None:
     start, as root, a `browser/chrome` another user put beside it."""
     if not launcher:
         return None
-    directory = os.path.join(os.path.dirname(launcher), BROWSER_DIR)
-    entry = os.path.join(directory, BROWSER_ENTRY)
+    directory = safe_for_us(os.path.join(os.path.dirname(launcher), BROWSER_DIR))
+    if directory is None:  # reached through a link or a directory another user controls
+        return None
+    entry = os.path.join(directory, BROWSER_ENTRY)  # by its real path: nothing to repoint
     try:
         info = os.lstat(entry)
     except OSError:
         return None
     if not stat.S_ISREG(info.st_mode) or info.st_uid not in (0, os.geteuid()):
         return None
-    if info.st_mode & 0o022 or safe_for_us(directory) is None:
-        return None
-    return entry
+    return None if info.st_mode & 0o022 else entry

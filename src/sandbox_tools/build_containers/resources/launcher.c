@@ -440,10 +440,16 @@ static void sweep_stale_staging(const char *dir) {
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, "runtime-", 8) != 0 || !strstr(e->d_name, ".tmp.")) continue;
         join(path, sizeof path, dir, e->d_name, (int)strlen(e->d_name));
+        /* Only a directory of ours: another user's (planted where it may write, as in a
+         * sticky /tmp) is walked by path, and could be swapped for a link under us. */
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
         remove_tree(path);
     }
     closedir(d);
 }
+
+static int safe_for_us(const char *dir, char *real);
 
 /* Unpack once; returns the tree directory. */
 static void ensure_tree(char *tree, size_t n) {
@@ -451,8 +457,15 @@ static void ensure_tree(char *tree, size_t n) {
     if (fd < 0) die("cannot open %s: %s", self_path, strerror(errno));
     struct trailer t;
     read_trailer(fd, &t);
-    char dir[4096];
+    char dir[4096], real[PATH_MAX];
     self_dir(dir, sizeof dir);
+    /* Where another user could rename or replace what we unpack (a directory others may
+     * write, not sticky, or reached through their link), they could run their own
+     * loader in our place: refused, saying where to put the runtime instead. */
+    if (!safe_for_us(dir, real))
+        die("%s can be changed by users other than root and uid %u: the runtime runs only "
+            "from a directory that only they can change; install it elsewhere", dir,
+            (unsigned)geteuid());
     tree_path(tree, n, dir, &t);
     if (tree_complete(tree, &t)) {
         close(fd);
@@ -823,24 +836,62 @@ static void json_error(const char *message) {
 static char err_buf[16384];
 #define FAIL(...) do { snprintf(err_buf, sizeof err_buf, __VA_ARGS__); json_error(err_buf); } while (0)
 
-/* Whether nobody but root and us can rename or replace entries in `dir` or in any
- * directory above it (each owned by root or us, and not writable by others unless
- * sticky), so that a directory we make in it stays the one we made. Its real path (no
- * link another user could repoint) goes to `real`. runtime/paths.py has the same rule. */
+/* Whether a directory may hold what we make: ours or root's, and nobody else may rename
+ * or replace its entries (not writable by others, unless sticky). */
+static int dir_safe(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    if (st.st_uid != 0 && st.st_uid != geteuid()) return 0;
+    return !(st.st_mode & 022) || (st.st_mode & S_ISVTX);
+}
+
+/* Whether nobody but root and us can change what `dir` names: every directory on the way
+ * is dir_safe, and every link on the way is root's or ours, in such a directory (an
+ * image's TMPDIR may be the agent's link, repointed at will). Its real path goes to
+ * `real`. runtime/paths.py has the same rule. */
 static int safe_for_us(const char *dir, char *real) {
-    char path[PATH_MAX];
-    if (!realpath(dir, path)) return 0;
-    snprintf(real, PATH_MAX, "%s", path);
-    for (;;) {
+    char rest[2 * PATH_MAX], current[PATH_MAX] = "/";
+    if (dir[0] != '/' || strlen(dir) >= PATH_MAX) return 0;
+    snprintf(rest, sizeof rest, "%s", dir);
+    if (!dir_safe("/")) return 0;
+    for (int hops = 0;;) {
+        char *part = rest;
+        while (*part == '/') part++;
+        if (!*part) break;
+        char *next = strchr(part, '/');
+        size_t len = next ? (size_t)(next - part) : strlen(part);
+        char name[NAME_MAX + 1], candidate[PATH_MAX];
+        if (len > NAME_MAX) return 0;
+        memcpy(name, part, len);
+        name[len] = 0;
+        memmove(rest, part + len, strlen(part + len) + 1);
+        if (strcmp(name, ".") == 0) continue;
+        if (strcmp(name, "..") == 0) {
+            char *slash = strrchr(current, '/');
+            if (slash == current) current[1] = 0;
+            else *slash = 0;
+            continue;
+        }
+        int w = snprintf(candidate, sizeof candidate, "%s/%s", strcmp(current, "/") ? current : "", name);
+        if (w < 0 || (size_t)w >= sizeof candidate) return 0;
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
-        if (st.st_uid != 0 && st.st_uid != geteuid()) return 0;
-        if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)) return 0;
-        if (strcmp(path, "/") == 0) return 1;
-        char *slash = strrchr(path, '/');
-        if (slash == path) path[1] = 0;
-        else *slash = 0;
+        if (lstat(candidate, &st) != 0) return 0;
+        if (S_ISLNK(st.st_mode)) {
+            if (++hops > 40 || (st.st_uid != 0 && st.st_uid != geteuid())) return 0;
+            char target[PATH_MAX], joined[2 * PATH_MAX];
+            ssize_t n = readlink(candidate, target, sizeof target - 1);
+            if (n <= 0) return 0;
+            target[n] = 0;
+            if (target[0] == '/') snprintf(current, sizeof current, "/");
+            if ((size_t)snprintf(joined, sizeof joined, "%s/%s", target, rest) >= sizeof joined) return 0;
+            snprintf(rest, sizeof rest, "%s", joined);
+            continue;
+        }
+        if (!dir_safe(candidate)) return 0;
+        snprintf(current, sizeof current, "%s", candidate);
     }
+    snprintf(real, PATH_MAX, "%s", current);
+    return 1;
 }
 
 /* The default server directory is keyed by this build's tree id: a client only ever
