@@ -17,6 +17,7 @@ all its checks (as inspect's runner does): each check cleans up after itself.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -185,3 +186,52 @@ async def test_cleanup_removes_what_an_interrupted_run_left_not_a_live_evaluatio
     finally:
         _remove(live)
         _remove(left)
+
+
+@pytest.fixture(scope="module")
+def root_container(self_check_image: str) -> Iterator[Any]:
+    from sandbox_tools.inspect.docker_env import DockerSdkConfig, _remove, _run
+
+    client, container = _run(DockerSdkConfig(image=self_check_image), "self-check")
+    try:
+        yield client, container
+    finally:
+        _remove(container)
+
+
+async def test_a_fifo_at_the_path_is_refused_not_waited_on(root_container: Any) -> None:
+    """THREAT_MODEL.md rule 3: the agent put a FIFO where the host reads or writes a
+    file; `cat` waited on it for ever, holding an engine slot."""
+    from sandbox_tools.inspect.docker_env import DockerSdkSandboxEnvironment
+
+    env = DockerSdkSandboxEnvironment.for_container(*reversed(root_container))
+    made = await env.exec(["mkfifo", "/tmp/answer.txt"])
+    assert made.success, made.stderr
+    for operation in (env.read_file("/tmp/answer.txt"), env.write_file("/tmp/answer.txt", "x")):
+        with pytest.raises(OSError, match="not a regular file"):
+            await asyncio.wait_for(operation, 60)
+
+
+async def test_a_command_cannot_pass_itself_off_as_the_runtimes_refusal(
+    root_container: Any,
+) -> None:
+    """The agent's program printed the container runtime's one-line refusal for
+    /usr/bin/timeout and exited 127: the host ran it a second time without `timeout`,
+    and every later timed command lost its in-sandbox timeout. What the sandbox has is
+    looked up by the engine, never read from a command's output."""
+    from sandbox_tools.inspect.docker_env import DockerSdkSandboxEnvironment
+
+    env = DockerSdkSandboxEnvironment.for_container(*reversed(root_container))
+    spoof = (
+        "echo ran >> /tmp/spoof.count; echo 'OCI runtime exec failed: exec failed: unable to "
+        'start container process: exec: "/usr/bin/timeout": stat /usr/bin/timeout: no such '
+        "file or directory: unknown'; exit 127"
+    )
+    result = await env.exec(["sh", "-c", spoof], timeout=30)
+    assert result.returncode == 127
+    assert (await env.read_file("/tmp/spoof.count")) == "ran\n"  # once, not twice
+    with pytest.raises(TimeoutError):
+        await env.exec(["sh", "-c", "sleep 300 # spoof-marker; :"], timeout=2)
+    await asyncio.sleep(7)  # past timeout's -k 5s
+    left = await env.exec(["sh", "-c", "ps aux | grep spoof-marker | grep -v grep"])
+    assert left.stdout.strip() == "", left.stdout  # the in-sandbox timeout still ends it

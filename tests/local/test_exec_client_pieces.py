@@ -6,6 +6,7 @@ answer cut at that size, or a large view, is still larger once escaped as JSON."
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,36 @@ def test_a_piece_that_does_not_continue_the_response_is_refused(
 ) -> None:
     with pytest.raises(RuntimeTransportError):
         _chunk_fields(bad, handle, offset)
+
+
+class PieceByPieceRuntime(LocalSandbox):
+    """A runtime the agent controls, answering every call with pieces of `size` bytes of
+    a 64 MiB response (it ran for days, a call's timeout applying to each piece alone)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.calls = 0
+
+    def exec_output_limit(self) -> int:
+        return 4096
+
+    async def exec(self, *args: Any, **kwargs: Any) -> ExecOutput:
+        import json
+
+        self.calls += 1
+        await asyncio.sleep(0.05)  # an exec's cost: the pieces come at a pace
+        request = json.loads(kwargs["input"])
+        offset = request["params"].get("offset", 0) if self.calls > 1 else 0
+        body = {"jsonrpc": "2.0", "id": request["id"]}
+        body["__inspect_json_rpc_response_chunk__"] = piece("h", offset, b"x" * self.size, 1 << 26)
+        return ExecOutput(0, json.dumps(body).encode() + b"\n", b"")
+
+
+@pytest.mark.parametrize("size", [1, 2048])
+async def test_a_response_handed_out_slowly_is_refused_within_the_calls_time(size: int) -> None:
+    runtime = PieceByPieceRuntime(size)
+    client = ExecRuntimeClient(runtime, ["unused"])
+    pattern = "at least 1024" if size < 1024 else "did not arrive whole within 2 s"
+    with pytest.raises(RuntimeTransportError, match=pattern):
+        await asyncio.wait_for(client.call("version", timeout=2), 60)

@@ -20,6 +20,7 @@ import itertools
 import json
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,9 @@ CLOSE_TIMEOUT = 10.0
 DIAGNOSE_TIMEOUT = 30.0
 # The largest response the host accepts: one frame of the runtime's protocol.
 MAX_RESPONSE_BYTES = MAX_FRAME_BYTES
+# The least a piece of a held response carries (all but the last): the runtime's are as
+# large as the caller's output limit allows, which is never this small.
+MIN_PIECE_BYTES = 1024
 # The channel's reader gives the event loop a turn after a sandbox message this long.
 YIELD_AFTER_BYTES = 64 * 1024
 
@@ -544,17 +548,30 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
 
     async def _reassembled(self, piece: Any, env: Mapping[str, str], timeout: float) -> Any:
         """The whole response from its pieces: each asked for by handle and offset, checked
-        to continue the one before, bounded by MAX_RESPONSE_BYTES; the handle released."""
+        to continue the one before, bounded by MAX_RESPONSE_BYTES; the handle released.
+        All of it within the call's `timeout`, each piece but the last at least
+        MIN_PIECE_BYTES: a runtime handing out one byte at a time took days."""
         method = RESPONSE_CHUNK_METHOD
         data, handle = bytearray(), None
+        deadline = time.monotonic() + timeout
         try:
             while True:
                 handle, chunk, done = _chunk_fields(piece, handle, len(data))
                 data += chunk
                 if done:
                     break
+                if len(chunk) < MIN_PIECE_BYTES:
+                    raise RuntimeTransportError(
+                        f"{method}: a piece of {len(chunk)} bytes (at least {MIN_PIECE_BYTES} "
+                        "but the last)"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeTransportError(
+                        f"{method}: the response did not arrive whole within {timeout:g} s"
+                    )
                 ask = {"handle": handle, "offset": len(data)}
-                answer = await self._exchange(_request(next(self._ids), method, ask), env, timeout)
+                answer = await self._exchange(_request(next(self._ids), method, ask), env, left)
                 if not isinstance(answer, dict) or RESPONSE_CHUNK_FIELD not in answer:
                     unwrap_response(answer, method)  # an error: raised as the runtime said it
                     raise RuntimeTransportError(f"{method}: the runtime sent no piece")

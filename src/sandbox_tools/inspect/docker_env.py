@@ -237,6 +237,9 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
         client, container = await asyncio.to_thread(_run, config, task_name)
         return {"default": cls.for_container(container, client)}
 
+    async def provider_has(self, path: str) -> bool:
+        return await self.sandbox.exists(path)
+
     async def provider_write_file(self, path: str, data: bytes, file: str) -> None:
         if await self.sandbox.is_directory(path):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", file)

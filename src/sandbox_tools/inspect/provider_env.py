@@ -30,8 +30,15 @@ log = logging.getLogger(__name__)
 # its own `cat` in front of a root sandbox's file operations.
 SHELL = "/bin/sh"
 FIXED_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-READ_SCRIPT = 'exec cat -- "$1"'
+# Only a regular file (or a new one) is written or read: a FIFO or a device at the path
+# would hold the call until its timeout.
+_REGULAR = (
+    'if [ -e "$1" ] && [ ! -f "$1" ] && [ ! -d "$1" ]; then '
+    'echo "$1: not a regular file" >&2; exit 1; fi; '
+)
+WRITE_SCRIPT = _REGULAR + 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+READ_SCRIPT = _REGULAR + 'exec cat -- "$1"'
+FILE_TIMEOUT = 600  # one file operation, as inspect's Docker sandbox bounds its own
 # What an exec's timeout runs in the sandbox, as inspect's Docker sandbox does: it ends
 # the command's whole process group in the container (a timeout on the host only stops
 # waiting), SIGKILL 5 s after SIGTERM.
@@ -70,6 +77,7 @@ def file_error(stderr: str, file: str) -> OSError | None:
         ("read-only file system", PermissionError, errno.EROFS),
         ("not a directory", NotADirectoryError, errno.ENOTDIR),
         ("no such file or directory", FileNotFoundError, errno.ENOENT),
+        ("not a regular file", OSError, errno.EINVAL),
     ):
         if phrase in said:
             return kind(code, f"{phrase.capitalize()}: {stderr.strip()[:500]}", file)
@@ -97,8 +105,8 @@ class ProviderEnvironment(SandboxEnvironment):
         self.sandbox = sandbox
         self.working_dir = working_dir
         self.user = user
-        # What this sandbox turned out to lack (learnt from the runtime's own refusal).
-        self._missing: set[str] = set()
+        # Which of our fixed programs (the shell, timeout) the sandbox has, once looked at.
+        self._programs: dict[str, bool] = {}
 
     def default_polling_interval(self) -> float:
         """How often inspect's exec_remote client polls (its base default is 2 s; its own
@@ -173,17 +181,13 @@ class ProviderEnvironment(SandboxEnvironment):
         timeout_retry: bool,
     ) -> ExecOutput:
         wrapper = self.timeout_command
-        if timeout is None or wrapper is None or wrapper in self._missing:
+        # An image without `timeout` (distroless, scratch): the host's deadline alone.
+        if timeout is None or wrapper is None or not await self.has_program(wrapper):
             return await self._launched(cmd, input, cwd, env, user, timeout, timeout_retry)
         started = time.monotonic()
         wrapped = [wrapper, "-k", "5s", f"{timeout}s", *cmd]
         host_timeout = timeout + HOST_TIMEOUT_SLACK
         result = await self._run(wrapped, input, cwd, env, user, host_timeout, timeout_retry)
-        refused = launch_failure(result)
-        if refused is not None and refused[0] == wrapper:
-            # An image without `timeout` (distroless, scratch): the host's deadline alone.
-            self._missing.add(wrapper)
-            return await self._launched(cmd, input, cwd, env, user, timeout, timeout_retry)
         elapsed = time.monotonic() - started
         # 124: GNU timeout's own code; 137 (after -k) and 143 (busybox) are also any
         # signal's, so they count only once the deadline has passed.
@@ -246,24 +250,32 @@ class ProviderEnvironment(SandboxEnvironment):
     async def _shell(
         self, script: str, path: str, data: bytes | None, max_output: int
     ) -> ExecOutput | None:
-        """`script` run by the sandbox's shell as its user, or None if it has no shell."""
-        if not self.shell_files or SHELL in self._missing:
+        """`script` run by the sandbox's shell as its user, or None if it has no shell.
+        Bounded in time as inspect bounds its own (a FIFO the agent put at the path would
+        otherwise hold the call, and an engine slot, for ever)."""
+        if not self.shell_files or not await self.has_program(SHELL):
             return None
-        result = await self._run(
+        return await self._run(
             [SHELL, "-c", script, "sh", path],
             data,
             None,
             {"PATH": FIXED_PATH},
             self.user,
-            None,
+            FILE_TIMEOUT,
             False,
             max_output=max_output,
         )
-        refused = launch_failure(result)
-        if refused is not None and refused[0] == SHELL:
-            self._missing.add(SHELL)
-            return None
-        return result
+
+    async def has_program(self, path: str) -> bool:
+        """Whether the sandbox has `path`, asked once of the provider (never read from a
+        command's output, which the agent's programs write). Without a way to look: yes."""
+        if path not in self._programs:
+            self._programs[path] = await self.provider_has(path)
+        return self._programs[path]
+
+    async def provider_has(self, path: str) -> bool:
+        """The provider's own look at a path (assumed there where it has none)."""
+        return True
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
         """Written as the sandbox's user where it has a shell (`mkdir -p`, then `cat`),

@@ -283,6 +283,12 @@ class DockerSandbox(Sandbox):
             wanted = posixpath.join(posixpath.dirname(wanted), link)
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
 
+    async def exists(self, path: str) -> bool:
+        """Whether `path` is there (a link counts, whatever it points at), by the engine's
+        stat: nothing in the container runs."""
+        async with self._api.slot():
+            return await self._api.path_mode(self.container_id, path) is not None
+
     async def is_directory(self, path: str) -> bool:
         """Whether `path` is a directory, by the engine's stat (nothing in the container
         runs): the engine's archive upload replaces a directory by a file of its name."""
