@@ -51,6 +51,7 @@ from sandbox_tools.injector.mcp_client import (  # noqa: E402
     MAX_DROPPED_MESSAGES,
     sandbox_mcp_client,
 )
+from sandbox_tools.protocol import MAX_SERVER_MESSAGE_VALUES  # noqa: E402
 
 pytestmark = [pytest.mark.security, pytest.mark.timeout(300)]
 
@@ -470,6 +471,34 @@ async def test_deeply_nested_mcp_notifications_are_counted_not_a_traceback_each(
     assert not [r for r in records if r.exc_info], "a traceback was logged"
     assert len(records) <= 5, [r.getMessage()[:200] for r in records]
     assert "cannot be read as MCP" in caplog.text
+
+
+async def test_messages_the_runtime_drops_are_counted_and_end_the_session(
+    runtime: SourceRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """THREAT_MODEL.md rule 3: notifications past the runtime's value bound are dropped
+    in the sandbox, which tells the host; the host logged a WARNING for each (3,000: 537 KB
+    of log in 9 s) and the session went on for ever. They are counted with the host's own
+    drops: told once, then summed, and past MAX_DROPPED_MESSAGES the session ends."""
+    caplog.set_level(logging.INFO)
+    count = MAX_DROPPED_MESSAGES + 100
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=[HOSTILE, "widenotes", str(MAX_SERVER_MESSAGE_VALUES + 1), str(count)],
+    )
+    async with (
+        sandbox_mcp_client(runtime.client, server) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        for _ in range(120):
+            await asyncio.sleep(1)
+            if f"more than {MAX_DROPPED_MESSAGES} messages that were dropped" in caplog.text:
+                break
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    print(f"{count} dropped notifications: {len(records)} warnings")
+    assert f"more than {MAX_DROPPED_MESSAGES} messages that were dropped" in caplog.text
+    assert len(records) <= 6, [r.getMessage()[:200] for r in records]
 
 
 def test_hostile_server_is_valid_json_lines() -> None:

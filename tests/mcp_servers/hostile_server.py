@@ -85,6 +85,11 @@ def attack(mode: str, args: list[str]) -> None:
             request["id"] = f"w{n}"
             send(request)
             answered.acquire()
+    elif mode == "widenotes":
+        values, count = int(args[0]), int(args[1])
+        wide = [0] * values
+        for _ in range(count):
+            send(notification(wide))
     elif mode == "deep":
         depth, count = int(args[0]), int(args[1])
         nested: Any = "bottom"

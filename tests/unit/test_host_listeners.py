@@ -80,3 +80,19 @@ def test_text_from_the_sandbox_is_escaped_and_cut_for_the_log() -> None:
 
     assert said("a\nb\x1b[31mc") == "a\\nb\\x1b[31mc"
     assert said("é" * 500, 10) == "\\xe9" * 10 + "..."
+
+
+def test_a_runtime_naming_a_new_server_each_time_is_counted_not_a_warning_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A runtime the agent controls named a new server in every poll's answer: a WARNING
+    each (265 in 15 s)."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    client = Client()
+    for n in range(300):
+        client._note_server(f"server-{n}\nforged")
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert 1 <= len(records) <= 6
+    assert not [r for r in records if "\n" in r.getMessage()]

@@ -322,6 +322,7 @@ class RuntimeClient(abc.ABC):
         # or answer them in the host's place (THREAT_MODEL.md, "Sandbox -> host").
         self.host_key = secrets.token_urlsafe(24)
         self._server_instance: str | None = None
+        self._restarts = Throttled(log, "the runtime server in the sandbox was restarted")
 
     async def listen(
         self,
@@ -383,7 +384,8 @@ class RuntimeClient(abc.ABC):
         if not isinstance(instance, str):
             raise RuntimeTransportError(f"the runtime named its server {_describe(instance)}")
         if self._server_instance is not None and instance != self._server_instance:
-            log.warning("the runtime server in the sandbox was restarted")
+            # Counted: a runtime the agent controls may name a new server in every answer.
+            self._restarts.warn(f"now {said(instance, 80)}")
             for listener in list(self._listeners):
                 if listener.per_server:
                     listener.fail(

@@ -30,10 +30,15 @@ class Throttled:
     then a count at most every SUMMARY_SECONDS, with the latest event's text."""
 
     def __init__(
-        self, logger: logging.Logger, what: str, summary_seconds: float = SUMMARY_SECONDS
+        self,
+        logger: logging.Logger,
+        what: str,
+        summary_seconds: float = SUMMARY_SECONDS,
+        level: int = logging.WARNING,
     ) -> None:
         self.log = logger
         self.what = what
+        self.level = level
         self.summary_seconds = summary_seconds
         self.count = 0
         self.unsaid = 0
@@ -45,7 +50,7 @@ class Throttled:
         `said`)."""
         self.count += 1
         if self.count <= TOLD_IN_FULL:
-            self.log.warning("%s: %s", self.what, message)
+            self.log.log(self.level, "%s: %s", self.what, message)
             self.said_at = time.monotonic()
             return
         self.unsaid += 1
@@ -56,7 +61,8 @@ class Throttled:
     def flush(self) -> None:
         """Tell the count of what was not told yet, if anything."""
         if self.unsaid:
-            self.log.warning(
+            self.log.log(
+                self.level,
                 "%s: %d more since the last line (%d in all; the latest: %s)",
                 self.what,
                 self.unsaid,

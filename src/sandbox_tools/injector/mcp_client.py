@@ -243,9 +243,16 @@ async def sandbox_mcp_client(
         await launched.wait()  # messages sent before the launch returned wait, in order
         dropped = params.get("dropped")
         if isinstance(dropped, dict):
+            # The runtime dropped a message of the server's (too large): counted with the
+            # host's own drops, told as they are, and past the bound the session ends.
             reason = said(dropped.get("reason"), 500)
-            log.warning("MCP server in the sandbox: %s", reason)
+            drops.note(f"the runtime dropped a message: {reason}")
             await to_session(ValueError(reason))
+            if drops.total > MAX_DROPPED_MESSAGES:
+                listener.fail(
+                    f"the server sent more than {MAX_DROPPED_MESSAGES} messages that were "
+                    f"dropped; the latest: {reason}"
+                )
             return
         message = params.get("message")
         if isinstance(message, dict) and params.get("session_id") == session_id:
@@ -257,7 +264,7 @@ async def sandbox_mcp_client(
         # Messages were lost: the session cannot be trusted to be whole any more, so the
         # server is stopped (a flooding server stops flooding) and the session told.
         ended.append(reason)
-        log.warning("MCP session in the sandbox ended: %s", reason)
+        log.warning("MCP session in the sandbox ended: %s", said(reason, 1000))
         if session_id is not None:
             with anyio.move_on_after(KILL_TIMEOUT), contextlib.suppress(Exception):
                 await client.call(

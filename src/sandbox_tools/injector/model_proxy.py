@@ -269,6 +269,9 @@ class ModelProxy:
         self._held = 0  # what requests held by pending tasks may cost, in bytes
         self._refusals = Throttled(log, "model proxy: refused")
         self._failures = Throttled(log, "model proxy: the handler failed")
+        self._ended_early = Throttled(
+            log, "model proxy: a response ended early", level=logging.INFO
+        )
 
     @property
     def base_url(self) -> str:
@@ -322,7 +325,7 @@ class ModelProxy:
         """The host stopped hearing the sandbox (its channel was killed, or it fell behind):
         the agent's requests cannot be answered any more; say so, loudly."""
         self.ended = self.ended or f"the host stopped receiving its requests: {reason}"
-        log.error("model proxy stopped: %s", self.ended)
+        log.error("model proxy stopped: %s", said(self.ended, 1000))
 
     async def _watch(self, process: ExecRemoteProcess, ready: asyncio.Future[None]) -> None:
         """Follow the proxy process for its whole life (leaving its events would kill it)."""
@@ -330,7 +333,7 @@ class ModelProxy:
             await self._follow(process, ready)
         except SandboxToolsError as exc:
             self.ended = self.ended or f"following the proxy process failed: {exc}"
-            log.error("model proxy stopped: %s", self.ended)
+            log.error("model proxy stopped: %s", said(self.ended, 1000))
             if not ready.done():
                 ready.set_exception(exc)
 
@@ -352,7 +355,7 @@ class ModelProxy:
                     # to connect; the host hears it here and in `ended`, and nothing of the
                     # host's is exposed by it.
                     self.ended = reason
-                    log.warning("model proxy in the sandbox ended: %s", reason)
+                    log.warning("model proxy in the sandbox ended: %s", said(reason, 1000))
 
     async def aclose(self) -> None:
         if self._process is not None:
@@ -381,7 +384,7 @@ class ModelProxy:
     async def _on_request(self, params: dict[str, Any]) -> None:
         request_id = params.get("request_id")
         if not isinstance(request_id, str) or not request_id or len(request_id) > 64:
-            log.warning("model proxy: ignored a request from the sandbox without a valid id")
+            self._refusals.warn("a request from the sandbox without a valid id was ignored")
             return
         if request_id in self._tasks:
             return
@@ -466,7 +469,7 @@ class ModelProxy:
             try:
                 await self._send(request_id, response)
             except SandboxToolsError as exc:
-                log.info("model proxy: %s ended early: %s", request_id, exc)
+                self._ended_early.warn(f"{said(request_id, 80)}: {said(exc)}")
 
     async def _send(self, request_id: str, response: ProxyResponse) -> None:
         """The head with the body's first chunks in one call, then the rest as produced.

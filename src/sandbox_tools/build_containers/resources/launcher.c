@@ -700,7 +700,7 @@ static void verify_tree(void) {
  * modules). Each is taken away and saved under the name of the launcher's own variable,
  * an underscore and its name, so that the commands the runtime starts get it back
  * (runtime/child_env.py); the runtime itself runs in the C locale. */
-static const char *const LOADER_VARIABLES[] = {"LD_PRELOAD", "LD_AUDIT", "GCONV_PATH", "LOCPATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME", "LC_ADDRESS", "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_NAME", "LC_PAPER", "LC_TELEPHONE"};
+static const char *const LOADER_VARIABLES[] = {"LD_PRELOAD", "LD_AUDIT", "LD_DEBUG", "LD_DEBUG_OUTPUT", "LD_PROFILE", "LD_PROFILE_OUTPUT", "GCONV_PATH", "LOCPATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME", "LC_ADDRESS", "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_NAME", "LC_PAPER", "LC_TELEPHONE"};
 
 static void keep_loader_variables_from_the_runtime(void) {
     for (size_t n = 0; n < sizeof LOADER_VARIABLES / sizeof *LOADER_VARIABLES; n++) {
