@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,16 @@ def runtime_dir() -> Iterator[RuntimeDir]:
         except ProcessLookupError:
             pass
     shutil.rmtree(directory.path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_browser_wanted_across_tests() -> Iterator[None]:
+    """A test that makes the browser tools without running an evaluation would leave
+    the docker_sdk sandbox checking for the add-on at every later task's start."""
+    yield
+    tools = sys.modules.get("sandbox_tools.inspect.tools")  # only where a test loaded it
+    if tools is not None:
+        tools._BROWSER_WANTED.clear()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

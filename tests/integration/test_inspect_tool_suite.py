@@ -658,3 +658,37 @@ EXEC_REMOTE_NAMES = [
 @pytest.mark.parametrize("check", EXEC_REMOTE_NAMES)
 def test_exec_remote(check: str, exec_remote_results: dict[str, str]) -> None:
     assert exec_remote_results[check] == "passed", exec_remote_results[check]
+
+
+def test_a_task_with_the_browser_and_no_add_on_fails_before_any_sample(
+    sandboxes: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime is checked at the task's start; the browser add-on was found missing
+    only at a sample's first browser call, after its other work. Now both are checked
+    before any sample, when a task of the evaluation uses `web_browser()`. (As an
+    installed package: a source checkout would build the add-on there and then.)"""
+    from sandbox_tools.injector import acquire
+    from sandbox_tools.inspect import web_browser
+
+    monkeypatch.setattr(acquire, "checkout_root", lambda: None)
+    monkeypatch.setenv("SANDBOX_TOOLS_CACHE", str(tmp_path / "empty-cache"))
+
+    task = Task(
+        dataset=[Sample(input="browse")],
+        solver=[use_tools([bash_session(), *web_browser()]), generate()],
+        sandbox=sandboxes["root"],  # a dist with the runtime alone
+    )
+    model = get_model(
+        M,
+        custom_outputs=outputs(
+            ModelOutput.for_tool_call(
+                model=M, tool_name="bash_session", tool_arguments={"action": "read"}
+            ),
+            ModelOutput.from_content(model=M, content="done"),
+        ),
+    )
+    from inspect_ai._util.error import PrerequisiteError
+
+    with pytest.raises(PrerequisiteError, match="no browser add-on for") as failed:
+        run(task, model, tmp_path)
+    assert "--with-browser" in str(failed.value)  # what to do

@@ -31,6 +31,7 @@ from sandbox_tools.inspect.tools import (
     _for_model,
     _mcp_server,
     tool_state_instance,
+    want_browser,
 )
 
 _SESSION_KEY = "sandbox_tools:web_browser:"
@@ -444,6 +445,7 @@ def web_browser(
       web_browser_go, then (interactive) web_browser_click, web_browser_type_submit and
       web_browser_type, then web_browser_scroll, _back, _forward and _refresh.
     """
+    want_browser()
     options: dict[str, Any] = {
         "instance": instance,
         "screenshots": screenshots,
@@ -483,6 +485,7 @@ def browser_mcp_server(
       user: Run the server and its browser as this user.
       timeout: Seconds one request to the server may take (default 600).
     """
+    want_browser()
     from mcp import StdioServerParameters
 
     async def launch(bound: _Bound) -> StdioServerParameters:

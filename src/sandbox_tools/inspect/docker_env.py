@@ -25,9 +25,11 @@ from inspect_ai._util.error import PrerequisiteError  # inspect's "print the mes
 from inspect_ai.util import SandboxEnvironment, sandboxenv
 from pydantic import BaseModel, Field, model_validator
 
+from sandbox_tools.artifacts import ArtifactFormat
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import acquire_artifact
 from sandbox_tools.inspect.provider_env import TIMEOUT_COMMAND, ProviderEnvironment
+from sandbox_tools.inspect.tools import browser_wanted
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.engines import docker_client
@@ -261,6 +263,8 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
             image = client.images.get(resolved_config(client, config).image)
             arch = Arch.parse(str(image.attrs.get("Architecture") or os.uname().machine))
             acquire_artifact(arch)
+            if browser_wanted():  # a task of this evaluation made web_browser()
+                acquire_artifact(arch, ArtifactFormat.TAR_XZ)
 
         try:
             await asyncio.to_thread(check)

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from inspect_ai.hooks import Hooks, SampleEnd, hooks
+from inspect_ai.hooks import Hooks, RunEnd, SampleEnd, hooks
 from inspect_ai.log import transcript
 from inspect_ai.tool import MCPServer, Tool, ToolError, tool
 from inspect_ai.tool._tool import ToolParsingError
@@ -65,6 +65,20 @@ except ImportError:  # older inspect: the instance is what the caller gave
 
 
 __all__ = ["tool_state_instance"]  # also the browser tools'
+
+# Whether a task of this process made the browser tools: the docker_sdk sandbox then
+# checks, before any sample, that the browser add-on can be had, as it does the runtime.
+_BROWSER_WANTED: list[bool] = []
+
+
+def want_browser() -> None:
+    """Called by the browser tools' factories, when the task is made."""
+    if not _BROWSER_WANTED:
+        _BROWSER_WANTED.append(True)
+
+
+def browser_wanted() -> bool:
+    return bool(_BROWSER_WANTED)
 
 DEFAULT_WAIT_FOR_OUTPUT = 30
 DEFAULT_IDLE_TIME = 0.5
@@ -675,6 +689,10 @@ async def _release(bound: _Bound) -> None:
     "sample of a long-lived sandbox).",
 )
 class ReleaseAtSampleEnd(Hooks):
+    async def on_run_end(self, data: RunEnd) -> None:
+        """An evaluation run ended: the next one's tasks say again whether they browse."""
+        _BROWSER_WANTED.clear()
+
     async def on_sample_end(self, data: SampleEnd) -> None:
         for key, token in (data.sample.store or {}).items():
             bound = _BY_TOKEN.pop(token, None) if key.startswith(_STORE_KEY) else None

@@ -180,8 +180,11 @@ class TextEditorController:
         text = await self._read_file(files, params.path)
         count = text.count(old)
         if count == 0:
+            # Quoted back (cut), as inspect's editor does: a model sees what it sent.
+            shown = old if len(old) <= 200 else old[:200] + "..."
             raise ToolError(
-                f"no replacement was performed: old_str did not appear verbatim in {params.path}"
+                f"no replacement was performed: old_str `{shown}` did not appear verbatim "
+                f"in {params.path}"
             )
         if count > 1:
             lines = sorted({text.count("\n", 0, index) + 1 for index in _occurrences(text, old)})
