@@ -47,6 +47,9 @@ def inputs(tmp_path: Path) -> Path:
         (["fetch", "--manifest", "schema-only.json", "--dest", "out"], 2, "has no 'version'"),
         (["fetch", "--manifest", "not-json.json", "--dest", "out"], 2, "not a valid manifest"),
         (["fetch", "--manifest", "missing.json", "--dest", "out"], 2, "no manifest at"),
+        (["fetch", "--manifest", "missing.json", "--dest", "out"], 2, "`tools release` writes"),
+        # an unreleased install: the command that builds where the injector looks
+        (["fetch", "--platform", "arm64", "--dest", "out"], 2, "tools build --arch arm64 --out"),
         (["release", "--s3-bucket", "b", "--s3-prefix", "x/{vers}", "--dry-run"], 2, "{version}"),
         (["release", "--github-repo", "o/r", "--github-tag", "{ver}", "--dry-run"], 2, "{version}"),
         (["fetch", "--manifest", GOLDEN, "--out", "/proc/no/such"], 2, "cannot create"),

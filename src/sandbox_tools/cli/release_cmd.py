@@ -40,8 +40,8 @@ from sandbox_tools.cli.output import (
     verbose,
 )
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
-from sandbox_tools.injector.acquire import checkout_root
-from sandbox_tools.platforms import parse_arches
+from sandbox_tools.injector.acquire import checkout_root, local_dist
+from sandbox_tools.platforms import Arch, parse_arches
 from sandbox_tools.publishing.coverage import Coverage
 from sandbox_tools.publishing.publish import (
     ReleaseRequest,
@@ -61,6 +61,7 @@ from sandbox_tools.release.manifest import (
     published_dir,
     read_manifest,
 )
+from sandbox_tools.settings import Settings
 
 STATE_STYLE = {"passed": "green", "partly skipped": "yellow", "skipped": "yellow"}
 
@@ -163,14 +164,23 @@ def _checkout() -> Path | None:
     return root if root is not None and (root / ".git").exists() else None
 
 
-def _trusted_manifest(path: Path | None) -> Manifest:
+def _trusted_manifest(
+    path: Path | None, settings: Settings, arches: list[Arch], with_browser: bool
+) -> Manifest:
     if path is not None:
         return read_manifest(path)
     manifest = packaged_manifest()
     if manifest is None:
+        # What the injector would say: where it looks for local builds, and the command.
+        where = local_dist(settings)
+        host = [Arch.parse(os.uname().machine)]
+        flags = " ".join(f"--arch {arch.value}" for arch in arches or host)
+        addon = " --with-browser" if with_browser else ""
         raise ConfigurationError(
-            f"sandbox-tools {__version__} carries no released manifest (an unreleased checkout)",
-            remedy="Pass --manifest FILE that you trust, or build locally with `tools build`.",
+            f"sandbox-tools {__version__} carries no released manifest (an unreleased "
+            "install: a git install or a checkout), so there is nothing to fetch",
+            remedy=f"Pass --manifest FILE that you trust, or build the runtime where the "
+            f"injector looks: `tools build {flags}{addon} --out {where}`.",
         )
     return manifest
 
@@ -542,15 +552,16 @@ def fetch_command(
         humans_to_stderr()
     if verbose_flag:
         raise_verbosity()
-    manifest = _trusted_manifest(manifest_path)
+    try:
+        arches = parse_arches(platform or [])
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    manifest = _trusted_manifest(manifest_path, invocation(ctx).settings, arches, with_browser)
     target_dir = (
         dest if dest is not None else artifact_cache_dir(invocation(ctx).settings, manifest.version)
     )
     _usable_directory(target_dir, "--out")
-    try:
-        platforms = [arch.platform for arch in parse_arches(platform or [])]
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from None
+    platforms = [arch.platform for arch in arches]
     wanted = wanted_artifacts(manifest, platforms, with_browser, origin)
     if verbose():
         for artifact in wanted:

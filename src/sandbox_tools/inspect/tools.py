@@ -80,6 +80,7 @@ def want_browser() -> None:
 def browser_wanted() -> bool:
     return bool(_BROWSER_WANTED)
 
+
 DEFAULT_WAIT_FOR_OUTPUT = 30
 DEFAULT_IDLE_TIME = 0.5
 # What a call may take beyond its wait for output, as inspect's bash_session allows.

@@ -178,7 +178,12 @@ def read_manifest(path: Path) -> Manifest:
     try:
         return Manifest.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigurationError(f"no manifest at {path}") from None
+        raise ConfigurationError(
+            f"no manifest at {path}",
+            remedy="`tools release` writes the manifest (as dist/manifest.json) once a release "
+            "is made, and `tools manifest write` from a build's records; give the path of "
+            "one you have.",
+        ) from None
     except IsADirectoryError:
         raise ConfigurationError(f"{path} is a directory; give the manifest file") from None
     except OSError as exc:
