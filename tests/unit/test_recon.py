@@ -49,6 +49,12 @@ def test_a_well_formed_probe_parses() -> None:
     ]
 
 
+def test_the_os_is_named_without_a_gap_where_the_image_has_no_version() -> None:
+    assert parse_probe(GOOD).os_name == "debian 12"
+    busybox = GOOD.replace(b"os_id=debian\nos_version=12", b"os_id=linux\nos_version=")
+    assert parse_probe(busybox).os_name == "linux"  # was "linux " then a comma
+
+
 @pytest.mark.parametrize(
     ("forgery", "why"),
     [

@@ -142,7 +142,7 @@ async def _exec_remote_in_container(
                 ("container", f"{container.name} ({image}, from {source})"),
                 (
                     "sandbox",
-                    f"{recon.os_id} {recon.os_version}, {recon.platform}, libc {recon.libc}, "
+                    f"{recon.os_name}, {recon.platform}, libc {recon.libc}, "
                     f"user {recon.user or recon.uid}",
                 ),
                 (

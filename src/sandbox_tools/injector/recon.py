@@ -250,6 +250,12 @@ class Recon:
     def platform(self) -> str:
         return self.arch.platform if self.arch else f"linux/{self.raw_arch}"
 
+    @property
+    def os_name(self) -> str:
+        """The distribution and its version, as far as the image says ("linux" alone where
+        it has no /etc/os-release: busybox, distroless)."""
+        return " ".join(part for part in (self.os_id, self.os_version) if part) or "unknown"
+
     def install_bases(self) -> list[Candidate]:
         """Usable directories, private ones before shared ones, each in probe order."""
         usable = [c for c in self.candidates if c.usable]
