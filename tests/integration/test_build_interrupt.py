@@ -61,6 +61,10 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
     assert build.returncode == 130, stdout + stderr
     assert time.monotonic() - started < 60  # it stopped; a full build takes minutes
     assert "interrupted" in stderr and "KeyboardInterrupt" not in stdout + stderr
+    assert "interrupted \n" not in stderr  # a label with nothing after it
+    # the stage in progress is not reported done
+    assert f"[{arch.value}] freeze: stopped, not done, after" in stdout, stdout
+    assert f"[{arch.value}] freeze: done in" not in stdout
     from sandbox_tools.sandboxes.containers import OWNER_LABEL
 
     mine = {"label": f"{OWNER_LABEL}={build.pid}"}  # only what this process made

@@ -188,7 +188,8 @@ def _echo_line(line: str) -> None:
 def _say(label: str, text: str) -> None:
     # Messages carry paths and extras like [modal]: printed literally, never as markup,
     # and never wrapped (digests and URLs must stay copyable).
-    err_console.print(f"[bold]{label}[/] {escape(text)}", highlight=False, soft_wrap=True)
+    line = f"[bold]{label}[/] {escape(text)}" if text else f"[bold]{label}[/]"
+    err_console.print(line, highlight=False, soft_wrap=True)
 
 
 def _debugging() -> bool:

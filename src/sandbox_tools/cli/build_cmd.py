@@ -50,11 +50,11 @@ class PlainReporter:
         with self._lock:
             print(text, flush=True, file=self.stream)
 
-    def _close_stage(self, arch: Arch) -> None:
+    def _close_stage(self, arch: Arch, how: str = "done in") -> None:
         if arch not in self._current:
             return
         stage, started = self._current.pop(arch)
-        line = f"[{arch.value}] {stage}: done in {time.monotonic() - started:.1f}s"
+        line = f"[{arch.value}] {stage}: {how} {time.monotonic() - started:.1f}s"
         held = self._held.pop(arch, [])
         if self.actions:
             self._emit("\n".join([f"::group::{line}", *held, "::endgroup::"]))
@@ -82,7 +82,7 @@ class PlainReporter:
         """The build stopped: show what the unfinished stages printed, and where."""
         for arch in list(self._current):
             stage, _ = self._current[arch]
-            self._close_stage(arch)
+            self._close_stage(arch, "stopped, not done, after")
             if self.actions:
                 self._emit(
                     actions_error_line(f"tools build {arch.value}", f"failed during {stage}")
