@@ -315,3 +315,30 @@ def free_port() -> int:
                 continue
             return port
     raise AssertionError("no free loopback port below the ephemeral range")
+
+
+# -- reading an inspect eval's messages, as inspect's own test helpers do ----------------
+
+
+def get_tool_call(messages: list[Any], tool: str) -> Any:
+    """The first call of `tool` an assistant message made (an inspect ToolCall), or None."""
+    calls = [
+        call
+        for message in messages
+        if getattr(message, "role", None) == "assistant"
+        for call in getattr(message, "tool_calls", None) or []
+        if call.function == tool
+    ]
+    return calls[0] if calls else None
+
+
+def get_tool_response(messages: list[Any], tool_call: Any) -> Any:
+    """The tool message answering `tool_call` (an inspect ChatMessageTool), or None."""
+    return next(
+        (
+            message
+            for message in messages
+            if getattr(message, "role", None) == "tool" and message.tool_call_id == tool_call.id
+        ),
+        None,
+    )

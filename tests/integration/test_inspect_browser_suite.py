@@ -52,6 +52,7 @@ from typing import Any, Literal, TypeVar
 import pytest
 
 from sandbox_tools.platforms import Arch
+from tests.support import get_tool_call, get_tool_response
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 
@@ -61,12 +62,10 @@ from inspect_ai.dataset import Sample
 from inspect_ai.model import ModelOutput, ModelUsage, get_model
 from inspect_ai.model._chat_message import (
     ChatMessage,
-    ChatMessageAssistant,
     ChatMessageTool,
 )
 from inspect_ai.model._generate_config import GenerateConfig
 from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools
-from inspect_ai.tool import ToolCall
 from inspect_ai.tool._tool_choice import ToolChoice
 from inspect_ai.tool._tool_info import ToolInfo
 from inspect_ai.util import sandbox
@@ -255,28 +254,6 @@ def with_usage(outputs: Any) -> Any:
     for output in outputs:
         output.usage = USAGE
     return outputs
-
-
-def get_tool_call(messages: list[ChatMessage], tool: str) -> ToolCall | None:
-    calls = [
-        call
-        for message in messages
-        if isinstance(message, ChatMessageAssistant)
-        for call in message.tool_calls or []
-        if call.function == tool
-    ]
-    return calls[0] if calls else None
-
-
-def get_tool_response(messages: list[ChatMessage], tool_call: ToolCall) -> ChatMessageTool | None:
-    return next(
-        (
-            message
-            for message in messages
-            if isinstance(message, ChatMessageTool) and message.tool_call_id == tool_call.id
-        ),
-        None,
-    )
 
 
 F = TypeVar("F", bound=Callable[..., Any])

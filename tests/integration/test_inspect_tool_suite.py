@@ -36,23 +36,20 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
-from tests.support import NONROOT
+from tests.support import NONROOT, get_tool_call, get_tool_response
 
 inspect_ai = pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 
 from inspect_ai import Task, eval  # noqa: E402
 from inspect_ai.dataset import Sample  # noqa: E402
 from inspect_ai.model import (  # noqa: E402
-    ChatMessage,
-    ChatMessageAssistant,
-    ChatMessageTool,
     ModelOutput,
     ModelUsage,
     get_model,
 )
 from inspect_ai.scorer import includes, match  # noqa: E402
 from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools  # noqa: E402
-from inspect_ai.tool import ToolCall, ToolCallError, tool  # noqa: E402
+from inspect_ai.tool import ToolCallError, tool  # noqa: E402
 from inspect_ai.util import sandbox  # noqa: E402
 
 from sandbox_tools.inspect import bash_session, text_editor  # noqa: E402
@@ -62,25 +59,6 @@ M = "mockllm/model"
 
 
 # -- what inspect's test helpers give its tests, written for ours -------------------------
-
-
-def get_tool_call(messages: list[ChatMessage], name: str) -> ToolCall | None:
-    calls = [
-        call
-        for message in messages
-        if isinstance(message, ChatMessageAssistant)
-        for call in message.tool_calls or []
-        if call.function == name
-    ]
-    return calls[0] if calls else None
-
-
-def get_tool_response(messages: list[ChatMessage], call: ToolCall | None) -> ChatMessageTool:
-    assert call is not None
-    (response,) = [
-        m for m in messages if isinstance(m, ChatMessageTool) and m.tool_call_id == call.id
-    ]
-    return response
 
 
 def outputs(*script: ModelOutput) -> list[ModelOutput]:

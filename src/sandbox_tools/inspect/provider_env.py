@@ -183,7 +183,8 @@ class ProviderEnvironment(SandboxEnvironment):
         wrapper = self.timeout_command
         # An image without `timeout` (distroless, scratch): the host's deadline alone.
         if timeout is None or wrapper is None or not await self.has_program(wrapper):
-            return await self._launched(cmd, input, cwd, env, user, timeout, timeout_retry)
+            result = await self._run(cmd, input, cwd, env, user, timeout, timeout_retry)
+            return self._checked_launch(cmd, result)
         started = time.monotonic()
         wrapped = [wrapper, "-k", "5s", f"{timeout}s", *cmd]
         host_timeout = timeout + HOST_TIMEOUT_SLACK
@@ -193,19 +194,6 @@ class ProviderEnvironment(SandboxEnvironment):
         # signal's, so they count only once the deadline has passed.
         if result.returncode == 124 or (result.returncode in (137, 143) and elapsed >= timeout):
             raise TimeoutError(f"Command timed out after {timeout} seconds")
-        return self._checked_launch(cmd, result)
-
-    async def _launched(
-        self,
-        cmd: list[str],
-        input: str | bytes | None,
-        cwd: str | None,
-        env: dict[str, str] | None,
-        user: str | None,
-        timeout: int | None,
-        timeout_retry: bool,
-    ) -> ExecOutput:
-        result = await self._run(cmd, input, cwd, env, user, timeout, timeout_retry)
         return self._checked_launch(cmd, result)
 
     @staticmethod
