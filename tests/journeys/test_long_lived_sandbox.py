@@ -182,11 +182,36 @@ def test_inspects_own_host_code_on_our_runtime(
 
 
 def test_our_tools(artifact: Path, tmp_path: Path) -> None:
-    """User path: our tools (README's inspect example) on the `local` sandbox."""
-    samples = run_many(
-        tmp_path, {"JOURNEY_TOOLS": "ours", "SANDBOX_TOOLS_DIST": str(artifact.parent)}
-    )
-    assert_every_sample_worked(samples)
+    """User path: our tools (README's inspect example) on the `local` sandbox, 20 samples
+    in a row, with a server of an earlier install at the same path still alive (its
+    install removed underneath it, then made again by the first sample)."""
+    leftover, install_dir = asyncio.run(our_leftover_server(artifact))
+    try:
+        samples = run_many(
+            tmp_path, {"JOURNEY_TOOLS": "ours", "SANDBOX_TOOLS_DIST": str(artifact.parent)}
+        )
+        assert_every_sample_worked(samples)
+        assert gone(leftover), "the earlier install's server is still running"
+        log = Path(install_dir, "run", "server.log")
+        assert "listening again" not in log.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(leftover, signal.SIGKILL)
+
+
+async def our_leftover_server(artifact: Path) -> tuple[int, str]:
+    """Our injector's install on this machine, its server started, then the install
+    removed with the server alive: (the server's pid, the install directory)."""
+    from sandbox_tools.injector.acquire import Dist
+    from sandbox_tools.injector.inject import Injector
+    from sandbox_tools.sandboxes.local import LocalSandbox
+
+    async with Injector(sources=[Dist(artifact.parent)]) as injector:
+        support = await injector.tool_support(LocalSandbox())
+        info = await support.client.call("runtime_info")
+        install_dir = support.install_dir
+    shutil.rmtree(install_dir)
+    return int(info["pid"]), install_dir
 
 
 LEAVING_TASK = textwrap.dedent(
