@@ -118,7 +118,7 @@ class RuntimeDir:
         }
 
     def cli(
-        self, *args: str, input: str | None = None, timeout: float = 60
+        self, *args: str, input: str | None = None, timeout: float = 60, cwd: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "sandbox_tools.runtime", *args],
@@ -127,17 +127,22 @@ class RuntimeDir:
             text=True,
             env=self.env,
             timeout=timeout,
+            cwd=cwd,
         )
 
-    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, cwd: str | None = None
+    ) -> dict[str, Any]:
         request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
-        done = self.cli("exec", json.dumps(request))
+        done = self.cli("exec", json.dumps(request), cwd=cwd)
         assert done.returncode == 0, done.stderr
         response: dict[str, Any] = json.loads(done.stdout)
         return response
 
-    def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        response = self.call(method, params)
+    def result(
+        self, method: str, params: dict[str, Any] | None = None, cwd: str | None = None
+    ) -> Any:
+        response = self.call(method, params, cwd)
         assert "result" in response, response
         return response["result"]
 

@@ -670,3 +670,51 @@ def test_a_task_with_the_browser_and_no_add_on_fails_before_any_sample(
     with pytest.raises(PrerequisiteError, match="no browser add-on for") as failed:
         run(task, model, tmp_path)
     assert "--with-browser" in str(failed.value)  # what to do
+
+
+@solver
+def remote_pwd() -> Any:
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        from sandbox_tools.inspect import exec_remote
+
+        done = await exec_remote(["pwd"], stream=False)
+        state.store.set("exec_remote_pwd", done.stdout)
+        state.store.set("exec_pwd", (await sandbox().exec(["pwd"])).stdout)
+        return state
+
+    return solve
+
+
+def test_a_non_root_users_tools_start_in_the_working_directory(
+    self_check_image: str, built_artifacts: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With a non-root default user, the shell and exec_remote started in the user's home
+    (or /), while `sandbox().exec` ran in the working directory, as inspect's do."""
+    from sandbox_tools.inspect.docker_env import DockerSdkConfig
+
+    _record, artifact = built_artifacts(Arch.parse(os.uname().machine))
+    monkeypatch.setenv("SANDBOX_TOOLS_DIST", str(artifact.parent))
+    config = DockerSdkConfig(image=self_check_image, user=NONROOT, working_dir="/tmp")
+    task = Task(
+        dataset=[Sample(input="where am I")],
+        solver=[remote_pwd(), use_tools([bash_session()]), generate()],
+        sandbox=("docker_sdk", config),
+    )
+    model = get_model(
+        M,
+        custom_outputs=outputs(
+            ModelOutput.for_tool_call(
+                model=M,
+                tool_name="bash_session",
+                tool_arguments={"action": "type_submit", "input": "pwd; echo $HOME"},
+            ),
+            ModelOutput.from_content(model=M, content="done"),
+        ),
+    )
+    log = run(task, model, tmp_path)
+    assert log.status == "success", log.error
+    sample = log.samples[0]
+    assert sample.store["exec_pwd"] == "/tmp\n"
+    assert sample.store["exec_remote_pwd"] == "/tmp\n"
+    response = get_tool_response(sample.messages, get_tool_call(sample.messages, "bash_session"))
+    assert f"/tmp\n/home/{NONROOT}" in response.text, response.text

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -196,15 +197,21 @@ def test_cwd_is_entered_after_the_user_switch(runtime_dir: RuntimeDir, tmp_path:
     assert (final["exit_code"] != 0 and "can't cd" in final["stderr"].lower()) or (
         "permission denied" in final["stderr"].lower()
     )
-    # A directory nobody may enter works as before; without cwd the home is used (or /).
+    # A directory nobody may enter works as before. Without cwd: where the call came from
+    # (the sandbox's working directory, as for the runtime's own user), entered with the
+    # user's rights; where it may not enter, its home, else /.
     pid = runtime_dir.result(
         "exec_remote_start", {"command": "pwd", "user": "nobody", "cwd": "/tmp"}
     )["pid"]
     assert wait_for_state(runtime_dir, pid)["stdout"] == "/tmp\n"
-    pid = runtime_dir.result("exec_remote_start", {"command": "pwd; echo $#", "user": "nobody"})[
-        "pid"
-    ]
-    assert wait_for_state(runtime_dir, pid)["stdout"] == "/\n0\n"
+    start = {"command": "pwd; echo $#", "user": "nobody"}
+    open_dir = tempfile.mkdtemp(dir="/tmp")
+    os.chmod(open_dir, 0o755)
+    pid = runtime_dir.result("exec_remote_start", start, cwd=open_dir)["pid"]
+    assert wait_for_state(runtime_dir, pid)["stdout"] == f"{open_dir}\n0\n"
+    closed_dir = tempfile.mkdtemp(dir="/tmp")  # 0700, root's: nobody may not enter it
+    pid = runtime_dir.result("exec_remote_start", start, cwd=closed_dir)["pid"]
+    assert wait_for_state(runtime_dir, pid)["stdout"] == "/\n0\n"  # nobody's home is missing
 
 
 def test_close_stdin_returns_when_buffered_input_is_never_read(

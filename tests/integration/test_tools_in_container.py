@@ -35,9 +35,11 @@ async def test_bash_session_in_container(client: RuntimeClient) -> None:
     assert await bash_session(client, session, "pwd; echo $X; cat debian_version\n") == (
         "/etc\n42\n" + (await bash_session(client, session, "cat /etc/debian_version\n"))
     )
+    # Another user's shell starts where the call came from (the container's working
+    # directory, /), as `docker exec --user` does; HOME is its own.
     as_agent = await new_bash_session(client, user="agent")
     assert await bash_session(client, as_agent, "id -u; echo $HOME; pwd\n") == (
-        "1000\n/home/agent\n/home/agent\n"
+        "1000\n/home/agent\n/\n"
     )
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from sandbox_tools.protocol import MAX_SESSIONS_ENV
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
-from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
+from sandbox_tools.runtime.jsonrpc import CALLER_CWD, ToolError, caller_cwd
 from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
 from sandbox_tools.runtime.tools.bash_session.output import (
     OutputBuffer,
@@ -260,8 +260,8 @@ class BashSessionController:
                 stdout=slave,
                 stderr=slave,
                 env=env,
-                # Another user's shell starts in / and enters its home itself, after the
-                # switch: a home given by the host is entered with that user's rights only.
+                # Another user's shell starts in / and enters its directory itself, after
+                # the switch: a directory is entered with that user's rights only.
                 # Otherwise it starts where the call came from, never in the server's own
                 # directory (which may be a finished sample's, long removed).
                 cwd="/" if identity.switches else caller_cwd(),
@@ -281,9 +281,12 @@ class BashSessionController:
         shell = _Shell(process, master, program, f"__ST_PS1_{nonce}__", f"__ST_PS2_{nonce}__")
         asyncio.get_running_loop().add_reader(master, shell.on_readable)
         shell.watcher = asyncio.create_task(self._watch(shell))  # held: tasks are weakly kept
+        # Another user's shell enters, with its own rights, where the call came from (the
+        # sandbox's working directory, as for the runtime's own user), else its home.
+        places = [p for p in (CALLER_CWD.get(), identity.home) if p] if identity.switches else []
         enter_home = (
-            f"cd -- {shlex.quote(identity.home)} 2>/dev/null; "
-            if identity.switches and identity.home
+            " || ".join(f"cd -- {shlex.quote(place)} 2>/dev/null" for place in places) + "; "
+            if places
             else ""
         )
         try:

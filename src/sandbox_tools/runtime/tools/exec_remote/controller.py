@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import resolve_user
-from sandbox_tools.runtime.jsonrpc import ToolError, caller_cwd
+from sandbox_tools.runtime.jsonrpc import CALLER_CWD, ToolError, caller_cwd
 from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
 from sandbox_tools.runtime.tools.exec_remote.delivery import (
     STDERR,
@@ -149,18 +149,21 @@ class ExecRemoteController:
             # Another user: the directory is entered by the child *after* the uid switch,
             # so the kernel decides whether that user may (subprocess would chdir as root
             # first: a job of uid 1000 could then read inside /root).
+            # Without `cwd`: where the call came from (the sandbox's working directory, as
+            # for the runtime's own user), else the user's home, else /.
             enter = (
                 'cd -- "$1" || exit 1; exec "$0" -c "$2"'
                 if params.cwd is not None
-                else 'cd -- "$1" 2>/dev/null || cd /; exec "$0" -c "$2"'
+                else 'cd -- "$1" 2>/dev/null || cd -- "$3" 2>/dev/null || cd /; exec "$0" -c "$2"'
             )
             argv = [
                 self._shell,
                 "-c",
                 enter,
                 self._shell,
-                cwd or identity.home or "/",
+                cwd or CALLER_CWD.get() or identity.home or "/",
                 params.command,
+                identity.home or "/",
             ]
             cwd = "/"
         elif cwd is None:
