@@ -56,7 +56,7 @@ def test_a_spec_with_our_config_survives_inspects_log_round_trip(kind: str, conf
 
 
 def test_no_tmpfs_is_none_as_docker_run_without_tmpfs() -> None:
-    assert DockerSdkConfig(image="x", tmpfs=None).tmpfs is None
+    assert not DockerSdkConfig(image="x", tmpfs=None).tmpfs  # none mounted
 
 
 def test_a_compose_file_given_to_docker_sdk_says_what_to_do(tmp_path: Any) -> None:
@@ -84,3 +84,30 @@ def test_an_unknown_field_is_refused_naming_the_field_it_meant(tmp_path: Any) ->
     config.write_text("image: x\nworkdir: /home/agent\n")
     with pytest.raises(ConfigurationError, match="unknown field 'workdir'"):
         docker_sdk_config(str(config))
+
+
+def test_a_field_given_as_none_takes_its_default() -> None:
+    """A compose service moved over keeps its empty keys (null in YAML): each takes its
+    default, as tmpfs=None does (they were refused with pydantic's raw errors)."""
+    config = DockerSdkConfig(
+        image="x",
+        environment=None,
+        volumes=None,
+        command=None,
+        read_only=None,  # type: ignore[arg-type]
+    )
+    assert (config.environment, config.volumes, config.read_only) == ({}, [], False)
+    assert config.command == ["sleep", "infinity"]
+
+
+def test_a_bad_config_file_is_told_one_field_a_line(tmp_path: Any) -> None:
+    from sandbox_tools.errors import ConfigurationError
+    from sandbox_tools.inspect.docker_env import docker_sdk_config
+
+    config = tmp_path / "sandbox.yaml"
+    config.write_text("image: x\npids_limit: lots\n")
+    with pytest.raises(ConfigurationError) as caught:
+        docker_sdk_config(str(config))
+    assert "pids_limit: Input should be a valid integer" in caught.value.message
+    assert "errors.pydantic.dev" not in caught.value.message
+    assert "working_dir" in caught.value.remedy  # the fields, named where docs are absent

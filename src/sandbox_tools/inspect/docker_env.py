@@ -23,7 +23,7 @@ from typing import Any
 
 from inspect_ai._util.error import PrerequisiteError  # inspect's "print the message only"
 from inspect_ai.util import SandboxEnvironment, sandboxenv
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from sandbox_tools.artifacts import ArtifactFormat
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
@@ -85,8 +85,10 @@ class DockerSdkConfig(BaseModel, frozen=True, extra="forbid"):
     @model_validator(mode="before")
     @classmethod
     def _known_fields(cls, data: Any) -> Any:
-        """An unknown field named, with the field it most likely meant."""
+        """An unknown field named, with the field it most likely meant; a field given as
+        None (null in a file, a compose service's empty key) takes its default."""
         if isinstance(data, dict):
+            data = {key: value for key, value in data.items() if value is not None}
             for key in data:
                 if key not in cls.model_fields:
                     close = difflib.get_close_matches(str(key), cls.model_fields, n=1)
@@ -100,6 +102,22 @@ class DockerSdkConfig(BaseModel, frozen=True, extra="forbid"):
         # inspect hashes sandbox specs (`sandbox=("docker_sdk", DockerSdkConfig(...))`):
         # the generated hash fails on the list and dict fields, so hash their JSON.
         return hash(self.model_dump_json())
+
+
+CONFIG_FIELDS = (
+    "Its fields are those of sandbox_tools.inspect.DockerSdkConfig: "
+    + ", ".join(DockerSdkConfig.model_fields)
+    + " (docs/INSPECT.md in sandbox-tools' repository says what each does)."
+)
+
+
+def explained(error: ValidationError) -> str:
+    """pydantic's errors as one line each: the field and what is wrong, nothing more."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']) or 'config'}: "
+        f"{str(item['msg']).removeprefix('Value error, ')}"
+        for item in error.errors()
+    )
 
 
 def docker_sdk_config(config: Any) -> DockerSdkConfig:
@@ -122,10 +140,14 @@ def docker_sdk_config(config: Any) -> DockerSdkConfig:
                         "to the top level of a docker_sdk config (docs/INSPECT.md).",
                     )
                 return DockerSdkConfig.model_validate(fields)
+            except ValidationError as exc:
+                raise ConfigurationError(
+                    f"{path}: not a docker_sdk sandbox config: {explained(exc)}",
+                    remedy=CONFIG_FIELDS,
+                ) from None
             except (yaml.YAMLError, ValueError) as exc:
                 raise ConfigurationError(
-                    f"{path}: not a docker_sdk sandbox config: {exc}",
-                    remedy="Its fields are those of DockerSdkConfig (docs/INSPECT.md).",
+                    f"{path}: not a docker_sdk sandbox config: {exc}", remedy=CONFIG_FIELDS
                 ) from None
         return DockerSdkConfig(image=config)
     raise ConfigurationError(
