@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tests.support import eventually
 
@@ -111,3 +112,38 @@ def test_distro_and_image_choose_the_container(
     assert missing.returncode == 2 and "not on the Docker engine" in missing.stderr
     unknown = run("true", "--distro", "debain-12")
     assert unknown.returncode == 2 and "did you mean debian-12" in unknown.stderr
+
+
+def test_an_image_that_cannot_be_kept_running_is_a_clear_error_and_leaves_nothing(
+    docker_engine: Any,
+) -> None:
+    """An image without `sleep` (the shell-less busybox): the engine cannot start the
+    container. It was an internal error, and a container stayed behind in 'Created'."""
+    import os
+
+    from sandbox_tools.platforms import Arch
+    from sandbox_tools.sandboxes.images import ensure_busybox_image
+
+    image = ensure_busybox_image(docker_engine, Arch.parse(os.uname().machine), applets=False)
+    from sandbox_tools.sandboxes.containers import OWNER_LABEL
+
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sandbox_tools.cli",
+            "-q",
+            "exec-remote",
+            "--image",
+            image,
+            "echo x",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 2, stdout + stderr
+    assert "cannot start a container of" in stderr and "internal error" not in stderr
+    mine = {"label": f"{OWNER_LABEL}={run.pid}"}  # only what that process made
+    assert not docker_engine.containers.list(all=True, filters=mine)

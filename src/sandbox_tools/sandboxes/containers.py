@@ -25,6 +25,7 @@ import docker.errors
 from docker import DockerClient
 from docker.models.containers import Container
 
+from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -135,11 +136,25 @@ class RunningContainer:
 
     def __enter__(self) -> RunningContainer:
         self.policy.show("run -d", self.image, self.command, self.options)
-        self._container = self.client.containers.run(
-            self.image, command=self.command, detach=True, **_owned(dict(self.options))
+        # Made, then started: a container the engine cannot start (an image without the
+        # `sleep` that keeps it running) is removed, never left behind in "Created".
+        container = self.client.containers.create(
+            self.image, command=self.command, **_owned(dict(self.options))
         )
-        self.policy.made(self._container)
-        self._id, self._name = str(self._container.id), str(self._container.name)
+        self.policy.made(container)
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            self.policy.release(container)
+            raise ConfigurationError(
+                f"cannot start a container of {self.image} with "
+                f"{' '.join(self.command)}: {exc.explanation or exc}",
+                remedy="The container is kept running by that command: use an image that "
+                "has it (a libc-free busybox image has `sleep`), or give another.",
+            ) from None
+        container.reload()
+        self._container = container
+        self._id, self._name = str(container.id), str(container.name)
         return self
 
     def __exit__(
