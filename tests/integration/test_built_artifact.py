@@ -139,7 +139,9 @@ async def test_another_user_cannot_prepare_the_server_directory_first(
         await sandbox.write_file(exe, artifact.read_bytes(), mode=0o755)
         shared = "/tmp/shared/sandbox-tools"  # the same build where anyone may write
         assert (
-            await sandbox.exec(["sh", "-c", f"cp {exe} {shared} && chmod 777 /tmp/shared"])
+            # others may write there (sticky, as /tmp: the launcher runs from no directory
+            # where another user could swap its tree)
+            await sandbox.exec(["sh", "-c", f"cp {exe} {shared} && chmod 1777 /tmp/shared"])
         ).success
         # Where a root runtime puts its server when its own directory is shared:
         elsewhere = ExecRuntimeClient(sandbox, [shared])
