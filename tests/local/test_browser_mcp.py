@@ -227,7 +227,7 @@ async def test_keys_reach_the_page_and_enter_submits(browser: ClientSession, sit
     await call(browser, "browser_press_key", key="Control+a")  # a shortcut: selects, types nothing
     assert 'Current input: "z"' in await call(browser, "browser_press_key", key="z")
     tabbed = await call(browser, "browser_press_key", key="Tab")
-    assert re.search(r'button "After" \[focused: True', tabbed), tabbed
+    assert re.search(r"button \"After\"\s+\[focused: True", tabbed), tabbed
     # Enter in a form's field submits it.
     home = await call(browser, "browser_navigate", url=site)
     await call(browser, "browser_type", element_id=element(home, "textbox", "Search"), text="owls")
