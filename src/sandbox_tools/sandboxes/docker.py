@@ -285,15 +285,14 @@ class DockerSandbox(Sandbox):
 
     async def exists(self, path: str) -> bool:
         """Whether `path` is there (a link counts, whatever it points at), by the engine's
-        stat: nothing in the container runs."""
-        async with self._api.slot():
-            return await self._api.path_mode(self.container_id, path) is not None
+        stat: nothing in the container runs. One small request within the control
+        deadline, taking no exec slot (those bound execs and archives, which can be long)."""
+        return await self._api.path_mode(self.container_id, path) is not None
 
     async def is_directory(self, path: str) -> bool:
         """Whether `path` is a directory, by the engine's stat (nothing in the container
         runs): the engine's archive upload replaces a directory by a file of its name."""
-        async with self._api.slot():
-            mode = await self._api.path_mode(self.container_id, path)
+        mode = await self._api.path_mode(self.container_id, path)
         return mode is not None and bool(mode & GO_MODE_DIR)
 
     async def architecture_hint(self) -> str | None:
