@@ -51,13 +51,13 @@ HOST_TIMEOUT_SLACK = 10
 _LAUNCH_FAILURE = re.compile(
     r'^OCI runtime exec failed: .*exec: "(?P<binary>[^"]*)": (?P<reason>.*)$', re.IGNORECASE
 )
-_UNKNOWN_USER = re.compile(r"^unable to find (user|group) [^\n]*$", re.IGNORECASE)
 
 
 def launch_failure(result: ExecOutput) -> tuple[str, str] | None:
     """(binary, reason) when the container runtime refused to start the command: one line
-    of its wording and its exit code, which a process of the image cannot mimic except by
-    printing it and exiting so (and then it only fails its own call)."""
+    of its wording and its exit code. A program can print the same and exit so: what this
+    decides is only how that command's own call ends (PermissionError), as in inspect's
+    Docker sandbox; what the sandbox has is never learnt from it."""
     if result.returncode not in (126, 127) or len(result.stdout) + len(result.stderr) > 4096:
         return None
     lines = (result.stdout + result.stderr).decode(errors="replace").strip().splitlines()
