@@ -110,4 +110,4 @@ def test_a_bad_config_file_is_told_one_field_a_line(tmp_path: Any) -> None:
         docker_sdk_config(str(config))
     assert "pids_limit: Input should be a valid integer" in caught.value.message
     assert "errors.pydantic.dev" not in caught.value.message
-    assert "working_dir" in caught.value.remedy  # the fields, named where docs are absent
+    assert "DockerSdkConfig" in caught.value.remedy

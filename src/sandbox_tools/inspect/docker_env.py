@@ -105,9 +105,8 @@ class DockerSdkConfig(BaseModel, frozen=True, extra="forbid"):
 
 
 CONFIG_FIELDS = (
-    "Its fields are those of sandbox_tools.inspect.DockerSdkConfig: "
-    + ", ".join(DockerSdkConfig.model_fields)
-    + " (docs/INSPECT.md in sandbox-tools' repository says what each does)."
+    "Its fields are those of sandbox_tools.inspect.DockerSdkConfig (docs/INSPECT.md in "
+    "sandbox-tools' repository says what each does)."
 )
 
 
