@@ -700,3 +700,8 @@ class ReleaseAtSampleEnd(Hooks):
             if bound is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(_release(bound), RELEASE_TIMEOUT)
+                # Forgotten with the sample, whoever still holds its environment (inspect
+                # keeps it past an in-process eval): the runtime's handle goes now.
+                for environment, held in list(_BOUND.items()):
+                    if held is bound:
+                        _BOUND.pop(environment, None)
