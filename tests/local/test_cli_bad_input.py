@@ -33,6 +33,7 @@ def inputs(tmp_path: Path) -> Path:
     (tmp_path / "schema-only.json").write_text(json.dumps({"schema": 1}))
     (tmp_path / "not-json.json").write_text("{")
     (tmp_path / "a-directory").mkdir()
+    (tmp_path / "empty").mkdir()
     return tmp_path
 
 
@@ -56,6 +57,7 @@ def inputs(tmp_path: Path) -> Path:
         (["fetch", "--manifest", GOLDEN, "--dest", "list.json"], 2, "is a file"),
         (["fetch", "--manifest", GOLDEN, "--platform", "sparc", "--dest", "out"], 2, "sparc"),
         (["validate", "--dist", ".", "--only", "ubunt"], 2, "did you mean ubuntu"),
+        (["validate", "--static", "--dist", "empty"], 2, "Run `tools build --out empty`"),
         (["cleanup"], 2, "say what to clean up"),
         (["--quiet", "--verbose", "cleanup", "--modal"], 2, "exclude each other"),
         (["no-such-command"], 2, "No such command"),

@@ -104,7 +104,11 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
             f"--arch {','.join(sorted(r.arch.value for r in built))}.",
         )
     if not chosen:
-        raise ConfigurationError(f"no artifacts to validate in {dist}; run `tools build` first")
+        raise ConfigurationError(
+            f"no artifacts to validate in {dist}",
+            remedy=f"Run `tools build --out {dist}` (or `tools build --all`) first, or name "
+            "the directory of a build with --dist DIR (--only narrows the distributions).",
+        )
     return chosen
 
 
