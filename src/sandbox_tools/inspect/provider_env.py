@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import os
 import posixpath
 import re
 import time
@@ -21,7 +22,7 @@ from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
 
 from sandbox_tools.errors import SandboxExecError, SandboxOutputLimitError
 from sandbox_tools.injector.exec_remote import retry_timeouts
-from sandbox_tools.sandboxes.base import ExecOutput, Sandbox
+from sandbox_tools.sandboxes.base import ExecOutput, Sandbox, file_error_kind
 
 log = logging.getLogger(__name__)
 
@@ -70,18 +71,11 @@ def launch_failure(result: ExecOutput) -> tuple[str, str] | None:
 def file_error(stderr: str, file: str) -> OSError | None:
     """inspect's exception for a failed file operation, from what `sh`/`cat` said; the
     file's name as the caller gave it is in the message (inspect's checks read it)."""
-    said = stderr.lower()
-    for phrase, kind, code in (
-        ("is a directory", IsADirectoryError, errno.EISDIR),
-        ("permission denied", PermissionError, errno.EACCES),
-        ("read-only file system", PermissionError, errno.EROFS),
-        ("not a directory", NotADirectoryError, errno.ENOTDIR),
-        ("no such file or directory", FileNotFoundError, errno.ENOENT),
-        ("not a regular file", OSError, errno.EINVAL),
-    ):
-        if phrase in said:
-            return kind(code, f"{phrase.capitalize()}: {stderr.strip()[:500]}", file)
-    return None
+    said = stderr.strip()[:500]
+    if "not a regular file" in said:  # our own script's refusal of a FIFO or device
+        return OSError(errno.EINVAL, f"Not a regular file: {said}", file)
+    kind = file_error_kind(said)
+    return kind[0](kind[1], f"{os.strerror(kind[1])}: {said}", file) if kind else None
 
 
 class ProviderEnvironment(SandboxEnvironment):

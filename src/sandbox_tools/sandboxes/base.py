@@ -7,6 +7,7 @@ module: run a command, move a file in and out, optionally hold a stream open.
 from __future__ import annotations
 
 import abc
+import errno
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,6 +18,22 @@ from sandbox_tools.errors import SandboxExecError, SandboxOutputLimitError
 # shell prints forever or never exits costs the host at most this much.
 DEFAULT_EXEC_OUTPUT_LIMIT = 64 * 1024 * 1024  # stdout + stderr of one exec
 DEFAULT_EXEC_TIMEOUT = 600.0
+# What `sh`, coreutils and busybox print (the C library's strerror, the same wording in
+# glibc and musl) when a file operation fails in a sandbox, and the OSError each means.
+_FILE_ERRORS: tuple[tuple[str, type[OSError], int], ...] = (
+    ("Permission denied", PermissionError, errno.EACCES),
+    ("Read-only file system", PermissionError, errno.EROFS),
+    ("No such file or directory", FileNotFoundError, errno.ENOENT),
+    ("Not a directory", NotADirectoryError, errno.ENOTDIR),
+    ("Is a directory", IsADirectoryError, errno.EISDIR),
+)
+
+
+def file_error_kind(said: str) -> tuple[type[OSError], int] | None:
+    """The OSError class and errno that a failed file command's message names, if any."""
+    return next(((kind, code) for phrase, kind, code in _FILE_ERRORS if phrase in said), None)
+
+
 # The longest line a persistent stream may carry: one JSON-RPC frame plus slack.
 MAX_STREAM_LINE = 64 * 1024 * 1024 + 4096
 

@@ -34,6 +34,7 @@ from sandbox_tools.sandboxes.base import (
     Stream,
     as_bytes,
     as_user,
+    file_error_kind,
 )
 from sandbox_tools.sandboxes.modal_config import CREDENTIALS_REMEDY, ModalConfig, _sdk
 
@@ -91,17 +92,8 @@ def os_error_for(path: str, returncode: int, stderr: bytes) -> OSError | None:
     if returncode in _EXIT_ERRORS:
         error, code = _EXIT_ERRORS[returncode]
         return error(code, os.strerror(code), path)
-    text = stderr.decode(errors="replace")
-    for needle, found, code in (
-        ("Permission denied", PermissionError, errno.EACCES),
-        ("Read-only file system", PermissionError, errno.EROFS),
-        ("No such file or directory", FileNotFoundError, errno.ENOENT),
-        ("Not a directory", NotADirectoryError, errno.ENOTDIR),
-        ("Is a directory", IsADirectoryError, errno.EISDIR),
-    ):
-        if needle in text:
-            return found(code, os.strerror(code), path)
-    return None
+    kind = file_error_kind(stderr.decode(errors="replace"))
+    return kind[0](kind[1], os.strerror(kind[1]), path) if kind else None
 
 
 def is_transient(exc: BaseException) -> bool:
