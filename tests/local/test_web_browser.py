@@ -136,7 +136,8 @@ async def test_a_page_is_read_as_a_tree_of_visible_elements(
     session = await new_browser_session(browser, headful=False)
     result = await browse(browser, session, f"{site}/?secret=1")
     assert result["error"] is None
-    assert result["web_url"] == f"{site}/"  # the query is cut
+    assert result["web_url"] == f"{site}/"  # the query is cut for inspect's host
+    assert result["page_url"] == f"{site}/?secret=1"  # and kept for the host's scripts
     tree = result["web_at"]
     assert tree.splitlines()[0].startswith(f"[{element(tree, 'RootWebArea', 'Home')}] RootWebArea")
     element(tree, "heading", "Welcome")
@@ -166,6 +167,7 @@ async def test_typing_shows_in_the_field_and_submitting_sends_the_form(
     submitted = await browser.type_text(TypeParams.parse({**field, "text": "cats"}), submit=True)
     assert submitted["error"] is None
     assert submitted["web_url"] == f"{site}/search"
+    assert submitted["page_url"] == f"{site}/search?q=cats"
     assert "You searched: q=cats" in submitted["web_at"]  # what was typed first is replaced
 
 

@@ -128,12 +128,18 @@ def _browser_record(arch: Arch, data: bytes) -> Artifact:
 
 def write_validate_report(path: Path, records: list[Artifact]) -> None:
     """A report as `tools validate` writes it: the exact artifacts, one passed cell for
-    each runtime, sound static checks for each add-on (no cell runs an add-on)."""
-    runtimes = [r for r in records if r.kind is ArtifactKind.RUNTIME]
+    each runtime and one passed browser cell for each add-on, sound static checks."""
     ValidationReport(
         artifacts=records,
         results=[
-            CellResult(r.name, r.platform, "debian-12", "root", CellStatus.PASSED) for r in runtimes
+            CellResult(
+                r.name,
+                r.platform,
+                "debian-12",
+                "root" if r.kind is ArtifactKind.RUNTIME else "browser-root",
+                CellStatus.PASSED,
+            )
+            for r in records
         ],
         static={r.name: [] for r in records if r.kind is not ArtifactKind.RUNTIME},
     ).dump(path)

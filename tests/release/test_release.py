@@ -833,8 +833,8 @@ def test_require_says_which_cells_were_skipped_by_design(
     matrix = load_matrix()
     (no_shell,) = [d for d in matrix.distros if d.name == "no-shell"]
     results = []
-    for record in fake_release.records:
-        for scenario in matrix.scenarios:
+    for record in fake_release.records:  # the runtimes: their tool scenarios
+        for scenario in (s for s in matrix.scenarios if not s.browser):
             why = shell_less_skip(no_shell, scenario)
             status = CellStatus.PASSED if why is None else CellStatus.SKIPPED
             results.append(
@@ -886,3 +886,50 @@ def test_the_github_stand_in_runs_on_its_own_and_takes_a_pushed_tag(tmp_path: Pa
     finally:
         server.terminate()
     assert server.wait(timeout=10) == 0
+
+
+def test_an_add_on_is_released_only_on_its_browser_cells(
+    fake_release: FakeRelease, s3: S3Server
+) -> None:
+    """An add-on's static checks alone let a release ship browser bytes no cell ran: its
+    browser cells are required as a runtime's cells are, and a required distribution
+    must have them too."""
+    from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
+
+    addon = fake_release.add_browser(Arch.AMD64)
+    report = ValidationReport.load(fake_release.report)
+    cell = next(r for r in report.results if r.artifact == addon.name)
+    assert cell.scenario == "browser-root"  # what write_validate_report gives an add-on
+
+    cell.status, cell.detail = CellStatus.FAILED, "the form's submission: net::ERR_FAILED"
+    report.dump(fake_release.report)
+    failed = run_tools(*release_args(fake_release, s3), "--dry-run")
+    assert failed.returncode == 11, failed.stderr + failed.stdout
+    said = " ".join(failed.stderr.split())
+    assert f"validation failed for {addon.name}: debian-12/amd64/browser-root" in said, said
+
+    report.results = [r for r in report.results if r.artifact != addon.name]
+    report.dump(fake_release.report)
+    none = run_tools(*release_args(fake_release, s3), "--dry-run")
+    assert none.returncode == 11
+    assert f"no validation cell passed for {addon.name}" in " ".join(none.stderr.split())
+
+    # Passed on debian-12 only: requiring busybox finds the add-on's gap beside the
+    # runtimes' (each runtime passed busybox; the add-on has no busybox row).
+    report.results.append(
+        CellResult(addon.name, addon.platform, "debian-12", "browser-root", CellStatus.PASSED)
+    )
+    for record in fake_release.records:
+        if record.kind is ArtifactKind.RUNTIME:
+            for scenario in ("root", "nonroot", "readonly-exec-tmpfs", "readonly-noexec"):
+                report.results.append(
+                    CellResult(record.name, record.platform, "busybox", scenario, CellStatus.PASSED)
+                )
+    report.dump(fake_release.report)
+    gap = run_tools(*release_args(fake_release, s3), "--dry-run", "--require", "busybox")
+    assert gap.returncode == 11, gap.stderr + gap.stdout
+    said = " ".join(gap.stderr.split())
+    assert (
+        "busybox on linux/amd64 browser add-on: not in the report (validate did not run it)" in said
+    ), said
+    assert "busybox on linux/arm64:" not in said and "busybox on linux/amd64:" not in said

@@ -18,6 +18,7 @@ from sandbox_tools.inspect.browser import page_result
 def test_a_forged_giant_tree_is_cut_before_it_is_split_or_shown() -> None:
     answer = {
         "web_url": "http://site/",
+        "page_url": "http://site/",
         "web_at": "ab\n" * (21 << 20),  # 63 MiB of short lines
         "main_content": None,
         "error": None,
@@ -38,7 +39,13 @@ def test_a_forged_giant_tree_is_cut_before_it_is_split_or_shown() -> None:
 def test_an_ordinary_page_is_untouched_and_inline_images_are_cut() -> None:
     tree = '[1] RootWebArea "Shop"\n  [2] image "logo" [url: data:image/png;base64,AAAA]\n'
     page = BrowserPage.parse(
-        {"web_url": "http://site/", "web_at": tree, "main_content": None, "error": None},
+        {
+            "web_url": "http://site/",
+            "page_url": "http://site/",
+            "web_at": tree,
+            "main_content": None,
+            "error": None,
+        },
         "web_go",
     )
     assert page.tree == tree

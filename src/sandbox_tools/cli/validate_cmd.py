@@ -32,7 +32,7 @@ from sandbox_tools.cli.output import (
     print_json,
 )
 from sandbox_tools.distro_matrix.matrix import load_matrix
-from sandbox_tools.distro_matrix.runner import run_matrix
+from sandbox_tools.distro_matrix.runner import plan, run_matrix
 from sandbox_tools.distro_matrix.static import static_checks
 from sandbox_tools.errors import ConfigurationError, NothingValidatedError
 from sandbox_tools.platforms import Arch, parse_arches
@@ -115,14 +115,15 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
 def _addons(dist: Path, arches: list[Arch]) -> tuple[list[Artifact], dict[str, list[str]]]:
     """Each browser add-on built in `dist`, and its static findings (none built: none).
     The report names their records beside the runtimes': `tools release` publishes an
-    add-on only if the report names its exact bytes with sound static checks."""
+    add-on only if the report names its exact bytes with sound static checks and
+    passing browser cells, none failed."""
     records: list[Artifact] = []
     found: dict[str, list[str]] = {}
     for record in read_build_records(dist):
         if record.kind is not ArtifactKind.BROWSER or (arches and record.arch not in arches):
             continue
-        records.append(record)
         located = record.found_at(dist / record.name, Provenance.DIST)
+        records.append(located or record)  # the browser cells read the bytes found
         if located is None:
             found[record.name] = [
                 "missing or does not match its record in build.json; rebuild it with "
@@ -221,7 +222,7 @@ def validate_command(
     matrix = load_matrix().select(only)
     artifacts = _artifacts(dist, arches)
     problems = {art.name: static_checks(art.located, art) for art in artifacts}
-    addons, addon_problems = _addons(dist, arches)  # static checks only, no cells yet
+    addons, addon_problems = _addons(dist, arches)  # their cells run after every check
     problems.update(addon_problems)
     reported = [*artifacts, *addons]  # the exact bytes the report vouches for
     for name, found in problems.items():
@@ -256,12 +257,13 @@ def validate_command(
                 on_result,
                 containers=run.containers,
                 roots=run.roots,
+                addons=addons,
             )
         )
 
     try:
         if notes.is_terminal and not notes.quiet:
-            planned = len(artifacts) * len(matrix.distros) * len(matrix.scenarios)
+            planned = sum(len(row.scenarios) for row in plan(artifacts, addons, matrix))
             fits = max(5, notes.size.height - 8)  # the live view never outgrows the screen
             with Live(
                 _table(results, total=planned, rows=fits), console=notes, refresh_per_second=2

@@ -4,7 +4,9 @@ row's image comes from, which scenarios it cannot run, and how to open a sandbox
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,10 +17,12 @@ import docker.errors
 from sandbox_tools.artifacts import Artifact
 from sandbox_tools.distro_matrix.matrix import Distro, Scenario
 from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
+from sandbox_tools.injector.browser_addon import install_browser
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import open_tool_support
 from sandbox_tools.injector.jsonrpc_client import RuntimeInfo
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
+from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, new_browser_session
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.validation import CellResult, CellStatus
 
@@ -84,15 +88,109 @@ async def _exercise(
         checks.append("text_editor")
 
 
+# The browser cell's site, served inside the container by a static busybox's httpd (any
+# image: no libc, no Python needed). Submitting the form loads a page whose script writes
+# what was sent: the render, the script, the form and the query string all show.
+SITE_DIR = "/tmp/sandbox-tools-validate"
+SITE_PORT = 8765
+SENT = "validated-42"
+SITE = {
+    "index.html": """<!doctype html>
+<html><head><title>sandbox-tools validate</title></head><body>
+<h1>Browser cell</h1>
+<form action="/answer.html" method="get">
+<label>Word <input type="text" name="word"></label>
+<button type="submit">Send</button>
+</form></body></html>
+""",
+    "answer.html": """<!doctype html>
+<html><head><title>answer</title></head><body><p id="out">no script ran</p>
+<script>
+  const word = new URLSearchParams(location.search).get("word");
+  document.getElementById("out").textContent = "received " + word;
+</script></body></html>
+""",
+}
+SERVER_START_S = 20.0  # httpd answers within a second; QEMU takes longer
+
+
+@dataclass(frozen=True)
+class BrowserCell:
+    """What a browser cell needs besides its sandbox: the runtime that drives the
+    add-on, and a static busybox of the cell's architecture to serve the page."""
+
+    runtime: Artifact
+    page_server: bytes
+
+
+def _element(page: BrowserPage, role: str, name: str) -> int:
+    found = re.search(rf'^\s*\[(\d+)\] {role} "{re.escape(name)}"', page.tree, re.MULTILINE)
+    if found is None:
+        raise CheckFailed(f"no {role} {name!r} in the page's tree:\n{page.tree[:1000]}")
+    return int(found.group(1))
+
+
+async def _first_page(browser: BrowserSession, url: str) -> BrowserPage:
+    """The site's first page, once its server answers (it was started a moment ago)."""
+    deadline = time.monotonic() + SERVER_START_S
+    while True:
+        page = await browser.go(url)
+        if page.error is None or time.monotonic() > deadline:
+            return page
+        await asyncio.sleep(0.5)
+
+
+async def _exercise_browser(
+    sandbox: Sandbox, addon: Artifact, cell: BrowserCell, checks: list[str]
+) -> None:
+    for name, text in SITE.items():
+        await sandbox.write_file(f"{SITE_DIR}/www/{name}", text.encode(), 0o644)
+    await sandbox.write_file(f"{SITE_DIR}/busybox", cell.page_server, 0o755)
+    async with open_tool_support(sandbox, artifact=cell.runtime) as support:
+        install = await install_browser(support, artifact=addon)
+        checks.append(f"add-on installed ({install.seconds:.0f} s)")
+        server = await exec_remote(
+            support.client,
+            f"exec {SITE_DIR}/busybox httpd -f -p 127.0.0.1:{SITE_PORT} -h {SITE_DIR}/www",
+            ExecRemoteOptions(poll_interval=1),
+        )
+        try:
+            async with await new_browser_session(support.client, install=install) as browser:
+                url = f"http://127.0.0.1:{SITE_PORT}/"
+                page = await _first_page(browser, url)
+                if page.error is not None:
+                    raise CheckFailed(f"{url}: {page.error}")
+                field = _element(page, "textbox", "Word")
+                _element(page, "heading", "Browser cell")
+                checks.append("page rendered")
+                sent = await browser.type(field, SENT, submit=True)
+                wanted = f"{url}answer.html?word={SENT}"
+                if sent.error is not None or sent.url != wanted:
+                    raise CheckFailed(f"the form's submission: {sent.error or sent.url}")
+                if f"received {SENT}" not in sent.tree:
+                    raise CheckFailed(f"the answer page's script did not run:\n{sent.tree}")
+                checks.append("form submitted")
+                if not (await browser.screenshot()).startswith(b"\x89PNG\r\n\x1a\n"):
+                    raise CheckFailed("the screenshot is not a PNG")
+                back = await browser.back()
+                if back.error is not None or _element(back, "textbox", "Word") != field:
+                    raise CheckFailed(f"back: the form's ids changed: {back.error or back.tree}")
+                checks.append("screenshot, back")
+        finally:
+            await server.kill()
+
+
 async def run_cell(
     open_sandbox: SandboxFactory,
     artifact: Artifact,
     distro: Distro,
     scenario: Scenario,
     source: str,
+    browser: BrowserCell | None = None,
 ) -> CellResult:
     """One cell, whatever the backend: `open_sandbox` gives a fresh sandbox of the row's
-    image with the scenario's options and removes it afterwards."""
+    image with the scenario's options and removes it afterwards. A browser scenario's
+    `artifact` is the add-on, run by `browser.runtime`."""
     result = CellResult(
         artifact.name,
         artifact.platform,
@@ -105,7 +203,12 @@ async def run_cell(
     try:
         async with open_sandbox() as sandbox:
             try:
-                await _exercise(sandbox, artifact, scenario, result.checks, distro.shell)
+                if scenario.browser:
+                    if browser is None:
+                        raise CheckFailed("a browser cell needs its runtime and page server")
+                    await _exercise_browser(sandbox, artifact, browser, result.checks)
+                else:
+                    await _exercise(sandbox, artifact, scenario, result.checks, distro.shell)
                 failure: BaseException | None = None
             except SandboxInjectionError as exc:
                 failure = exc

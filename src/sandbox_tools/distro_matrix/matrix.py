@@ -72,6 +72,9 @@ class Scenario:
     read_only: bool = False
     tmpfs: dict[str, str] = field(default_factory=dict)
     expect_failure: bool = False
+    # A browser cell: it runs the browser add-on (built beside the runtime) instead of the
+    # runtime's tools, and only when an add-on of the cell's architecture is validated.
+    browser: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,11 @@ def shell_less_skip(distro: Distro, scenario: Scenario) -> str | None:
     cell is skipped by design, whatever the machine: not a gap in the validation."""
     if distro.shell:
         return None
+    if scenario.browser:
+        return (
+            "no shell: the browser cell serves its page with a program started through "
+            "/bin/sh, which the image lacks"
+        )
     if scenario.read_only:
         return (
             "no shell: a read-only root refuses uploads and there is no shell to stream "

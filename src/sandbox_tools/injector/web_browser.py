@@ -48,7 +48,7 @@ def _bounded(text: str | None, limit: int, what: str) -> str | None:
 class BrowserPage:
     """What a page action answers, as inspect's web_browser reads it."""
 
-    url: str
+    url: str  # the page's whole URL, its query string included (inspect's `web_url` drops it)
     main_content: str | None  # the page's main text, when it has one
     tree: str  # the visible accessibility tree, `[id] role "name" [props]` per line
     error: str | None  # why the action failed (for the model); None when it did not
@@ -58,13 +58,13 @@ class BrowserPage:
         fields = result_fields(
             result,
             method,
-            web_url=str,
+            page_url=str,
             web_at=str,
             main_content=(str, type(None)),
             error=(str, type(None)),
         )
         return cls(
-            _bounded(fields["web_url"], MAX_ERROR_CHARS, "URL") or "",
+            _bounded(fields["page_url"], MAX_ERROR_CHARS, "URL") or "",
             _bounded(fields["main_content"], MAX_MAIN_CHARS, "main content"),
             _bounded(fields["web_at"], MAX_TREE_CHARS, "accessibility tree") or "",
             _bounded(fields["error"], MAX_ERROR_CHARS, "error"),

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox_tools.artifacts import ArtifactKind
 from sandbox_tools.distro_matrix.matrix import Matrix, load_matrix, matching, shell_less_skip
 from sandbox_tools.errors import ConfigurationError
-from sandbox_tools.release.manifest import Manifest
+from sandbox_tools.release.manifest import Manifest, kind_label
 from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
 
 REQUIRE_HOW = (
@@ -29,13 +30,21 @@ REQUIRE_HOW = (
 
 @dataclass(frozen=True)
 class Row:
-    """One distribution on one platform, as the report has it."""
+    """One distribution on one platform, for one artifact, as the report has it."""
 
     platform: str
     distro: str
     passed: tuple[str, ...]  # scenarios
     skipped: tuple[tuple[str, str], ...]  # (scenario, reason): could have run, did not
     by_design: tuple[tuple[str, str], ...]  # (scenario, reason): cannot run on this row
+    kind: ArtifactKind = ArtifactKind.RUNTIME  # whose cells: the runtime's or an add-on's
+
+    @property
+    def label(self) -> str:
+        """The platform, and the add-on when the row is an add-on's."""
+        if self.kind is ArtifactKind.RUNTIME:
+            return self.platform
+        return f"{self.platform} {kind_label(self.kind)}"
 
     @property
     def state(self) -> str:
@@ -47,12 +56,14 @@ class Row:
     def reason(self) -> str:
         """Why cells were skipped, in one line (the same reason is said once)."""
         if not self.passed:
-            return "; ".join(dict.fromkeys(reason for _, reason in self.skipped))
+            why = self.skipped or self.by_design
+            return "; ".join(dict.fromkeys(reason for _, reason in why))
         return "; ".join(f"{scenario}: {reason}" for scenario, reason in self.skipped)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "platform": self.platform,
+            "kind": self.kind.value,
             "distro": self.distro,
             "state": self.state,
             "passed": list(self.passed),
@@ -82,8 +93,8 @@ class Coverage:
         """(platform, state, distributions, reason): rows alike said once, passed first."""
         order = {"passed": 0, "partly skipped": 1, "skipped": 2}
         grouped: dict[tuple[str, str, str], list[str]] = {}
-        for row in sorted(self.rows, key=lambda r: (r.platform, order[r.state])):
-            grouped.setdefault((row.platform, row.state, row.reason), []).append(row.distro)
+        for row in sorted(self.rows, key=lambda r: (r.label, order[r.state])):
+            grouped.setdefault((row.label, row.state, row.reason), []).append(row.distro)
         return [(p, state, names, reason) for (p, state, reason), names in grouped.items()]
 
     def gap_remedy(self, matrix: Matrix | None = None) -> str:
@@ -154,14 +165,18 @@ def coverage(
     required: Sequence[str] = (),
     matrix: Matrix | None = None,
 ) -> Coverage:
-    """The report's rows for the manifest's runtimes, and the gaps in `required` (names
-    resolved by `resolve_required`). Add-ons run in no cell: their static checks are
-    what validates them (`ValidationReport.problems_for`)."""
+    """The report's rows for the manifest's artifacts (a runtime's tool cells, an
+    add-on's browser cells), and the gaps in `required` (names resolved by
+    `resolve_required`): a release that carries an add-on requires its cells on the
+    required distributions as it requires the runtime's."""
     matrix = matrix or load_matrix()
     distros = {d.name: d for d in matrix.distros}
     scenarios = {s.name: s for s in matrix.scenarios}
     rows: list[Row] = []
-    for artifact in sorted(manifest.runtimes, key=lambda a: a.platform):
+    released = sorted(
+        manifest.artifacts, key=lambda a: (a.kind is not ArtifactKind.RUNTIME, a.platform)
+    )
+    for artifact in released:
         cells: dict[str, list[CellResult]] = {}
         for result in report.results:
             if result.artifact == artifact.name:
@@ -182,20 +197,26 @@ def coverage(
                     )
                     (by_design if designed else skipped).append((result.scenario, result.detail))
             rows.append(
-                Row(artifact.platform, distro_name, tuple(passed), tuple(skipped), tuple(by_design))
+                Row(
+                    artifact.platform,
+                    distro_name,
+                    tuple(passed),
+                    tuple(skipped),
+                    tuple(by_design),
+                    artifact.kind,
+                )
             )
-    by_key = {(row.platform, row.distro): row for row in rows}
+    by_key = {(row.label, row.distro): row for row in rows}
     gaps: list[str] = []
     for name in required:
-        for artifact in sorted(manifest.runtimes, key=lambda a: a.platform):
-            row = by_key.get((artifact.platform, name))
+        for artifact in released:
+            label = Row(artifact.platform, name, (), (), (), artifact.kind).label
+            row = by_key.get((label, name))
             if row is None:
-                gaps.append(
-                    f"{name} on {artifact.platform}: not in the report (validate did not run it)"
-                )
+                gaps.append(f"{name} on {label}: not in the report (validate did not run it)")
             elif row.skipped:
                 names = ", ".join(scenario for scenario, _ in row.skipped)
-                gaps.append(f"{name} on {artifact.platform}: skipped {names} ({row.reason})")
-            elif not row.passed:
-                gaps.append(f"{name} on {artifact.platform}: no cell passed")
+                gaps.append(f"{name} on {label}: skipped {names} ({row.reason})")
+            elif not row.passed and not row.by_design:
+                gaps.append(f"{name} on {label}: no cell passed")
     return Coverage(where, report.created, tuple(rows), tuple(required), tuple(gaps))

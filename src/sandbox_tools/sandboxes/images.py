@@ -249,7 +249,7 @@ def busybox_image_tag(arch: Arch, applets: bool = True) -> str:
     return f"{IMAGE_REPOSITORY}:{kind}-{arch.value}-{digest[:12]}"
 
 
-def _busybox_rootfs(source: Path, target: Path, applets: bool = True) -> None:
+def _busybox_of(source: Path) -> bytes:
     with tarfile.open(source) as tar:
         names = set(tar.getnames())
         # Merged /usr (bookworm on): /bin is a link to usr/bin.
@@ -258,7 +258,19 @@ def _busybox_rootfs(source: Path, target: Path, applets: bool = True) -> None:
             raise BuildError(f"{source} holds no busybox binary")
         extracted = tar.extractfile(found)
         assert extracted is not None
-        busybox = extracted.read()
+        return extracted.read()
+
+
+def static_busybox(
+    arch: Arch, store: RootfsStore, log: Callable[[str], None] = lambda _: None
+) -> bytes:
+    """Debian's static busybox for `arch` (no libc needed wherever it is copied): the
+    validate matrix's browser cells serve their page with its httpd in any image."""
+    return _busybox_of(build_rootfs(busybox_source_recipe(arch), store, log))
+
+
+def _busybox_rootfs(source: Path, target: Path, applets: bool = True) -> None:
+    busybox = _busybox_of(source)
 
     def add(
         tar: tarfile.TarFile, name: str, kind: bytes, mode: int, data: bytes = b"", link: str = ""

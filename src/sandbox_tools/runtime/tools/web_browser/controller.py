@@ -495,7 +495,13 @@ class WebBrowserController:
 
     @staticmethod
     def _answer(url: str, main: str | None, tree: str, error: str | None) -> CrawlerResult:
-        return {"web_url": reported_url(url), "main_content": main, "web_at": tree, "error": error}
+        return {
+            "web_url": reported_url(url),
+            "page_url": url,
+            "main_content": main,
+            "web_at": tree,
+            "error": error,
+        }
 
     async def _ready(self, session: _Session) -> _Tab:
         """The session's tab in a running browser, opening both again if they were lost."""

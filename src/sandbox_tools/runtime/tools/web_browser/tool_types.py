@@ -152,7 +152,8 @@ class CrawlerResult(TypedDict):
     """What every page action answers; a page's failure is in `error`, not a JSON-RPC
     error, so the host shows it to the model as the tool's result."""
 
-    web_url: str
+    web_url: str  # without its query string, as inspect's host reads it
+    page_url: str  # ours: the whole URL, for host scripts that check what was submitted
     main_content: str | None
     web_at: str
     error: str | None
