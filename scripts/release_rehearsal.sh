@@ -11,8 +11,25 @@
 # and never touches the package's published manifest (--no-package-manifest). Everything
 # it writes outside a scratch directory (dist/manifest.json, dist/SHA256SUMS) is put back
 # as it was, however it ends; both servers are stopped.
+#
+# Options (each variant of docs/RELEASING.md):
+#   --with-browser   build the browser add-on of both platforms too: validate runs its
+#                    browser cells, the release carries it, fetch and the bundle have it
+#   --only DISTRO    validate these rows only (repeatable; debian-12, which the rehearsal
+#                    requires, is always among them); default: the whole matrix
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_browser=()
+only=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --with-browser) with_browser=(--with-browser); shift ;;
+    --only) [ $# -ge 2 ] || { echo "--only needs a distribution, e.g. --only busybox" >&2; exit 2; }
+            only+=(--only "$2"); shift 2 ;;
+    *) echo "unknown option $1 (options: --with-browser, --only DISTRO)" >&2; exit 2 ;;
+  esac
+done
+if [ ${#only[@]} -gt 0 ]; then only+=(--only debian-12); fi
 bash scripts/setup.sh >/dev/null
 export PATH="$PWD/.venv/bin:$PATH"
 
@@ -43,10 +60,27 @@ fail() { cat "$@" >&2; exit 1; }
 version=$(python3 -c 'import sandbox_tools; print(sandbox_tools.__version__)')
 
 step "build (a no-op when the sources are unchanged)"
-tools build --all
+tools build --all "${with_browser[@]}"
+addons=$(python3 -c 'import json; print(sum(1 for a in json.load(open("dist/build.json"))["artifacts"] if a.get("kind") == "browser"))')
+if [ ${#with_browser[@]} -gt 0 ] && [ "$addons" != 2 ]; then
+  fail <(echo "expected the browser add-on of both platforms in dist/build.json; found $addons")
+fi
 
-step "validate both architectures"
-tools validate --report "$work/validate-report.json" --junit "$work/validate-junit.xml"
+step "validate both architectures${with_browser:+, with the browser cells of the add-ons}"
+tools validate "${only[@]}" --report "$work/validate-report.json" --junit "$work/validate-junit.xml"
+if [ "$addons" -gt 0 ]; then
+  python3 - "$work/validate-report.json" <<'PY'
+import json
+import sys
+
+report = json.load(open(sys.argv[1]))
+cells = [c for c in report["results"] if c["scenario"].startswith("browser-")]
+passed = sorted(c["id"] for c in cells if c["status"] == "passed")
+platforms = {c["platform"] for c in cells if c["status"] == "passed"}
+assert platforms == {"linux/amd64", "linux/arm64"}, f"browser cells passed on {platforms}"
+print(f"browser cells passed: {', '.join(passed)}")
+PY
+fi
 
 # A release is made from a committed tree, and refuses anything else. While this
 # checkout has uncommitted changes (yours, or a teammate's in a shared checkout), the
@@ -175,25 +209,29 @@ identical=$(grep -c ': skipped (identical)$' "$work/publish.out" || true)
 curl -fsS -H "Authorization: Bearer $GITHUB_TOKEN" "$github_url/repos/$repo/releases/tags/$tag" \
   | python3 -c 'import json, sys; r = json.load(sys.stdin); assert r["draft"] is False, r; print(r["tag_name"] + ": published")'
 
+# What each fetch must have: the runtimes, and the add-ons when the release carries them
+# (then SHA256SUMS lists them too, and every line is checked).
+artifacts=$(python3 -c 'import json; print(len(json.load(open("dist/build.json"))["artifacts"]))')
 step "fetch from the published URLs (the manifest's order: S3 first)"
-tools fetch --manifest dist/manifest.json --dest "$work/fetched"
+tools fetch --manifest dist/manifest.json --dest "$work/fetched" "${with_browser[@]}"
 (cd "$work/fetched" && sha256sum -c "$OLDPWD/dist/SHA256SUMS")
 
 step "fetch anonymously from the GitHub stand-in's download URLs"
 download="$github_url/$repo/releases/download/$tag"
 env -u GITHUB_TOKEN -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY \
   tools fetch --manifest dist/manifest.json --mirror "$download" --out "$work/from-github" \
-  | tee "$work/from-github.out"
-runtimes=$(python3 -c 'import json; print(sum(1 for a in json.load(open("dist/build.json"))["artifacts"] if "kind" not in a))')
-[ "$(grep -c ": fetched from $download/" "$work/from-github.out" || true)" = "$runtimes" ] \
-  || fail "$work/from-github.out" <(echo "expected the $runtimes runtimes fetched from $download")
+  "${with_browser[@]}" | tee "$work/from-github.out"
+[ "$(grep -c ": fetched from $download/" "$work/from-github.out" || true)" = "$artifacts" ] \
+  || fail "$work/from-github.out" <(echo "expected the $artifacts artifacts fetched from $download")
 (cd "$work/from-github" && sha256sum -c "$OLDPWD/dist/SHA256SUMS")
 
 step "bundle, then fetch offline from it"
-tools bundle create --out "$work/carry/"  # a directory, created, receives the bundle
+tools bundle create --out "$work/carry/" "${with_browser[@]}"  # a directory, created, receives the bundle
 bundle=("$work"/carry/sandbox-tools-*-artifacts.tar)
 HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
-  tools fetch --manifest dist/manifest.json --from "${bundle[0]}" --dest "$work/offline"
+  tools fetch --manifest dist/manifest.json --from "${bundle[0]}" --dest "$work/offline" \
+  "${with_browser[@]}"
+(cd "$work/offline" && sha256sum -c "$OLDPWD/dist/SHA256SUMS")
 
 step "the wheel, installed offline into a fresh venv, resolves both platforms"
 tools wheel --manifest dist/manifest.json --out "$work/wheel"

@@ -17,7 +17,10 @@ container costs the add-on's install, about 10 s.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,63 +29,19 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
-from tests.docs.blocks import BLOCKS
+from tests.docs.blocks import BLOCKS, code_blocks
 from tests.support import run_inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
 
-# The README's task (its block holds this line), and mockllm as the agent: each step
-# reads the tree the last tool returned and picks the element by role and name, as a
-# model does; the answer is the heading the form led to.
+# The README's task (its block holds this line), and docs/INSPECT.md's scripted agent
+# (mockllm: each step reads the tree the last tool returned and picks the element by role
+# and name, as a model does) with its offline image and `inspect eval` line.
 README_TASK = "def browse(image"
-AGENT = textwrap.dedent(
-    """
-
-    # -- the test's agent: mockllm, reading each page as a model would ------------------
-    from inspect_ai import task_with
-    from inspect_ai.model import ModelOutput, ModelUsage, get_model
-
-    M = "mockllm/model"
-
-
-    def element(tree, role, name):
-        for line in tree.splitlines():
-            if f'{role} "{name}"' in line:
-                return int(line.strip()[1 : line.strip().index("]")])
-        raise AssertionError(f'no {role} "{name}" in the page:\\n{tree}')
-
-
-    def agent(input, tools, tool_choice, config):
-        seen = [message.text for message in input if message.role == "tool"]
-        step = len(seen)
-        if step == 0:
-            output = ModelOutput.for_tool_call(
-                M, "web_browser_go", {"url": "http://127.0.0.1:8000/"}
-            )
-        elif step == 1:
-            link = element(seen[-1], "link", "Help")
-            output = ModelOutput.for_tool_call(M, "web_browser_click", {"element_id": link})
-        elif step == 2:
-            output = ModelOutput.for_tool_call(M, "web_browser_back", {})
-        elif step == 3:
-            field = element(seen[-1], "textbox", "Order number")
-            output = ModelOutput.for_tool_call(
-                M, "web_browser_type_submit", {"element_id": field, "text": "42"}
-            )
-        else:
-            heading = next(line for line in seen[-1].splitlines() if "heading" in line)
-            output = ModelOutput.from_content(M, heading.split('"')[1])
-        output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
-        return output
-
-
-    @task
-    def scripted(image: str):
-        return task_with(browse(image=image), model=get_model(M, custom_outputs=agent))
-    """
-)
+SCRIPTED_AGENT = "def agent(input, tools, tool_choice, config):"
+OFFLINE_IMAGE = "busybox:offline"
 
 # One sample, both other routes: the MCP server's tools (listed by mcp_tools) and
 # web_browser(screenshots=True) share the container and the add-on's one install.
@@ -168,16 +127,35 @@ def _browser_install(sample: dict[str, Any]) -> dict[str, Any]:
     return dict(data)
 
 
-def test_the_readme_browsing_task_in_busybox_offline_as_uid_1000(
-    busybox: str, tmp_path: Path
-) -> None:
-    """User path: README.md's "A browsing agent" task, as written, run by `inspect eval`
-    with mockllm as the agent."""
-    (block,) = [block for block in BLOCKS if README_TASK in block]
-    (tmp_path / "browse.py").write_text(block + AGENT)
-    sample, _log = run_inspect_eval(
-        tmp_path / "browse.py@scripted", "-T", f"image={busybox}", env={}, timeout=1200
+def test_the_readme_browsing_task_in_busybox_offline_as_uid_1000(tmp_path: Path) -> None:
+    """User path: README.md's "A browsing agent" task, as written, and docs/INSPECT.md's
+    scripted agent beside it, run by that page's own commands: the image made from
+    Debian's static busybox, then `inspect eval` with mockllm as the agent."""
+    (task,) = [block for block in BLOCKS if README_TASK in block]
+    (agent,) = [block for block in BLOCKS if SCRIPTED_AGENT in block]
+    (commands,) = [
+        b.source for b in code_blocks() if b.kind == "shell" and OFFLINE_IMAGE in b.source
+    ]
+    (tmp_path / "browse.py").write_text(task)
+    (tmp_path / "scripted.py").write_text(agent)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", commands],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "INSPECT_LOG_DIR": str(tmp_path / "logs"),
+            "INSPECT_LOG_FORMAT": "json",  # read below without inspect
+        },
     )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (log_file,) = (tmp_path / "logs").glob("*.json")
+    log = json.loads(log_file.read_text())
+    assert log["status"] == "success", log.get("error")
+    (sample,) = log["samples"]
     go, click, back, submitted = map(_text, _tool_results(sample))
     assert 'heading "Orders"' in go and 'textbox "Order number"' in go, go
     assert 'heading "Help"' in click and "press Enter" in click, click

@@ -23,6 +23,7 @@ from sandbox_tools.distro_matrix.matrix import (
 )
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.platforms import Arch
+from sandbox_tools.protocol import BROWSER_CALL_TIMEOUT_ENV
 from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
@@ -31,6 +32,8 @@ from sandbox_tools.sandboxes.images import (
     ensure_busybox_image,
     ensure_image,
 )
+
+EMULATED_BROWSER_CALL_S = 150  # under the host's 180 s per browser call
 
 
 class DockerBackend:
@@ -43,6 +46,16 @@ class DockerBackend:
         self.containers = containers
         self.roots = roots
         self.registry_reachable = True
+        self._native: Arch | None = None
+
+    def native_arch(self) -> Arch | None:
+        """The engine's own architecture (others run under emulation), once asked."""
+        if self._native is None:
+            try:
+                self._native = Arch.parse(str(self.client.info().get("Architecture", "")))
+            except (ValueError, docker.errors.DockerException):
+                return None
+        return self._native
 
     def resolve_image(self, distro: Distro, arch: Arch) -> tuple[str | None, str]:
         """(image, where it came from) or (None, why the row is skipped)."""
@@ -101,6 +114,11 @@ class DockerBackend:
             options["user"] = scenario.user
         if distro.command:
             options["command"] = distro.command
+        if scenario.browser and artifact.arch is not self.native_arch():
+            # Chromium under QEMU's user emulation starts and renders tens of times
+            # slower: the runtime's per-call browser deadline is raised in the
+            # container's environment, as an operator's image may raise it.
+            options["environment"] = {BROWSER_CALL_TIMEOUT_ENV: str(EMULATED_BROWSER_CALL_S)}
 
         @contextlib.asynccontextmanager
         async def open_sandbox() -> AsyncIterator[Sandbox]:
