@@ -16,6 +16,10 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+# debootstrap checks Debian's signatures with it (Ubuntu's debootstrap does not pull it in).
+[ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || missing+=(debian-archive-keyring)
+# Builds as a user run debootstrap through `sudo -n`, as on GitHub's runners (a test does).
+command -v sudo >/dev/null || missing+=(sudo)
 [ -e /usr/bin/qemu-aarch64-static ] || [ -e /usr/bin/qemu-aarch64 ] || missing+=(qemu-user-static)
 command -v update-binfmts >/dev/null || missing+=(binfmt-support)
 command -v musl-gcc >/dev/null || missing+=(musl-tools)

@@ -13,6 +13,8 @@ UBUNTU_NOBLE = ROOT / "tests" / "data" / "ubuntu-noble-packages.txt"  # names in
 EVERYTHING = [
     "docker.io",
     "debootstrap",
+    "debian-archive-keyring",
+    "sudo",
     "qemu-user-static",
     "binfmt-support",
     "musl-tools",

@@ -1,6 +1,7 @@
 """What the validate report must say before `tools release` publishes an artifact: a
-runtime needs a passing cell; the browser add-on, which no cell runs, needs its exact
-bytes named and static checks that ran and found nothing."""
+runtime needs a passing cell and none failed; the browser add-on needs its exact bytes
+named, static checks that ran and found nothing, and a passing browser cell, none
+failed."""
 
 from __future__ import annotations
 
@@ -28,16 +29,26 @@ ADDON = Artifact(
     build_id="sha256:" + "2" * 64,
 )
 PASSED = CellResult(RUNTIME.name, RUNTIME.platform, "debian-12", "root", CellStatus.PASSED)
+BROWSER = CellResult(ADDON.name, ADDON.platform, "debian-12", "browser-root", CellStatus.PASSED)
 
 
 def report(static: dict[str, list[str]], *artifacts: Artifact) -> ValidationReport:
-    return ValidationReport(artifacts=list(artifacts), results=[PASSED], static=static)
+    return ValidationReport(artifacts=list(artifacts), results=[PASSED, BROWSER], static=static)
 
 
-def test_an_add_on_is_validated_by_its_static_checks_alone() -> None:
+def test_an_add_on_is_validated_by_its_static_checks_and_its_browser_cells() -> None:
     sound = report({RUNTIME.name: [], ADDON.name: []}, RUNTIME, ADDON)
     assert sound.problems_for(ADDON) is None
     assert sound.problems_for(RUNTIME) is None
+    static_only = replace(sound, results=[PASSED])
+    assert static_only.problems_for(ADDON) == f"no validation cell passed for {ADDON.name}"
+    assert static_only.problems_for(RUNTIME) is None  # the runtime's cells are its own
+    crashed = replace(BROWSER, scenario="browser-nonroot", status=CellStatus.FAILED)
+    failing = replace(sound, results=[PASSED, BROWSER, crashed])
+    assert failing.problems_for(ADDON) == (
+        f"validation failed for {ADDON.name}: debian-12/amd64/browser-nonroot"
+    )
+    assert failing.problems_for(RUNTIME) is None
 
 
 def test_an_add_on_needs_its_exact_bytes_named_and_its_checks_run_and_sound() -> None:

@@ -68,52 +68,114 @@ def _require_tool(name: str, package: str) -> str:
     return path
 
 
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+
+def _as_root() -> list[str]:
+    """The prefix that runs a command as root: none for root; `sudo -n` for a user who
+    may use it without a password (GitHub's runners); else a BuildError saying so.
+    debootstrap makes device nodes and files of every owner, and only root reads them
+    all back into the tarball."""
+    if os.geteuid() == 0:
+        return []
+    sudo = shutil.which("sudo")
+    if (
+        sudo is not None
+        and subprocess.run([sudo, "-n", "true"], capture_output=True).returncode == 0
+    ):
+        return [sudo, "-n"]
+    raise BuildError(
+        "making a Debian root with debootstrap needs root, and this user "
+        f"(uid {os.geteuid()}) has no passwordless sudo",
+        remedy="Run the build as root, or as a user with passwordless sudo (as on GitHub's "
+        "runners); or build where the root tarballs are already cached "
+        "(SANDBOX_TOOLS_CACHE_DIR).",
+    )
+
+
 def build_rootfs(
     recipe: RootfsRecipe, store: RootfsStore, log: Callable[[str], None] = lambda _: None
 ) -> Path:
-    """The recipe's root filesystem as a deterministic tarball, made once and cached."""
+    """The recipe's root filesystem as a deterministic tarball, made once and cached.
+    As root, or through `sudo -n` for a user allowed it; the tarball is the user's."""
     target = store.directory() / "roots" / f"{recipe.digest}.tar"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     debootstrap = _require_tool("debootstrap", "debootstrap")
+    root_prefix = _as_root()
     with tempfile.TemporaryDirectory(prefix="rootfs-", dir=target.parent) as work:
         root = Path(work) / "root"
-        command = [debootstrap, f"--variant={recipe.variant}", f"--arch={recipe.arch.value}"]
-        if recipe.include:
-            command.append("--include=" + ",".join(sorted(recipe.include)))
-        command += [recipe.suite, str(root), store.mirror]
-        log(" ".join(command))
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise BuildError(
-                f"debootstrap of {recipe.suite}/{recipe.arch.value} failed: "
-                f"{(result.stdout + result.stderr)[-1500:]}",
-                remedy="Check that Debian's mirror is reachable (SANDBOX_TOOLS_DEBIAN_MIRROR) "
-                "and, for a foreign architecture, that qemu-user-static and binfmt are set up.",
-            )
-        # Package caches are not part of the image; drop them to keep it small.
-        for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for entry in (root / leftover).glob("*"):
-                if entry.is_file():
-                    entry.unlink()
-        partial = Path(work) / "root.tar"
+        try:
+            _debootstrap(recipe, store, debootstrap, root_prefix, root, log)
+            partial = Path(work) / "root.tar"
+            with partial.open("wb") as tarball:
+                subprocess.run(
+                    [
+                        *root_prefix,
+                        "tar",
+                        "--sort=name",
+                        "--numeric-owner",
+                        "--mtime=@0",
+                        "-C",
+                        str(root),
+                        "-cf",
+                        "-",
+                        ".",
+                    ],
+                    stdout=tarball,
+                    check=True,
+                )
+            os.replace(partial, target)
+        finally:
+            if root_prefix and root.exists():  # root's files: only root removes them
+                subprocess.run([*root_prefix, "rm", "-rf", "--one-file-system", str(root)])
+    return target
+
+
+def _debootstrap(
+    recipe: RootfsRecipe,
+    store: RootfsStore,
+    debootstrap: str,
+    root_prefix: list[str],
+    root: Path,
+    log: Callable[[str], None],
+) -> None:
+    if not Path(DEBIAN_KEYRING).is_file():
+        raise BuildError(
+            f"{DEBIAN_KEYRING} is missing: debootstrap could not check Debian's signatures",
+            remedy="Install it: apt-get install -y debian-archive-keyring (scripts/setup.sh "
+            "does; Ubuntu's debootstrap does not pull it in).",
+        )
+    command = [
+        debootstrap,
+        f"--variant={recipe.variant}",
+        f"--arch={recipe.arch.value}",
+        # Every Release file checked against Debian's keys: never an unsigned root.
+        "--force-check-gpg",
+        f"--keyring={DEBIAN_KEYRING}",
+    ]
+    if recipe.include:
+        command.append("--include=" + ",".join(sorted(recipe.include)))
+    command += [recipe.suite, str(root), store.mirror]
+    log(" ".join(command))
+    result = subprocess.run([*root_prefix, *command], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(
+            f"debootstrap of {recipe.suite}/{recipe.arch.value} failed: "
+            f"{(result.stdout + result.stderr)[-1500:]}",
+            remedy="Check that Debian's mirror is reachable (SANDBOX_TOOLS_DEBIAN_MIRROR) "
+            "and, for a foreign architecture, that qemu-user-static and binfmt are set up.",
+        )
+    # Package caches are not part of the image; drop them to keep it small.
+    caches = [root / leftover for leftover in ("var/cache/apt/archives", "var/lib/apt/lists")]
+    present = [str(cache) for cache in caches if cache.is_dir()]
+    if present:
         subprocess.run(
-            [
-                "tar",
-                "--sort=name",
-                "--numeric-owner",
-                "--mtime=@0",
-                "-C",
-                str(root),
-                "-cf",
-                str(partial),
-                ".",
-            ],
+            [*root_prefix, "find", *present, "-maxdepth", "1", "-type", "f", "-delete"],
+            capture_output=True,
             check=True,
         )
-        os.replace(partial, target)
-    return target
 
 
 def image_exists(client: DockerClient, tag: str) -> bool:
