@@ -47,6 +47,9 @@ class DockerBackend:
         self.roots = roots
         self.registry_reachable = True
         self._native: Arch | None = None
+        # Chromium under emulation, one cell at a time: two at once on a two-core
+        # machine starved each other until a renderer crashed.
+        self._emulated_browser = asyncio.Lock()
 
     def native_arch(self) -> Arch | None:
         """The engine's own architecture (others run under emulation), once asked."""
@@ -114,7 +117,8 @@ class DockerBackend:
             options["user"] = scenario.user
         if distro.command:
             options["command"] = distro.command
-        if scenario.browser and artifact.arch is not self.native_arch():
+        emulated = scenario.browser and artifact.arch is not self.native_arch()
+        if emulated:
             # Chromium under QEMU's user emulation starts and renders tens of times
             # slower: the runtime's per-call browser deadline is raised in the
             # container's environment, as an operator's image may raise it.
@@ -122,9 +126,10 @@ class DockerBackend:
 
         @contextlib.asynccontextmanager
         async def open_sandbox() -> AsyncIterator[Sandbox]:
-            with RunningContainer(
-                self.client, image, policy=self.containers, **options
-            ) as container:
-                yield container.sandbox
+            async with self._emulated_browser if emulated else contextlib.nullcontext():
+                with RunningContainer(
+                    self.client, image, policy=self.containers, **options
+                ) as container:
+                    yield container.sandbox
 
         return open_sandbox
