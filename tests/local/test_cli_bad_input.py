@@ -53,6 +53,9 @@ def inputs(tmp_path: Path) -> Path:
         (["fetch", "--platform", "arm64", "--dest", "out"], 2, "tools build --arch arm64 --out"),
         (["release", "--s3-bucket", "b", "--s3-prefix", "x/{vers}", "--dry-run"], 2, "{version}"),
         (["release", "--github-repo", "o/r", "--github-tag", "{ver}", "--dry-run"], 2, "{version}"),
+        # an unset workflow variable: never a release that silently skips S3
+        (["release", "--s3-bucket", "", "--github-repo", "o/r", "--dry-run"], 2, "--s3-bucket is"),
+        (["release", "--s3-bucket", "b", "--github-repo", " ", "--dry-run"], 2, "--github-repo is"),
         (["fetch", "--manifest", GOLDEN, "--out", "/proc/no/such"], 2, "cannot create"),
         (["fetch", "--manifest", GOLDEN, "--dest", "list.json"], 2, "is a file"),
         (["fetch", "--manifest", GOLDEN, "--platform", "sparc", "--dest", "out"], 2, "sparc"),

@@ -102,7 +102,10 @@ def test_release_commits_the_manifest_then_tags_then_publishes() -> None:
         return next(i for i, step in enumerate(all_steps) if predicate(step.get("run", "")))
 
     qemu = at(lambda r: "binfmt" in r)
-    build = at(lambda r: r.startswith("tools build --all"))
+    build = at(lambda r: "tools build --all $WITH_BROWSER" in r)
+    # An unset bucket stops the job before anything is built: never a release without S3.
+    assert 'if [ -z "$RELEASE_BUCKET" ]' in all_steps[build]["run"]
+    assert "vars.RELEASE_WITH_BROWSER" in workflow["jobs"]["release"]["env"]["WITH_BROWSER"]
     validate = at(lambda r: r.startswith("tools validate"))
     draft = at(lambda r: "tools release" in r and "--github-draft" in r)
     commit = at(lambda r: "git commit" in r)

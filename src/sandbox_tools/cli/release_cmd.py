@@ -321,6 +321,15 @@ def release_command(
     if as_json:
         humans_to_stderr()
     check_allow_dirty(allow_dirty, dry_run)  # bad input: refused before anything is read
+    for option, given in (("--s3-bucket", s3_bucket), ("--github-repo", github_repo)):
+        if given is not None and not given.strip():
+            # An unset workflow variable expands to "": the release would silently skip
+            # that target, and a version's published files never change afterwards.
+            raise ConfigurationError(
+                f"{option} is empty",
+                remedy=f"Name it, or leave {option} out to publish without it (in a "
+                "workflow: check that the variable it is set from is defined).",
+            )
     flags = {
         "s3_bucket": s3_bucket,
         "s3_prefix": s3_prefix,
