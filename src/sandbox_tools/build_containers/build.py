@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import requests
 from docker import DockerClient
 
 from sandbox_tools._version import __version__
@@ -421,5 +422,12 @@ def build(
         arch, first = errors[0]
         if isinstance(first, BuildError):
             raise first
+        if isinstance(first, requests.exceptions.ConnectionError):
+            raise BuildError(
+                f"building {arch.value} failed: the Docker engine stopped answering ({first})",
+                remedy="Check that the engine runs (`docker info`; its log, e.g. "
+                "journalctl -u docker or /var/log/sandbox-tools-dockerd.log), then build "
+                "again: what was built is kept.",
+            ) from first
         raise BuildError(f"building {arch.value} failed: {first!r}") from first
     return records
