@@ -38,6 +38,7 @@ from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.web_browser import BrowserSession, open_browser
 from sandbox_tools.platforms import Arch
 from sandbox_tools.recipes import RootfsRecipe
+from sandbox_tools.runtime.addons import digest_of_archive
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
@@ -164,12 +165,13 @@ async def run(runs: int) -> dict[str, dict[str, Any]]:
 
     addon = await asyncio.to_thread(acquire_artifact, ARCH, ArtifactFormat.TAR_XZ)
     acquired = time.perf_counter()
-    browser_addon._tree_digest(addon.located, addon.sha256, addon.located.stat().st_mtime_ns, None)
+    with addon.located.open("rb") as handle:  # what tools build does once, for the record
+        digest_of_archive(handle)
     digested = time.perf_counter()
     out: dict[str, dict[str, Any]] = {
         "host": {
             "acquire the add-on (dist/, verified)": (acquired - started) * 1000,
-            "tree digest of the archive (once; then read from the host's cache)": (
+            "tree digest of the archive (tools build, once; never at eval time)": (
                 digested - acquired
             )
             * 1000,

@@ -15,10 +15,12 @@ injector alike; it imports nothing of theirs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import hashlib
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -28,6 +30,7 @@ from typing import IO, Any
 
 from sandbox_tools._version import __version__
 from sandbox_tools.platforms import Arch
+from sandbox_tools.runtime.addons import TreeDigest
 
 BUILD_RECORD_FILE = "build.json"  # dist/build.json: what `tools build` made
 RECORD_SCHEMA = 1
@@ -201,6 +204,10 @@ class Artifact:
     build_id: str
     tool_versions: Mapping[str, str] = field(default_factory=dict)
     kind: ArtifactKind = ArtifactKind.RUNTIME
+    # An add-on's: what its archive unpacks to, computed once by `tools build` and checked
+    # against the archive by `tools validate`, so no host computes it at eval time. The
+    # runtime checks the unpacked tree against it on every install.
+    tree: TreeDigest | None = None
     urls: tuple[str, ...] = ()
     path: Path | None = None
     provenance: Provenance | None = None
@@ -249,6 +256,8 @@ class Artifact:
         }
         if self.kind is not ArtifactKind.RUNTIME:  # absent means the runtime (older records)
             document["kind"] = self.kind.value
+        if self.tree is not None:
+            document["tree"] = dataclasses.asdict(self.tree)
         if urls:
             document["urls"] = list(self.urls)
         else:
@@ -285,8 +294,28 @@ class Artifact:
             build_id=str(required("build_id")),
             tool_versions={str(k): str(v) for k, v in tool_versions.items()},
             kind=kind,
+            tree=_tree_of(data.get("tree"), where),
             urls=tuple(str(u) for u in urls),
         )
+
+
+def _tree_of(data: Any, where: str) -> TreeDigest | None:
+    """An add-on record's tree digest, or None when it has none; ValueError if malformed."""
+    if data is None:
+        return None
+    digest = data.get("digest") if isinstance(data, dict) else None
+    size = data.get("size") if isinstance(data, dict) else None
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if (
+        not isinstance(digest, str)
+        or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+        or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (size, entries)
+        )
+    ):
+        raise ValueError(f"{where}: 'tree' must be {{digest: sha256:<64 hex>, size, entries}}")
+    assert isinstance(size, int) and isinstance(entries, int)
+    return TreeDigest(digest, size, entries)
 
 
 def read_build_records(directory: Path) -> list[Artifact]:

@@ -36,6 +36,7 @@ from sandbox_tools.platforms import Arch
 from sandbox_tools.publishing.publish import ReleaseRequest, publish
 from sandbox_tools.publishing.targets import GitHubTarget, S3Target
 from sandbox_tools.release.manifest import MANIFEST_FILE, Manifest, read_manifest
+from sandbox_tools.runtime.addons import digest_of_archive
 from sandbox_tools.validation import CellResult, CellStatus, ValidationReport
 from tests.release.servers import FaultProxy, GitHubReleasesServer
 
@@ -123,6 +124,7 @@ def _browser_record(arch: Arch, data: bytes) -> Artifact:
         sha256=hashlib.sha256(data).hexdigest(),
         # What the current sources would build: the injector's test of a released add-on.
         build_id=current_build_id(arch, ArtifactFormat.TAR_XZ),
+        tree=digest_of_archive(io.BytesIO(data)),  # as tools build records it
     )
 
 

@@ -227,25 +227,43 @@ def test_too_little_space_is_refused_before_unpacking(tmp_path: Path) -> None:
     _nothing_left(tmp_path)
 
 
-def test_the_hosts_tree_digest_is_kept_by_the_archives_sha256(tmp_path: Path) -> None:
-    """Every `inspect eval` is a new process: the 5 s digest of the real add-on is
-    computed once per archive, then read from the host's cache."""
-    from sandbox_tools.injector.browser_addon import _tree_digest
+def test_the_tree_digest_travels_in_the_record_and_validate_checks_it(tmp_path: Path) -> None:
+    """No host hashes the ~300 MiB tree at eval time: the record carries what the
+    archive unpacks to (build.json, then the manifest, read back whole), the injector
+    takes it from there, and the static checks (tools validate) refuse a record whose
+    digest is not the archive's, or that has none."""
+    from dataclasses import replace
+
+    from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind
+    from sandbox_tools.distro_matrix.static import _tree_problems
+    from sandbox_tools.errors import SandboxInjectionError
+    from sandbox_tools.injector.browser_addon import _tree_of
+    from sandbox_tools.platforms import Arch
 
     archive = tmp_path / "addon.tar.xz"
     archive.write_bytes(_archive(GOOD))
-    sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
-    cache = tmp_path / "cache"
-    first = _tree_digest(archive, sha256, 1, cache)
-    assert first == digest_of_archive(io.BytesIO(archive.read_bytes()))
-    assert (cache / f"{sha256}.json").is_file()
-    archive.unlink()  # a later process finds the digest without the archive being read
-    _tree_digest.cache_clear()
-    assert _tree_digest(archive, sha256, 1, cache) == first
-    (cache / f"{sha256}.json").write_text("not json")  # a damaged entry is computed again
-    _tree_digest.cache_clear()
-    with pytest.raises(FileNotFoundError):
-        _tree_digest(archive, sha256, 1, cache)
+    tree = digest_of_archive(io.BytesIO(archive.read_bytes()))
+    record = Artifact(
+        name=archive.name,
+        arch=Arch.AMD64,
+        format=ArtifactFormat.TAR_XZ,
+        kind=ArtifactKind.BROWSER,
+        size=archive.stat().st_size,
+        sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+        build_id="sha256:" + "1" * 64,
+        tree=tree,
+    )
+    assert Artifact.from_json(record.to_json()) == record
+    assert Artifact.from_json(record.to_json(urls=True)) == record
+    assert _tree_of(record) == tree and _tree_problems(archive, record) == []
+    other = replace(tree, digest="sha256:" + "0" * 64)
+    assert "is not the archive's" in _tree_problems(archive, replace(record, tree=other))[0]
+    assert "no tree digest" in _tree_problems(archive, replace(record, tree=None))[0]
+    with pytest.raises(SandboxInjectionError, match="no tree digest"):
+        _tree_of(replace(record, tree=None))
+    for bad in ({"digest": "md5:x", "size": 1, "entries": 1}, {"digest": tree.digest}, [1]):
+        with pytest.raises(ValueError, match="'tree' must be"):
+            Artifact.from_json({**record.to_json(), "tree": bad})
 
 
 @pytest.mark.parametrize("free", [float("inf"), [1], True, -1, "9", None])

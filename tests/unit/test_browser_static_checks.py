@@ -23,6 +23,7 @@ from sandbox_tools.build_containers.records import BROWSER_RESOURCES
 from sandbox_tools.build_containers.tree_archive import write_archive
 from sandbox_tools.distro_matrix.static import NSS_CHECKSUMS, NSS_MODULES, static_checks
 from sandbox_tools.platforms import Arch
+from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive
 
 HOST_LIBS = (Path("/lib/x86_64-linux-gnu"), Path("/usr/lib/x86_64-linux-gnu"))
 HOST_LOADER = Path("/lib64/ld-linux-x86-64.so.2")
@@ -99,8 +100,14 @@ def check(files: dict[str, str], tmp: Path, metadata: dict[str, object] | None =
         size=output.stat().st_size,
         sha256=sha256_of(output),
         build_id=BUILD_ID,
+        tree=_tree(output),  # what tools build records
     )
     return static_checks(output, record)
+
+
+def _tree(archive: Path) -> TreeDigest:
+    with archive.open("rb") as handle:
+        return digest_of_archive(handle)
 
 
 def test_a_sound_tree_passes(launcher: Path, tmp_path: Path) -> None:
@@ -160,6 +167,7 @@ def test_a_record_of_other_bytes_and_an_unreadable_archive(launcher: Path, tmp_p
         size=output.stat().st_size,
         sha256=sha256_of(output),
         build_id=BUILD_ID,
+        tree=_tree(output),
     )
     output.write_bytes(output.read_bytes()[:4096])
     problems = static_checks(output, record)

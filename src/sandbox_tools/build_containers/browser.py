@@ -22,6 +22,7 @@ Regenerate the locks after a Debian security update with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -37,6 +38,7 @@ from sandbox_tools.artifacts import (
     ArtifactFormat,
     ArtifactKind,
     atomic_output,
+    atomic_write,
     browser_artifact_name,
     read_build_records,
     sha256_of,
@@ -51,6 +53,7 @@ from sandbox_tools.build_containers.records import (
 )
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch, parse_arches
+from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive
 from sandbox_tools.sandboxes.containers import ContainerPolicy, run_to_completion
 from sandbox_tools.sandboxes.images import RootfsStore, build_rootfs, image_exists, import_rootfs
 
@@ -251,6 +254,7 @@ def build_browser(
     with atomic_output(output) as handle, cached.open("rb") as packed:
         shutil.copyfileobj(packed, handle, 1 << 20)
     return Artifact(
+        tree=_tree_of_cached(cached),
         name=name,
         arch=arch,
         format=ArtifactFormat.TAR_XZ,
@@ -264,6 +268,21 @@ def build_browser(
             "assembler": builder_image_tag(ASSEMBLY_ARCH),
         },
     )
+
+
+def _tree_of_cached(cached: Path) -> TreeDigest:
+    """What the cached archive unpacks to: computed once (about 5 s) and kept beside it,
+    as the archive is, under its build id."""
+    kept = cached.with_name(cached.name + ".tree.json")
+    try:
+        known = json.loads(kept.read_text())
+        return TreeDigest(str(known["digest"]), int(known["size"]), int(known["entries"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not computed yet (or unreadable): computed now
+    with cached.open("rb") as handle:
+        tree = digest_of_archive(handle)
+    atomic_write(kept, json.dumps(dataclasses.asdict(tree), sort_keys=True) + "\n")
+    return tree
 
 
 def _build_into_cache(

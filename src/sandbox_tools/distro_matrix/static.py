@@ -31,6 +31,7 @@ from sandbox_tools.build_containers.package import (
 from sandbox_tools.build_containers.records import tree_id
 from sandbox_tools.build_containers.tree_archive import read_archive
 from sandbox_tools.platforms import Arch
+from sandbox_tools.runtime.addons import AddonError, digest_of_archive
 
 MAX_ARTIFACT_BYTES = 15 * 1000 * 1000
 ELF_MACHINES = {Arch.AMD64: 62, Arch.ARM64: 183}
@@ -181,6 +182,22 @@ NSS_MODULES = ("libsoftokn3.so", "libfreebl3.so", "libfreeblpriv3.so", "libnssck
 NSS_CHECKSUMS = ("libsoftokn3.chk", "libfreebl3.chk", "libfreeblpriv3.chk")
 
 
+def _tree_problems(path: Path, record: Artifact) -> list[str]:
+    """The record's tree digest is what the archive unpacks to: hosts install with the
+    recorded one without hashing the archive, so a wrong one is caught here, once,
+    before a release carries it (the runtime would refuse every install)."""
+    if record.tree is None:
+        return ["the record has no tree digest: build it again with this tools build"]
+    try:
+        with path.open("rb") as handle:
+            found = digest_of_archive(handle)
+    except (OSError, EOFError, tarfile.TarError, lzma.LZMAError, AddonError) as exc:
+        return [f"archive: its tree cannot be digested ({exc})"]
+    if found != record.tree:
+        return [f"the record's tree {record.tree} is not the archive's {found}"]
+    return []
+
+
 def browser_static_checks(path: Path, record: Artifact) -> list[str]:
     """The add-on read back as the runtime will unpack it (tarfile + lzma), without
     running it: the members, the launcher, the ELF closure, glibc versions, the fonts
@@ -204,6 +221,7 @@ def browser_static_checks(path: Path, record: Artifact) -> list[str]:
     except (OSError, EOFError, tarfile.TarError, lzma.LZMAError) as exc:
         return [*problems, f"archive: cannot be read back ({exc})"]
     problems += _browser_metadata_problems(files, record)
+    problems += _tree_problems(path, record)
     loader = posixpath.basename(LOADERS[record.arch])
     required = (BROWSER_ENTRY, BROWSER_BINARY, loader, "lib/libc.so.6", "icudtl.dat")
     problems += [f"no {name}" for name in required if name not in files]

@@ -18,24 +18,19 @@ use it without being told.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import functools
 import json
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from sandbox_tools.artifacts import Artifact, ArtifactFormat, atomic_write
-from sandbox_tools.cache import cache_root
+from sandbox_tools.artifacts import Artifact, ArtifactFormat
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.acquire import Source, acquire_artifact
 from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
 from sandbox_tools.injector.log_bounds import said
-from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive, needed_bytes
+from sandbox_tools.runtime.addons import TreeDigest, needed_bytes
 from sandbox_tools.runtime.paths import BROWSER_DIR
-from sandbox_tools.settings import Settings, load_settings
 
 __all__ = ["BrowserInstall", "ensure_browser", "install_browser"]
 
@@ -45,33 +40,18 @@ INSTALL_TIMEOUT = 900.0  # 100 MB streamed in, unpacked and hashed: ~6 s native,
 log = logging.getLogger(__name__)
 
 
-def digest_cache(where: Settings) -> Path:
-    """Where the host keeps the tree digests of add-on archives, by their SHA-256."""
-    return cache_root(where) / "addon-trees"
-
-
-@functools.lru_cache(maxsize=4)
-def _tree_digest(path: Path, sha256: str, mtime_ns: int, cache: Path | None) -> TreeDigest:
-    """What the pinned archive unpacks to: about 5 s for the 100 MB add-on, so it is kept
-    in memory and in the host's cache under the archive's SHA-256 (every `inspect eval`
-    is a new process). The archive's bytes were checked against `sha256` by acquisition;
-    the cache is the host's own, trusted as its artifact cache is."""
-    kept = cache / f"{sha256}.json" if cache is not None else None
-    if kept is not None:
-        try:
-            known = json.loads(kept.read_text())
-            return TreeDigest(str(known["digest"]), int(known["size"]), int(known["entries"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # not there yet, or unreadable: computed again below
-    with path.open("rb") as handle:
-        tree = digest_of_archive(handle)
-    if kept is not None:
-        try:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(kept, json.dumps(dataclasses.asdict(tree), sort_keys=True) + "\n")
-        except OSError as exc:  # a read-only cache costs the next process 5 s, nothing else
-            log.debug("cannot keep the add-on's tree digest in %s: %s", kept, exc)
-    return tree
+def _tree_of(artifact: Artifact) -> TreeDigest:
+    """What the pinned archive unpacks to, from its record: `tools build` computed it and
+    `tools validate` checked it against the archive, so no host hashes ~300 MiB at eval
+    time. The runtime checks the unpacked tree against it before using any of it."""
+    if artifact.tree is None:
+        raise SandboxInjectionError(
+            f"the record of {artifact.name} has no tree digest (an add-on built by an older "
+            "sandbox-tools)",
+            remedy="Build it again (tools build --with-browser) or fetch this version's "
+            "release (tools fetch --with-browser).",
+        )
+    return artifact.tree
 
 
 async def _runtime_command(
@@ -114,9 +94,7 @@ async def ensure_browser(support: ToolSupport) -> BrowserInstall:
     remembered for the handle's life (concurrent first calls install once)."""
     async with support.addon_lock:
         if support.browser is None:
-            support.browser = await install_browser(
-                support, sources=support.sources, digests=digest_cache(load_settings())
-            )
+            support.browser = await install_browser(support, sources=support.sources)
         return support.browser
 
 
@@ -125,12 +103,10 @@ async def install_browser(
     *,
     sources: Sequence[Source] | None = None,
     artifact: Artifact | None = None,
-    digests: Path | None = None,
 ) -> BrowserInstall:
     """Make the browser add-on ready beside `support`'s runtime (a ToolSupport): reused
     when the pinned tree is there, else sent and unpacked now. `artifact` is the add-on
-    to use, else the first of `sources` (default: this installation's) that has it;
-    `digests` keeps the archive's tree digest for the next process (digest_cache)."""
+    to use, else the first of `sources` (default: this installation's) that has it."""
     started = time.monotonic()
     arch = support.recon.arch
     assert arch is not None  # the runtime runs, so the platform is a supported one
@@ -142,9 +118,7 @@ async def install_browser(
             remedy="Pass the add-on of the sandbox's platform (tools build --with-browser).",
         )
     located = artifact.located
-    tree = await asyncio.to_thread(
-        _tree_digest, located, artifact.sha256, located.stat().st_mtime_ns, digests
-    )
+    tree = _tree_of(artifact)
     directory = f"{support.install_dir}/{BROWSER_DIR}"
     found = await _runtime_command(
         support,
