@@ -21,6 +21,7 @@ from sandbox_tools.artifacts import Artifact, ArtifactKind, sha256_of
 from sandbox_tools.build_containers.tree_archive import read_archive
 from sandbox_tools.distro_matrix.static import browser_static_checks, static_checks
 from sandbox_tools.platforms import Arch
+from sandbox_tools.runtime.addons import digest_of_archive
 from tests.support import arches_under_test, locked_down_busybox
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -66,7 +67,11 @@ def test_a_tree_without_a_library_fails_naming_who_needs_it(
 ) -> None:
     record, path = built_browser(HOST_ARCH)
     broken = _repacked(path, tmp_path / record.name, leave_out="lib/libnss3.so")
-    broken_record: Artifact = replace(record, size=broken.stat().st_size, sha256=sha256_of(broken))
+    with broken.open("rb") as handle:  # recorded as tools build would record it
+        tree = digest_of_archive(handle)
+    broken_record: Artifact = replace(
+        record, size=broken.stat().st_size, sha256=sha256_of(broken), tree=tree
+    )
     problems = browser_static_checks(broken, broken_record)
     assert "chromium-headless-shell needs libnss3.so, which the tree lacks" in problems
     # The only other finding: the fast repack (xz preset 0) is over the size budget.
