@@ -69,6 +69,28 @@ def _describe(value: object) -> str:
     return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
 
 
+# The most of a runtime error's message the host keeps: whatever answers in the sandbox
+# may send 60 MiB of it, which went on whole into the model's tool error and the log.
+MAX_MESSAGE_CHARS = 10_000
+
+
+def bounded_text(text: str, limit: int, what: str) -> str:
+    """Text from the sandbox, as the host may pass it on: cut at a line (with a note of
+    what was left out) past `limit`, and lone surrogates replaced (JSON can carry them;
+    a model request or a log serialised as UTF-8 cannot)."""
+    if len(text) > limit:
+        cut = text.rfind("\n", 0, limit)
+        kept = text[: cut if cut > 0 else limit]
+        text = (
+            f"{kept}\n[the {what} was cut by the host: {len(text) - len(kept):,} more characters]"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def _last_line(output: bytes) -> bytes:
     """The last line of `output` once stripped (`output.strip().splitlines()[-1]`, b"" if
     there is none), found without splitting the rest: 64 MiB of short lines split would
@@ -120,6 +142,7 @@ def unwrap_response(response: Any, method: str) -> Any:
                 f"{method}: the runtime's error has no integer code and string message: "
                 f"{_describe(error)}"
             )
+        message = bounded_text(message, MAX_MESSAGE_CHARS, "error message")
         if code == TOOL_ERROR:
             raise ToolError(code, message, error.get("data"))
         raise RuntimeRpcError(code, message, error.get("data"))

@@ -14,13 +14,14 @@ Page failures (a refused connection, an unknown element id) come back in
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
 from sandbox_tools.injector.inject import ToolSupport
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient, bounded_text, result_fields
 from sandbox_tools.protocol import User
 from sandbox_tools.runtime.tools.web_browser.tool_types import NewSessionParams
 
@@ -37,11 +38,15 @@ MAX_ERROR_CHARS = 10_000
 
 
 def _bounded(text: str | None, limit: int, what: str) -> str | None:
-    if text is None or len(text) <= limit:
-        return text
-    cut = text.rfind("\n", 0, limit)
-    kept = text[: cut if cut > 0 else limit]
-    return f"{kept}\n[the {what} was cut by the host: {len(text) - len(kept):,} more characters]"
+    return None if text is None else bounded_text(text, limit, what)
+
+
+# A session name the runtime makes (`WebBrowser_<random>_<n>`); whatever answers in the
+# sandbox could name one of 100 MB, which the host keeps and sends with every call.
+SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+# The viewport's PNG is a few MB; the runtime refuses one over 16 MiB.
+MAX_SCREENSHOT_BYTES = 16 << 20
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,13 @@ class BrowserPage:
             main_content=(str, type(None)),
             error=(str, type(None)),
         )
+        said = fields.get("error")
+        error = None if not said or said.isspace() else said  # blank is no error (inspect)
         return cls(
             _bounded(fields["page_url"], MAX_ERROR_CHARS, "URL") or "",
-            _bounded(fields["main_content"], MAX_MAIN_CHARS, "main content"),
+            _bounded(fields.get("main_content"), MAX_MAIN_CHARS, "main content"),
             _bounded(fields["web_at"], MAX_TREE_CHARS, "accessibility tree") or "",
-            _bounded(fields["error"], MAX_ERROR_CHARS, "error"),
+            _bounded(error, MAX_ERROR_CHARS, "error"),
         )
 
 
@@ -117,10 +124,17 @@ class BrowserSession:
             "web_screenshot", {"session_name": self.name}, timeout=CALL_TIMEOUT
         )
         encoded = result_fields(result, "web_screenshot", png_base64=str)["png_base64"]
+        if len(encoded) > (MAX_SCREENSHOT_BYTES + 2) // 3 * 4:
+            raise RuntimeTransportError(
+                f"web_screenshot: the image is over {MAX_SCREENSHOT_BYTES >> 20} MiB"
+            )
         try:
-            return base64.b64decode(encoded, validate=True)
+            png = base64.b64decode(encoded, validate=True)
         except ValueError:
             raise RuntimeTransportError("web_screenshot: the image is not base64") from None
+        if not png.startswith(PNG_SIGNATURE):
+            raise RuntimeTransportError("web_screenshot: the image is not a PNG")
+        return png
 
     async def close(self) -> bool:
         """End the session (its context and tabs); False if it was gone already."""
@@ -144,6 +158,12 @@ async def new_browser_session(
     params = NewSessionParams(headful=False, user=None).to_params(user=user)
     result = await client.call("web_new_session", params, timeout=CALL_TIMEOUT)
     name = result_fields(result, "web_new_session", session_name=str)["session_name"]
+    if not SESSION_NAME.fullmatch(name):
+        raise RuntimeTransportError(
+            f"web_new_session: the runtime named the session {name[:100]!r}"
+            f"{'...' if len(name) > 100 else ''} ({len(name):,} characters), which is not "
+            "a session name"
+        )
     return BrowserSession(client, name, install)
 
 
