@@ -519,11 +519,14 @@ async def test_the_wire_methods_answer_as_inspects_host_expects(
     assert created is not None
     name = created["result"]["session_name"]
     answer = await dispatch(table, request("web_go", {"session_name": name, "url": site}))
+    # inspect's four fields, and ours, `page_url` (inspect's host reads the result with a
+    # pydantic model, which ignores keys it does not declare).
     assert answer is not None and set(answer["result"]) == {
         "web_url",
         "main_content",
         "web_at",
         "error",
+        "page_url",
     }
     bad = await dispatch(
         table, request("web_scroll", {"session_name": name, "direction": "sideways"})
@@ -532,6 +535,10 @@ async def test_the_wire_methods_answer_as_inspects_host_expects(
     info = await dispatch(table, request("browser_info", {}))
     assert info is not None and info["result"]["installed"] is True
     assert info["result"]["version"].startswith("HeadlessChrome/")
+    # inspect's own host reads the page result as it is (a dev dependency: installed).
+    inspect_host = pytest.importorskip("inspect_ai.tool._tools._web_browser._web_browser")
+    read = inspect_host.CrawlerResult.model_validate(answer["result"])
+    assert read.web_url == answer["result"]["web_url"]
 
 
 async def test_a_missing_browser_is_a_tool_error_that_says_what_to_install() -> None:
