@@ -28,6 +28,11 @@ REQUIRE_HOW = (
 )
 
 
+def row_label(platform: str, kind: ArtifactKind) -> str:
+    """The platform, and the add-on when the cells are an add-on's."""
+    return platform if kind is ArtifactKind.RUNTIME else f"{platform} {kind_label(kind)}"
+
+
 @dataclass(frozen=True)
 class Row:
     """One distribution on one platform, for one artifact, as the report has it."""
@@ -41,10 +46,7 @@ class Row:
 
     @property
     def label(self) -> str:
-        """The platform, and the add-on when the row is an add-on's."""
-        if self.kind is ArtifactKind.RUNTIME:
-            return self.platform
-        return f"{self.platform} {kind_label(self.kind)}"
+        return row_label(self.platform, self.kind)
 
     @property
     def state(self) -> str:
@@ -210,7 +212,7 @@ def coverage(
     gaps: list[str] = []
     for name in required:
         for artifact in released:
-            label = Row(artifact.platform, name, (), (), (), artifact.kind).label
+            label = row_label(artifact.platform, artifact.kind)
             row = by_key.get((label, name))
             if row is None:
                 gaps.append(f"{name} on {label}: not in the report (validate did not run it)")
