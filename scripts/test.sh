@@ -12,7 +12,10 @@ export SANDBOX_TOOLS_TEST_ARM64="${SANDBOX_TOOLS_TEST_ARM64:-1}"
 .venv/bin/mypy
 .venv/bin/lint-imports  # the layers in pyproject.toml: no import runs back up
 status=0
-.venv/bin/pytest -ra "$@" || status=$?
+# Parallel workers (pytest-xdist): the suite mostly waits on containers, so more workers
+# than cores pay; a module is one unit of work (tests/conftest.py). Extra arguments come
+# last, so `-n 0` runs it in one process.
+.venv/bin/pytest -ra -n "${SANDBOX_TOOLS_TEST_WORKERS:-4}" --dist loadgroup "$@" || status=$?
 if [ "$status" = 5 ]; then
   echo "pytest collected no tests (exit 5): nothing was tested, which is a failure" >&2
 fi

@@ -43,12 +43,21 @@ def _no_browser_wanted_across_tests() -> Iterator[None]:
         tools._BROWSER_WANTED.clear()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that reaches a Docker engine carries the `docker` marker, whether or not
-    its module says so: `-m "not docker"` then runs exactly the engine-free tests."""
+    its module says so: `-m "not docker"` then runs exactly the engine-free tests.
+
+    In parallel runs (`-n N --dist loadgroup`, as scripts/test.sh runs), a module is one
+    unit of work, so its module-scoped containers are made once; modules that share a
+    host-wide resource name one `xdist_group` and run one after the other. Modules marked
+    `long` start first, so that no worker is left alone with one at the end."""
     for item in items:
         if "docker_engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 # -- the Docker engine, an offline-built image and real artifacts (every test folder) --

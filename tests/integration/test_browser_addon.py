@@ -24,7 +24,7 @@ from sandbox_tools.platforms import Arch
 from sandbox_tools.runtime.addons import digest_of_archive
 from tests.support import arches_under_test, locked_down_busybox
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
 
 PAGE = """<!doctype html>

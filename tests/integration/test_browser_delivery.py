@@ -28,7 +28,7 @@ from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import RunningContainer
 from tests.support import locked_down_busybox
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
 PORT = 8000
 

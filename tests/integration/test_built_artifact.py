@@ -17,7 +17,7 @@ from sandbox_tools.sandboxes.containers import RunningContainer
 from tests.support import arches_under_test, ensure_target_image
 
 # Cold machines build images here (debootstrap): minutes, not the default 300 s.
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.timeout(1800)]
 
 
 @pytest.mark.parametrize("arch", arches_under_test(), ids=lambda a: a.value)

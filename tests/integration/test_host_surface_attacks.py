@@ -53,7 +53,7 @@ from sandbox_tools.injector.mcp_client import (  # noqa: E402
 )
 from sandbox_tools.protocol import MAX_SERVER_MESSAGE_VALUES  # noqa: E402
 
-pytestmark = [pytest.mark.security, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.long, pytest.mark.security, pytest.mark.timeout(300)]
 
 HOSTILE = str(Path(__file__).parents[1] / "mcp_servers" / "hostile_server.py")
 HOST_TOKEN = "Bearer host-only-token"

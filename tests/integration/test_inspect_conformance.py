@@ -34,6 +34,8 @@ PROVEN_INSPECT_VERSION = "0.3.285"
 # that use the `local` sandbox, where it is on this machine.
 INSPECT_TOOLS_DIR = Path("/var/tmp/.da7be258e003d428")
 INSPECT_CLI = INSPECT_TOOLS_DIR / "inspect-sandbox-tools"
+# tests/journeys/test_long_lived_sandbox.py empties that directory too: never at once.
+pytestmark = pytest.mark.xdist_group("inspect-local-tools-dir")
 
 TASK = textwrap.dedent(
     """

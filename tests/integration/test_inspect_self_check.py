@@ -30,7 +30,7 @@ from inspect_ai.util._sandbox.self_check import *  # noqa: E402, F403
 
 from sandbox_tools.platforms import Arch  # noqa: E402
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.timeout(300)]
 
 from tests.support import NONROOT  # noqa: E402
 

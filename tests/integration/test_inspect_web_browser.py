@@ -33,7 +33,7 @@ from tests.docs.blocks import BLOCKS, code_blocks
 from tests.support import run_inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
 
 # The README's task (its block holds this line), and docs/INSPECT.md's scripted agent

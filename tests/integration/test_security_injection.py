@@ -24,7 +24,7 @@ from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from tests.support import arches_under_test, ensure_target_image, peak_rss_mib
 
-pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
 
 # What a host may grow by while a sandbox floods it (the caps are 64 KiB for the probe,
 # 64 MiB for any exec): stated here, measured in the closing note.

@@ -28,7 +28,13 @@ from sandbox_tools.platforms import Arch
 from tests.support import eval_samples, inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
-pytestmark = [pytest.mark.journey, pytest.mark.docker]  # docker: the artifact is built
+# docker: the artifact is built. The group: inspect's host-wide tools directory, which
+# test_inspect_conformance.py empties too, so the two never run at once.
+pytestmark = [
+    pytest.mark.journey,
+    pytest.mark.docker,
+    pytest.mark.xdist_group("inspect-local-tools-dir"),
+]
 
 SAMPLES = 20
 INSPECT_TOOLS_DIR = Path("/var/tmp/.da7be258e003d428")  # where inspect installs its CLI

@@ -23,7 +23,7 @@ from sandbox_tools.platforms import Arch
 from tests.support import arches_under_test
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.docker, pytest.mark.journey, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.journey, pytest.mark.timeout(3600)]
 
 
 @pytest.mark.skipif(

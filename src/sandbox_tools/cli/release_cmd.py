@@ -107,12 +107,19 @@ class TransferReporter:
         """What was validated and what was skipped: shown before anything is published."""
         self.coverage = coverage
         out = self.progress.console if self.progress is not None else console
+        # The report's path on a line of its own, never folded: it is copied from here.
+        out.print(
+            f"validated by {coverage.report} ({coverage.created})",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
         out.print(_coverage_table(coverage))
         out.print(coverage.required_line(), highlight=False, markup=False, soft_wrap=True)
 
 
 def _coverage_table(coverage: Coverage) -> Table:
-    table = Table(title=f"validated by {coverage.report} ({coverage.created})")
+    table = Table()
     for column in ("platform", "result", "distributions", "why skipped"):
         table.add_column(column, overflow="fold")
     for platform, state, names, reason in coverage.groups():
