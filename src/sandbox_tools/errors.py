@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox_tools.protocol import ErrorReason
+
 
 class SandboxToolsError(Exception):
     """Base class: `exit_code` for the CLI, `remedy` tells the user what to do next."""
@@ -110,6 +112,16 @@ class ToolError(RuntimeRpcError):
     @staticmethod
     def text(code: int, message: str) -> str:
         return message
+
+    @property
+    def reason(self) -> ErrorReason | None:
+        """Why it failed, as the runtime says it for hosts (`data.reason`): the one thing
+        host logic decides on. None when it gave none, or one this host does not know."""
+        value = self.data.get("reason") if isinstance(self.data, dict) else None
+        try:
+            return ErrorReason(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
 
 
 class BuildError(SandboxToolsError):

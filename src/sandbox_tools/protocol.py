@@ -7,6 +7,7 @@ for byte on codes and framing.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import os
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,31 @@ INVALID_PARAMS = -32602
 TOOL_ERROR = -32099
 INTERNAL_ERROR = -32098
 CONTINUATION_UNKNOWN = -32000
+
+
+class ErrorReason(str, enum.Enum):
+    """Why a tool failed (-32099), for the host's logic: `error.data.reason` on the wire
+    (PROTOCOL.md, "Errors"). The message is for the model; a host decides on this, never
+    on the message's words. A reason the host does not know reads as none."""
+
+    SESSION_GONE = "session_gone"
+    PROCESS_GONE = "process_gone"
+    TOO_MANY = "too_many"
+    BROWSER_FAILED = "browser_failed"
+
+
+# What each reason means: PROTOCOL.md's table is generated from this one.
+ERROR_REASONS: dict[ErrorReason, str] = {
+    ErrorReason.SESSION_GONE: "the session (bash, browser, MCP) does not exist here: never "
+    "made, closed, reclaimed to make room, or held by a server restarted since; a new one "
+    "can be made",
+    ErrorReason.PROCESS_GONE: "the `exec_remote` process is unknown: its result was collected "
+    "long ago, or it was lost with a server that ended",
+    ErrorReason.TOO_MANY: "a limit of the runtime is reached (sessions, processes): end some first",
+    ErrorReason.BROWSER_FAILED: "the browser crashed, hung or broke the protocol; it was "
+    "stopped and the next call starts a fresh one",
+}
+
 
 # CLI <-> server framing: one JSON document per line, UTF-8, "\n" terminated.
 # json.dumps never emits a raw newline, and a newline outside a JSON string is

@@ -1,15 +1,18 @@
 """Reference tables that restate the code: docs/CONFIGURATION.md's settings table is
 generated from `sandbox_tools.settings.SETTINGS` (this test prints the table to paste
-when the two differ), and docs/CLI.md lists the commands `tools` has."""
+when the two differ), so is docs/PROTOCOL.md's table of error reasons from
+`sandbox_tools.protocol.ERROR_REASONS`, and docs/CLI.md lists the commands `tools` has."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from sandbox_tools.protocol import ERROR_REASONS, ErrorReason
 from sandbox_tools.settings import SETTINGS
 from tests.docs.blocks import ROOT
 
 CONFIGURATION = ROOT / "docs" / "CONFIGURATION.md"
+PROTOCOL = ROOT / "docs" / "PROTOCOL.md"
 
 
 def _default(value: Any) -> str:
@@ -31,6 +34,20 @@ def test_the_settings_table_is_generated_from_the_settings() -> None:
     table = settings_table()
     assert table in CONFIGURATION.read_text(), (
         f"{CONFIGURATION.relative_to(ROOT)}: the settings table differs from SETTINGS; "
+        f"paste this:\n\n{table}\n"
+    )
+
+
+def error_reasons_table() -> str:
+    rows = [f"| `{reason.value}` | {meaning} |" for reason, meaning in ERROR_REASONS.items()]
+    return "\n".join(["| `data.reason` | meaning |", "|---|---|", *rows])
+
+
+def test_the_error_reasons_table_is_generated_from_the_protocol() -> None:
+    assert set(ERROR_REASONS) == set(ErrorReason), "every reason has its meaning"
+    table = error_reasons_table()
+    assert table in PROTOCOL.read_text(), (
+        f"{PROTOCOL.relative_to(ROOT)}: the error reasons differ from ERROR_REASONS; "
         f"paste this:\n\n{table}\n"
     )
 

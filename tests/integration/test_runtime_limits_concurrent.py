@@ -16,6 +16,7 @@ import pytest
 from sandbox_tools.errors import ToolError
 from sandbox_tools.injector.jsonrpc_client import StdioRuntimeClient
 from sandbox_tools.injector.source_runtime import local_source_runtime
+from sandbox_tools.protocol import ErrorReason
 from sandbox_tools.sandboxes.local import LocalSandbox
 from tests.support import RuntimeDir
 
@@ -42,7 +43,11 @@ async def concurrently(
 
 
 def limit_errors(failed: list[BaseException], phrase: str) -> bool:
-    return all(isinstance(e, ToolError) and phrase in e.message for e in failed)
+    """Each refusal is the limit's tool error, in words for the model and by its reason."""
+    return all(
+        isinstance(e, ToolError) and phrase in e.message and e.reason is ErrorReason.TOO_MANY
+        for e in failed
+    )
 
 
 @pytest.mark.security

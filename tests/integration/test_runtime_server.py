@@ -537,3 +537,28 @@ def test_a_notification_through_exec_is_delivered_and_prints_nothing(
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     final = runtime_dir.result("exec_remote_poll", {"pid": pid, "ack_seq": 0, "wait_ms": 5000})
     assert final["state"] == "killed"  # the notification was acted on
+
+
+def test_a_gone_session_or_process_is_named_by_its_reason_on_the_wire(
+    runtime_dir: RuntimeDir,
+) -> None:
+    """The host recovers from a gone session (a new one) by `data.reason`, never by the
+    message's words: each method that looks a session or process up says which it is."""
+    gone = {
+        ("bash_session", '{"session_name": "nope", "input": "ls\\n"}'): "session_gone",
+        ("web_go", '{"session_name": "nope", "url": "about:blank"}'): "session_gone",
+        ("mcp_kill_server", '{"session_id": 999}'): "session_gone",
+        ("exec_remote_poll", '{"pid": 999999, "ack_seq": 0}'): "process_gone",
+    }
+    for (method, params), reason in gone.items():
+        error = runtime_dir.call(method, json.loads(params))["error"]
+        assert error["code"] == -32099, (method, error)
+        assert error["data"] == {"reason": reason}, (method, error)
+    closed = runtime_dir.result("bash_session_new_session", {})["session_name"]
+    runtime_dir.result("bash_session_close_session", {"session_name": closed})
+    error = runtime_dir.call("bash_session", {"session_name": closed, "input": "ls\n"})["error"]
+    assert "closed by its host" in error["message"]
+    assert error["data"] == {"reason": "session_gone"}
+    # Errors the host cannot act on carry no reason: the message alone is for the model.
+    bad_cwd = runtime_dir.call("exec_remote_start", {"command": "true", "cwd": "/no/such/dir"})
+    assert bad_cwd["error"]["code"] == -32099 and "data" not in bad_cwd["error"]

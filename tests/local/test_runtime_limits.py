@@ -36,7 +36,10 @@ def split(results: list[Any]) -> tuple[list[Any], list[BaseException]]:
 
 
 def only_limit_errors(failed: list[BaseException], phrase: str) -> bool:
-    return all(isinstance(e, ToolError) and phrase in e.message for e in failed)
+    """Each failure is the same tool error, in words for the model and, for a limit, by its
+    reason for the host (other failures carry none)."""
+    data = {"reason": "too_many"} if phrase.startswith("too many") else None
+    return all(isinstance(e, ToolError) and phrase in e.message and e.data == data for e in failed)
 
 
 async def run_to_end(controller: ExecRemoteController, pid: int) -> dict[str, Any]:

@@ -319,8 +319,9 @@ async def test_sessions_work_at_once_and_their_number_is_bounded(site: str) -> N
     controller = WebBrowserController(Limits(max_browser_sessions=3))
     try:
         names = [await new_browser_session(controller) for _ in range(3)]
-        with pytest.raises(ToolError, match="too many browser sessions"):
+        with pytest.raises(ToolError, match="too many browser sessions") as refused:
             await new_browser_session(controller)
+        assert refused.value.data == {"reason": "too_many"}
         pages = ["/", "/next", "/js"]
         results = await asyncio.gather(
             *(

@@ -11,6 +11,7 @@ from sandbox_tools.errors import (
     SandboxInjectionError,
     ToolError,
 )
+from sandbox_tools.protocol import ErrorReason
 
 
 def test_the_text_of_an_error_is_its_message_and_the_remedy_is_apart() -> None:
@@ -60,3 +61,22 @@ def test_an_uncaught_error_shows_its_remedy_once_as_a_note() -> None:
     if sys.version_info >= (3, 11):
         assert shown.count("Run tools build --out dist.") == 1
     assert "Run tools build" not in f"wrapped: {error}"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"reason": "session_gone"}, ErrorReason.SESSION_GONE),
+        ({"reason": "too_many"}, ErrorReason.TOO_MANY),
+        ({"reason": "a reason from a later runtime"}, None),
+        ({"reason": ["session_gone"]}, None),
+        ("session_gone", None),
+        (None, None),
+    ],
+)
+def test_a_tool_errors_reason_is_read_from_its_data_and_an_unknown_one_is_none(
+    data: object, reason: ErrorReason | None
+) -> None:
+    """Host logic decides on `data.reason` alone; whatever else the runtime put there (the
+    runtime is untrusted) reads as no reason, never as an error of its own."""
+    assert ToolError(-32099, "no bash session named 'x'", data).reason is reason

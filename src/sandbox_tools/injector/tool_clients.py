@@ -10,7 +10,7 @@ from typing import Any
 
 from sandbox_tools.errors import RuntimeTransportError, ToolError
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, result_fields
-from sandbox_tools.protocol import User
+from sandbox_tools.protocol import ErrorReason, User
 from sandbox_tools.runtime.tools.bash_session.tool_types import (
     DEFAULT_MAX_OUTPUT_BYTES,
     InteractParams,
@@ -34,7 +34,7 @@ async def start_bash_session(client: RuntimeClient, user: User | None = None) ->
 def session_gone(error: ToolError) -> bool:
     """Whether a bash_session call failed because its session no longer exists (closed,
     reclaimed, or held by a server that was restarted since)."""
-    return "no bash session named" in error.message or "was closed" in error.message
+    return error.reason is ErrorReason.SESSION_GONE
 
 
 async def close_bash_session(client: RuntimeClient, session_name: str) -> bool:

@@ -33,6 +33,7 @@ from sandbox_tools.inspect.tools import (
     tool_state_instance,
     want_browser,
 )
+from sandbox_tools.protocol import ErrorReason
 
 _SESSION_KEY = "sandbox_tools:web_browser:"
 BROWSER_MCP_COMMAND = "browser-mcp"  # the runtime's subcommand that serves MCP on stdio
@@ -105,7 +106,7 @@ async def _installed(bound: _Bound) -> BrowserInstall:
 def _session_gone(exc: errors.ToolError) -> bool:
     """Whether a call failed because the runtime no longer knows the session (its server
     was restarted since, or the session was closed)."""
-    return "no browser session named" in exc.message
+    return exc.reason is ErrorReason.SESSION_GONE
 
 
 class _Browser:

@@ -24,6 +24,7 @@ from sandbox_tools.protocol import (
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     TOOL_ERROR,
+    ErrorReason,
 )
 
 Params = dict[str, Any]
@@ -51,10 +52,11 @@ class RpcError(Exception):
 
 
 class ToolError(RpcError):
-    """An expected failure worth showing to the model (-32099)."""
+    """An expected failure worth showing to the model (-32099); its `reason`, if the host
+    may act on it, travels as `data.reason`."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(TOOL_ERROR, message)
+    def __init__(self, message: str, reason: ErrorReason | None = None) -> None:
+        super().__init__(TOOL_ERROR, message, None if reason is None else {"reason": reason.value})
 
 
 class InvalidParams(RpcError):

@@ -29,7 +29,7 @@ import termios
 import time
 from dataclasses import dataclass, field
 
-from sandbox_tools.protocol import MAX_SESSIONS_ENV
+from sandbox_tools.protocol import MAX_SESSIONS_ENV, ErrorReason
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import CALLER_CWD, ToolError, caller_cwd
@@ -143,7 +143,8 @@ class BashSessionController:
                 raise ToolError(
                     f"too many bash sessions: {held} exist or are starting and all are busy "
                     f"(at most {self.limits.max_sessions}); wait for a command to finish, "
-                    f"or raise {MAX_SESSIONS_ENV}"
+                    f"or raise {MAX_SESSIONS_ENV}",
+                    ErrorReason.TOO_MANY,
                 )
             self._reclaim(
                 victim,
@@ -170,12 +171,13 @@ class BashSessionController:
     async def interact(self, params: InteractParams) -> str:
         shell = self._sessions.get(params.session_name)
         if shell is None and params.session_name in self._reclaimed:
-            raise ToolError(self._reclaimed[params.session_name])
+            raise ToolError(self._reclaimed[params.session_name], ErrorReason.SESSION_GONE)
         if shell is None:
             known = ", ".join(sorted(self._sessions)) or "none"
             raise ToolError(
                 f"no bash session named {params.session_name!r} (sessions: {known}); "
-                "create one with bash_session_new_session"
+                "create one with bash_session_new_session",
+                ErrorReason.SESSION_GONE,
             )
         self._last_used[params.session_name] = time.monotonic()
         async with self._locks[params.session_name]:
@@ -188,7 +190,10 @@ class BashSessionController:
                     # Closed or reclaimed while the new shell started: it must not return.
                     fresh.kill()
                     await self._reap(fresh)
-                    raise ToolError(self._reclaimed.get(params.session_name, "session closed"))
+                    raise ToolError(
+                        self._reclaimed.get(params.session_name, "session closed"),
+                        ErrorReason.SESSION_GONE,
+                    )
                 self._sessions[params.session_name] = fresh
                 return f"{params.session_name} restarted."
             if shell.exit_code is not None and not shell.output.unreturned:

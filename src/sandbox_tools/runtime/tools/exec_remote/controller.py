@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from sandbox_tools.protocol import ErrorReason
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import resolve_user
 from sandbox_tools.runtime.jsonrpc import CALLER_CWD, ToolError, caller_cwd
@@ -132,7 +133,8 @@ class ExecRemoteController:
             raise ToolError(
                 f"too many processes: {held} are running, starting or have output nobody "
                 f"collected (at most {self.limits.max_jobs}); poll them to the end or kill "
-                "some first"
+                "some first",
+                ErrorReason.TOO_MANY,
             )
         self._starting += 1
         try:
@@ -347,10 +349,13 @@ class ExecRemoteController:
         # "No job found with pid N" is the phrase inspect_ai's client looks for to explain
         # a poll that timed out and lost a result.
         if self._lost_jobs_note:
-            raise ToolError(f"No job found with pid {pid}: {self._lost_jobs_note}")
+            raise ToolError(
+                f"No job found with pid {pid}: {self._lost_jobs_note}", ErrorReason.PROCESS_GONE
+            )
         raise ToolError(
             f"No job found with pid {pid}: this runtime server did not start it "
-            "(or its result was acknowledged long ago)"
+            "(or its result was acknowledged long ago)",
+            ErrorReason.PROCESS_GONE,
         )
 
     def _release(self, job: _Job) -> PollResult:

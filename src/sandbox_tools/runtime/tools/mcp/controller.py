@@ -31,6 +31,7 @@ from sandbox_tools.protocol import (
     MAX_JSON_VALUES,
     MAX_SERVER_MESSAGE_VALUES,
     METHOD_NOT_FOUND,
+    ErrorReason,
     json_values,
 )
 from sandbox_tools.runtime.child_env import child_environment, unprotect
@@ -100,7 +101,8 @@ class McpController:
         if held >= self.limits.max_mcp_sessions:
             raise ToolError(
                 f"too many MCP sessions: {held} are running or starting (at most "
-                f"{self.limits.max_mcp_sessions}); end some with mcp_kill_server"
+                f"{self.limits.max_mcp_sessions}); end some with mcp_kill_server",
+                ErrorReason.TOO_MANY,
             )
         self._launching += 1
         try:
@@ -151,13 +153,16 @@ class McpController:
     async def kill(self, session_id: int) -> None:
         session = self._sessions.pop(session_id, None)
         if session is None:
-            raise ToolError(f"no MCP session {session_id} (it was never launched, or was killed)")
+            raise ToolError(
+                f"no MCP session {session_id} (it was never launched, or was killed)",
+                ErrorReason.SESSION_GONE,
+            )
         await self._end(session, f"{session.label} was killed")
 
     async def stderr(self, session_id: int) -> str:
         session = self._sessions.get(session_id)
         if session is None:
-            raise ToolError(f"no MCP session {session_id}")
+            raise ToolError(f"no MCP session {session_id}", ErrorReason.SESSION_GONE)
         return session.stderr.decode(errors="replace")
 
     async def shutdown(self) -> None:
@@ -172,7 +177,10 @@ class McpController:
     def _live(self, session_id: int) -> _Session:
         session = self._sessions.get(session_id)
         if session is None:
-            raise ToolError(f"no MCP session {session_id} (it was never launched, or was killed)")
+            raise ToolError(
+                f"no MCP session {session_id} (it was never launched, or was killed)",
+                ErrorReason.SESSION_GONE,
+            )
         if session.ended is not None:
             raise ToolError(session.ended)
         return session

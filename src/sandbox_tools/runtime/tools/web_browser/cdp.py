@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sandbox_tools.protocol import json_values
+from sandbox_tools.protocol import ErrorReason, json_values
 from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.tools.web_browser.cdp_framing import (
     CdpFramingError,
@@ -36,7 +36,8 @@ class BrowserFailed(ToolError):
     def __init__(self, reason: str) -> None:
         super().__init__(
             f"the browser failed: {reason}. It was stopped; the next call starts a fresh "
-            "browser, where every session begins again on a blank page"
+            "browser, where every session begins again on a blank page",
+            ErrorReason.BROWSER_FAILED,
         )
         self.reason = reason
 

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sandbox_tools.protocol import ErrorReason
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
@@ -174,7 +175,8 @@ class WebBrowserController:
         if len(self._sessions) >= self.limits.max_browser_sessions:
             raise ToolError(
                 f"too many browser sessions ({self.limits.max_browser_sessions}); close one "
-                "with web_close_session first"
+                "with web_close_session first",
+                ErrorReason.TOO_MANY,
             )
         name = f"WebBrowser_{self._life}_{next(self._names)}"
         session = _Session(name, params.user)
@@ -434,7 +436,8 @@ class WebBrowserController:
         if session is None:
             raise ToolError(
                 f"no browser session named {name!r}: start one with web_new_session"
-                + (f" (open: {', '.join(sorted(self._sessions))})" if self._sessions else "")
+                + (f" (open: {', '.join(sorted(self._sessions))})" if self._sessions else ""),
+                ErrorReason.SESSION_GONE,
             )
         return session
 
