@@ -187,8 +187,8 @@ def test_a_release_without_the_add_on_says_so_and_the_step_it_names_works(
     assert "fetch: the release carries no browser add-on for linux/arm64" in message
     assert "downloading" not in message  # nothing was tried: there is nothing to download
     assert failed.value.remedy == (
-        f"Build it: `tools build --arch arm64 --with-browser --out {dist}` (where the "
-        "injector looks for local builds)."
+        f"Run `tools build --arch arm64 --with-browser --out {dist}`: the injector looks for "
+        "local builds there (SANDBOX_TOOLS_DIST names another place)."
     )
     # Following the step: what `tools build --with-browser --out DIST` writes is used.
     fake_release.add_browser(Arch.ARM64)

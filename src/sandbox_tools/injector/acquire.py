@@ -107,13 +107,9 @@ def _released(manifest: Manifest | None, need: Need) -> Artifact:
     kind = ArtifactKind.BROWSER if need.browser else ArtifactKind.RUNTIME
     entry = manifest.find(need.arch.platform, kind)
     if entry is None and need.browser:
-        # The add-on is optional: a release may carry none, for this platform or any.
-        dist = local_dist(load_settings())
-        raise Unavailable(
-            f"the release carries no browser add-on for {need.arch.platform}",
-            f"Build it: `tools build --arch {need.arch.value} --with-browser --out {dist}` "
-            "(where the injector looks for local builds).",
-        )
+        # The add-on is optional: a release may carry none, for this platform or any. The
+        # local dist source, asked after this one, says where to build it.
+        raise Unavailable(f"the release carries no browser add-on for {need.arch.platform}")
     if entry is None:
         raise Unavailable(f"the release has no artifact for {need.arch.platform}")
     if entry.format is not need.fmt:

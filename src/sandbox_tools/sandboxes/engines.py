@@ -22,6 +22,8 @@ def docker_client(concurrency: int | None = None) -> DockerClient:
     """A client for the engine named by the environment (DOCKER_HOST, default socket),
     running at most `concurrency` requests at once (the `engine-concurrency` setting;
     when not given, the settings as they stand: this is a library entry point)."""
+    if concurrency is None:
+        concurrency = load_settings().engine_concurrency
     try:
         client = docker.from_env(timeout=300)
         client.ping()
@@ -30,12 +32,10 @@ def docker_client(concurrency: int | None = None) -> DockerClient:
     return _limited(client, concurrency)
 
 
-def _limited(client: DockerClient, concurrency: int | None) -> DockerClient:
+def _limited(client: DockerClient, concurrency: int) -> DockerClient:
     from sandbox_tools.sandboxes.docker_api import engine_api
 
-    engine_api(
-        client, concurrency if concurrency is not None else load_settings().engine_concurrency
-    )
+    engine_api(client, concurrency)
     return client
 
 
@@ -76,7 +76,7 @@ def _base_url(spec: str) -> str:
     return str(context.Host)
 
 
-def connect_engine(spec: str, concurrency: int | None = None) -> Engine:
+def connect_engine(spec: str, concurrency: int) -> Engine:
     """An engine from a spec (default, a URL, a docker context, modal); unreachable ones carry
     the reason instead of raising, so a run can report every engine."""
     if spec == "modal":
@@ -94,11 +94,12 @@ def connect_engine(spec: str, concurrency: int | None = None) -> Engine:
 
 
 def local_engine(concurrency: int | None = None) -> Engine:
-    """The engine the environment names (DOCKER_HOST, else the default socket)."""
+    """The engine the environment names (DOCKER_HOST, else the default socket), with the
+    settings' concurrency when none is given (as `docker_client`)."""
     return Engine("default", docker_client(concurrency))
 
 
-def connect_engines(specs: Sequence[str], concurrency: int | None = None) -> list[Engine]:
+def connect_engines(specs: Sequence[str], concurrency: int) -> list[Engine]:
     """Every engine named once; fails only when none of them answers."""
     engines = [connect_engine(spec, concurrency) for spec in dict.fromkeys(specs or ["default"])]
     if not any(engine.available for engine in engines):
