@@ -823,6 +823,9 @@ class WebBrowserController:
         if method == "Target.targetCrashed":
             self._crashed(params)
             return
+        if method == "Target.targetDestroyed":
+            self._closed(params.get("targetId"))
+            return
         found = self._by_cdp_session.get(message.session_id or "")
         if found is None:
             return
@@ -854,6 +857,22 @@ class WebBrowserController:
         else:
             return
         session.changed.set()
+
+    def _closed(self, target_id: Any) -> None:
+        """A tab is gone from the browser (its page closed itself, or a tab was closed):
+        calls still waiting on it fail now, and its session shows the tab before it. A
+        renderer may also report itself killed as its page closes; that ends this tab
+        only, never the session's others."""
+        for session, tab in list(self._by_cdp_session.values()):
+            if tab.target_id != target_id:
+                continue
+            position = session.tabs.index(tab) if tab in session.tabs else 0
+            self._drop_tab(session, tab)
+            if self._browser is not None:
+                self._browser.connection.fail_page(tab.cdp_session, "the page was closed")
+            if session.tab is tab:
+                session.tab = session.tabs[max(position - 1, 0)] if session.tabs else None
+            session.changed.set()
 
     def _crashed(self, params: dict[str, Any]) -> None:
         """A tab's renderer died (out of memory, a crash): its session hears it at once
