@@ -1,7 +1,8 @@
 """The one module of helpers and fakes the test folders share, imported by name (plain
 functions and classes; fixtures stay in the conftests, which import from here): running
 the real `inspect eval` and `tools --help` as a user would, a private runtime server
-directory, waiting for a side effect, the architectures and target images under test."""
+directory, waiting for a side effect, the architectures and target images under test,
+and a scripted sandbox that answers the injector as a fresh Debian container would."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sandbox_tools.injector.recon import CHECK_SCRIPT, PROBE_SCRIPT
 from sandbox_tools.platforms import Arch
 from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
@@ -29,6 +31,7 @@ from sandbox_tools.runtime.tools.web_browser.tool_types import (
     GoParams,
     NewSessionParams,
 )
+from sandbox_tools.sandboxes.base import DEFAULT_EXEC_TIMEOUT, ExecOutput, Sandbox
 
 
 def inspect_eval(
@@ -347,3 +350,69 @@ def get_tool_response(messages: list[Any], tool_call: Any) -> Any:
         ),
         None,
     )
+
+
+# What the injector's probe prints in a fresh Debian 12 container, as root.
+GOOD = b"""os_id=debian
+os_version=12
+arch=x86_64
+libc=glibc
+uid=0
+user=root
+sha256sum=yes
+home=/root
+cand.0=ok|0|755|yes
+cand.1=ok|0|1777|no
+cand.2=ok|0|1777|no
+cand.3=noexec|0|1777|no
+cand.4=ok|0|700|no
+"""
+
+
+BUILD_ID = "sha256:" + "ab" * 32
+
+
+class ScriptedDebian(Sandbox):
+    """Answers the injector's fixed commands as a fresh Debian container would."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.files: dict[str, bytes] = {}
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: bytes | str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        timeout: float | None = DEFAULT_EXEC_TIMEOUT,
+        max_output: int = 1 << 26,
+    ) -> ExecOutput:
+        if cmd[:3] == ["sh", "-c", PROBE_SCRIPT]:
+            return ExecOutput(0, GOOD.replace(b"|0|755|yes", b"|0|755|no"), b"")
+        if cmd[:3] == ["sh", "-c", CHECK_SCRIPT]:
+            raise AssertionError("nothing was installed before: no check expected")
+        if cmd[-2] == "mkdir":
+            return ExecOutput(0, cmd[-1].encode() + b"\n", b"")
+        if cmd[-1] == "exec":  # the runtime: answer runtime_info
+            request = json.loads(input or "{}")
+            result = {
+                "version": "0",
+                "build_id": BUILD_ID,
+                "format": "portable",
+                "platform": "linux/amd64",
+                "pid": 1,
+                "server_dir": "/run",
+            }
+            response = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+            return ExecOutput(0, json.dumps(response).encode() + b"\n", b"")
+        if cmd[-4] == "finish":  # verify and move
+            return ExecOutput(0, b"", b"")
+        raise AssertionError(f"unexpected command {cmd[:3]}")
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self.files[path] = data
+
+    async def read_file(self, path: str) -> bytes:
+        return self.files[path]

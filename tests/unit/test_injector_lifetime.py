@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import tracemalloc
 import weakref
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -30,58 +28,9 @@ from sandbox_tools.injector.inject import (
     forget_sandbox,
     tool_support_sandbox,
 )
-from sandbox_tools.injector.recon import CHECK_SCRIPT, PROBE_SCRIPT
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.base import DEFAULT_EXEC_TIMEOUT, ExecOutput, Sandbox
-from tests.unit.test_recon import GOOD
-
-BUILD_ID = "sha256:" + "ab" * 32
-
-
-class ScriptedDebian(Sandbox):
-    """Answers the injector's fixed commands as a fresh Debian container would."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.files: dict[str, bytes] = {}
-
-    async def exec(
-        self,
-        cmd: list[str],
-        input: bytes | str | None = None,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        user: str | None = None,
-        timeout: float | None = DEFAULT_EXEC_TIMEOUT,
-        max_output: int = 1 << 26,
-    ) -> ExecOutput:
-        if cmd[:3] == ["sh", "-c", PROBE_SCRIPT]:
-            return ExecOutput(0, GOOD.replace(b"|0|755|yes", b"|0|755|no"), b"")
-        if cmd[:3] == ["sh", "-c", CHECK_SCRIPT]:
-            raise AssertionError("nothing was installed before: no check expected")
-        if cmd[-2] == "mkdir":
-            return ExecOutput(0, cmd[-1].encode() + b"\n", b"")
-        if cmd[-1] == "exec":  # the runtime: answer runtime_info
-            request = json.loads(input or "{}")
-            result = {
-                "version": "0",
-                "build_id": BUILD_ID,
-                "format": "portable",
-                "platform": "linux/amd64",
-                "pid": 1,
-                "server_dir": "/run",
-            }
-            response = {"jsonrpc": "2.0", "id": request["id"], "result": result}
-            return ExecOutput(0, json.dumps(response).encode() + b"\n", b"")
-        if cmd[-4] == "finish":  # verify and move
-            return ExecOutput(0, b"", b"")
-        raise AssertionError(f"unexpected command {cmd[:3]}")
-
-    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self.files[path] = data
-
-    async def read_file(self, path: str) -> bytes:
-        return self.files[path]
+from sandbox_tools.sandboxes.base import Sandbox
+from tests.support import BUILD_ID, ScriptedDebian
 
 
 @pytest.fixture

@@ -17,21 +17,7 @@ from sandbox_tools.injector.recon import (
     parse_check,
     parse_probe,
 )
-
-GOOD = b"""os_id=debian
-os_version=12
-arch=x86_64
-libc=glibc
-uid=0
-user=root
-sha256sum=yes
-home=/root
-cand.0=ok|0|755|yes
-cand.1=ok|0|1777|no
-cand.2=ok|0|1777|no
-cand.3=noexec|0|1777|no
-cand.4=ok|0|700|no
-"""
+from tests.support import GOOD
 
 
 def test_a_well_formed_probe_parses() -> None:
