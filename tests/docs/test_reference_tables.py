@@ -52,6 +52,22 @@ def test_the_error_reasons_table_is_generated_from_the_protocol() -> None:
     )
 
 
+def test_the_protocol_names_every_method_and_the_browser_pages_every_mcp_tool() -> None:
+    """The method tables of PROTOCOL.md and the browser's MCP tool lists are written by
+    hand: each name the runtime serves must be in them (one was missing)."""
+    from sandbox_tools.runtime.limits import Limits
+    from sandbox_tools.runtime.methods import Controllers, all_methods
+    from sandbox_tools.runtime.tools.web_browser.mcp_tools import TOOLS
+
+    methods = all_methods("/nonexistent", lambda: None, Controllers(Limits()))
+    protocol = PROTOCOL.read_text()
+    assert not [m for m in methods if f"`{m}`" not in protocol], "PROTOCOL.md lacks methods"
+    for page in ("INJECTION.md", "INSPECT.md"):
+        text = (ROOT / "docs" / page).read_text()
+        missing = [tool.name for tool in TOOLS if f"`{tool.name}`" not in text]
+        assert not missing, f"docs/{page} does not list the browser MCP tools {missing}"
+
+
 def test_the_cli_reference_names_every_command() -> None:
     import typer.main
 
