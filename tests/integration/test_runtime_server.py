@@ -15,6 +15,8 @@ import pytest
 
 from tests.support import RuntimeDir, eventually
 
+RUNTIME_INFO = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "runtime_info", "params": {}})
+
 
 def wait_for_state(rt: RuntimeDir, pid: int, ack: int = 0, timeout: float = 20) -> dict:
     deadline = time.monotonic() + timeout
@@ -562,3 +564,26 @@ def test_a_gone_session_or_process_is_named_by_its_reason_on_the_wire(
     # Errors the host cannot act on carry no reason: the message alone is for the model.
     bad_cwd = runtime_dir.call("exec_remote_start", {"command": "true", "cwd": "/no/such/dir"})
     assert bad_cwd["error"]["code"] == -32099 and "data" not in bad_cwd["error"]
+
+
+def test_runtime_info_reports_the_limits_the_server_started_with(runtime_dir: RuntimeDir) -> None:
+    """A limit is read once, when the server starts: a later call with another value in
+    its environment meets the same server, and runtime_info says which value holds."""
+    first = subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.runtime", "exec", RUNTIME_INFO],
+        capture_output=True,
+        text=True,
+        env={**runtime_dir.env, "SANDBOX_TOOLS_MAX_JOBS": "3"},
+        timeout=60,
+    )
+    limits = json.loads(first.stdout)["result"]["limits"]
+    assert limits["max_jobs"] == 3 and limits["max_browser_sessions"] == 16
+    assert "browser" not in limits and "launcher" not in limits  # paths are not limits
+    again = subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.runtime", "exec", RUNTIME_INFO],
+        capture_output=True,
+        text=True,
+        env={**runtime_dir.env, "SANDBOX_TOOLS_MAX_JOBS": "9"},
+        timeout=60,
+    )
+    assert json.loads(again.stdout)["result"]["limits"]["max_jobs"] == 3

@@ -43,3 +43,15 @@ def test_a_malformed_answer_is_a_transport_error_naming_what_is_wrong(
 ) -> None:
     with pytest.raises(RuntimeTransportError, match=named):
         RuntimeInfo.parse(answer)
+
+
+def test_the_limits_keep_only_named_numbers() -> None:
+    """The limits are shown to the operator (a reused server's values), so what the
+    sandbox sends there is kept only as named numbers, at most 64 of them."""
+    limits = {"max_jobs": 3, "browser_call_timeout_s": 2.5, "flag": True, "x" * 65: 1}
+    info = RuntimeInfo.parse({**ANSWER, "limits": {**limits, "text": "9"}})
+    assert info.limits == {"max_jobs": 3, "browser_call_timeout_s": 2.5}
+    assert RuntimeInfo.parse({**ANSWER, "limits": ["max_jobs", 3]}).limits == {}
+    many = {f"limit_{i}": i for i in range(10_000)}
+    assert len(RuntimeInfo.parse({**ANSWER, "limits": many}).limits) == 64
+    assert RuntimeInfo.parse(ANSWER).limits == {}  # not reported: none known

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_tools.errors import (
@@ -185,6 +185,9 @@ class RuntimeInfo:
     platform: str
     pid: int
     server_dir: str
+    # The limits the server holds, by name (read once, when it started): a reused server
+    # started with other values shows them here. Numbers only, at most MAX_LIMITS of them.
+    limits: Mapping[str, int | float] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, result: Any) -> RuntimeInfo:
@@ -207,7 +210,26 @@ class RuntimeInfo:
             platform=fields["platform"],
             pid=fields["pid"],
             server_dir=fields["server_dir"],
+            limits=_limits(result.get("limits")),
         )
+
+
+MAX_LIMITS = 64
+
+
+def _limits(value: Any) -> dict[str, int | float]:
+    """`runtime_info`'s limits as the sandbox sent them, kept only where each is a named
+    number (the sandbox is untrusted; anything else reads as not reported)."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        key: number
+        for key, number in list(value.items())[:MAX_LIMITS]
+        if isinstance(key, str)
+        and len(key) <= 64
+        and isinstance(number, (int, float))
+        and not isinstance(number, bool)
+    }
 
 
 # Sandbox -> host messages (PROTOCOL.md) waiting for a slow listener, at most, in count

@@ -15,6 +15,7 @@ with a `LimitsError` naming the variable, written to the server's log.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -85,6 +86,15 @@ class Limits:
     browser_tree_max_chars: int = 100_000
     # Browser sessions (one browser context each) at once.
     max_browser_sessions: int = 16
+
+    def reported(self) -> dict[str, int | float]:
+        """The limits by field name, as `runtime_info` reports them (the browser's and
+        launcher's paths are configuration, not limits, and are left out)."""
+        return {
+            f.name: value
+            for f in dataclasses.fields(self)
+            if isinstance(value := getattr(self, f.name), (int, float))
+        }
 
     def browser_executable(self) -> str:
         """The browser to start now: the add-on the host installed and verified beside

@@ -24,7 +24,9 @@ from sandbox_tools.runtime.tools.web_browser import json_rpc_methods as web_brow
 from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 
 
-def core_methods(server_dir: str, request_shutdown: Callable[[], None]) -> dict[str, Method]:
+def core_methods(
+    server_dir: str, request_shutdown: Callable[[], None], limits: Limits
+) -> dict[str, Method]:
     async def version(params: Params) -> Any:
         return build_info()["version"]
 
@@ -32,7 +34,14 @@ def core_methods(server_dir: str, request_shutdown: Callable[[], None]) -> dict[
         return f"Server: {sys.argv[0]} ({os.getpid()})"
 
     async def runtime_info(params: Params) -> Any:
-        return {**build_info(), "pid": os.getpid(), "server_dir": server_dir}
+        # The limits this server holds (read once, when it started): a host reusing a
+        # server started with other values sees which ones apply.
+        return {
+            **build_info(),
+            "pid": os.getpid(),
+            "server_dir": server_dir,
+            "limits": limits.reported(),
+        }
 
     async def sandbox_tools_shutdown(params: Params) -> Any:
         request_shutdown()
@@ -56,6 +65,7 @@ class Controllers:
         lost_jobs_note: str | None = None,
         state_directory: str | None = None,
     ) -> None:
+        self.limits = limits
         self.exec_remote = ExecRemoteController(limits, lost_jobs_note=lost_jobs_note)
         self.bash_session = BashSessionController(limits)
         self.text_editor = TextEditorController(limits)
@@ -76,7 +86,7 @@ def all_methods(
     server_dir: str, request_shutdown: Callable[[], None], controllers: Controllers
 ) -> dict[str, Method]:
     return {
-        **core_methods(server_dir, request_shutdown),
+        **core_methods(server_dir, request_shutdown, controllers.limits),
         **exec_remote_methods.methods(controllers.exec_remote),
         **bash_session_methods.methods(controllers.bash_session),
         **text_editor_methods.methods(controllers.text_editor),
