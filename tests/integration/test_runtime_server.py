@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -569,21 +570,19 @@ def test_a_gone_session_or_process_is_named_by_its_reason_on_the_wire(
 def test_runtime_info_reports_the_limits_the_server_started_with(runtime_dir: RuntimeDir) -> None:
     """A limit is read once, when the server starts: a later call with another value in
     its environment meets the same server, and runtime_info says which value holds."""
-    first = subprocess.run(
-        [sys.executable, "-m", "sandbox_tools.runtime", "exec", RUNTIME_INFO],
-        capture_output=True,
-        text=True,
-        env={**runtime_dir.env, "SANDBOX_TOOLS_MAX_JOBS": "3"},
-        timeout=60,
-    )
-    limits = json.loads(first.stdout)["result"]["limits"]
+
+    def limits_with(max_jobs: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "sandbox_tools.runtime", "exec", RUNTIME_INFO],
+            capture_output=True,
+            text=True,
+            env={**runtime_dir.env, "SANDBOX_TOOLS_MAX_JOBS": max_jobs},
+            timeout=60,
+        )
+        limits: dict[str, Any] = json.loads(done.stdout)["result"]["limits"]
+        return limits
+
+    limits = limits_with("3")
     assert limits["max_jobs"] == 3 and limits["max_browser_sessions"] == 16
     assert "browser" not in limits and "launcher" not in limits  # paths are not limits
-    again = subprocess.run(
-        [sys.executable, "-m", "sandbox_tools.runtime", "exec", RUNTIME_INFO],
-        capture_output=True,
-        text=True,
-        env={**runtime_dir.env, "SANDBOX_TOOLS_MAX_JOBS": "9"},
-        timeout=60,
-    )
-    assert json.loads(again.stdout)["result"]["limits"]["max_jobs"] == 3
+    assert limits_with("9")["max_jobs"] == 3

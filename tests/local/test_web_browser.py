@@ -33,6 +33,7 @@ from sandbox_tools.runtime.tools.web_browser.cdp_framing import CdpMessage
 from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
     ClickParams,
+    CrawlerResult,
     KeyParams,
     ScrollParams,
     SessionParams,
@@ -235,15 +236,24 @@ async def test_a_key_press_reaches_the_focused_field_and_enter_submits_its_form(
     assert await browser.snapshot(SessionParams.parse(press)) == entered
 
 
+async def open_the_closing_tab(
+    browser: WebBrowserController, site: str
+) -> tuple[str, CrawlerResult]:
+    """A new session on the opener page, whose link opened the closing page in a new tab
+    (now current): the session's name and that page."""
+    session = await new_browser_session(browser)
+    tree = (await browse(browser, session, f"{site}/opener"))["web_at"]
+    link = element(tree, "link", "Open the closing page")
+    opened = await browser.click(ClickParams.parse({"session_name": session, "element_id": link}))
+    assert opened["web_url"] == f"{site}/closing"
+    return session, opened
+
+
 async def test_tabs_are_listed_selected_opened_and_closed(
     browser: WebBrowserController, site: str
 ) -> None:
-    session = await new_browser_session(browser)
+    session, _ = await open_the_closing_tab(browser, site)
     name = {"session_name": session}
-    tree = (await browse(browser, session, f"{site}/opener"))["web_at"]
-    link = element(tree, "link", "Open the closing page")
-    opened = await browser.click(ClickParams.parse({**name, "element_id": link}))
-    assert opened["web_url"] == f"{site}/closing"
     assert await browser.list_tabs(SessionParams.parse(name)) == [
         {"index": 0, "title": "Opener", "url": f"{site}/opener", "current": False},
         {"index": 1, "title": "Closing", "url": f"{site}/closing", "current": True},
@@ -278,12 +288,8 @@ async def test_a_page_whose_renderer_reports_itself_killed_as_it_closes_ends_onl
     (a race in Chromium, seen once in a full run): the session lost every page and came
     back on a blank one. Both reports are delivered here in that order, as the browser
     would send them; the session keeps its other tab and shows it."""
-    session = await new_browser_session(browser)
+    session, _ = await open_the_closing_tab(browser, site)
     name = {"session_name": session}
-    tree = (await browse(browser, session, f"{site}/opener"))["web_at"]
-    link = element(tree, "link", "Open the closing page")
-    opened = await browser.click(ClickParams.parse({**name, "element_id": link}))
-    assert opened["web_url"] == f"{site}/closing"
     closing = browser._sessions[session].tab
     assert closing is not None
     browser._on_event(
