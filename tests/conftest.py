@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -109,18 +111,34 @@ def _build(client: Any, out: Any, arch: Arch, fmt: Any) -> Any:
     return record, out / record.name
 
 
+@contextlib.contextmanager
+def _shared_by_the_run(factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """A directory every worker of this run shares (pytest-xdist gives each worker its own
+    base directory under one parent), held under an exclusive lock: the first worker to
+    need an artifact builds it there, the others wait and reuse it."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    shared = root / name
+    shared.mkdir(exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield shared
+
+
 @pytest.fixture(scope="session")
 def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Artifacts built for real by `tools build` code, one build per (arch, format)."""
+    """Artifacts built for real by `tools build` code, one build per (arch, format) in
+    the whole run (each worker of a parallel run reuses the first one's)."""
 
     from sandbox_tools.artifacts import ArtifactFormat
 
-    out = Path(tmp_path_factory.mktemp("dist"))
     cache: dict[tuple[Arch, Any], Any] = {}
 
     def get(arch: Arch, fmt: Any = ArtifactFormat.PORTABLE) -> Any:
         if (arch, fmt) not in cache:
-            cache[arch, fmt] = _build(docker_engine, out, arch, fmt)
+            with _shared_by_the_run(tmp_path_factory, "dist") as out:
+                cache[arch, fmt] = _build(docker_engine, out, arch, fmt)
         return cache[arch, fmt]
 
     return get
@@ -130,19 +148,18 @@ def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
 def built_browser(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The browser add-on built for real by `tools build` code, once per architecture;
     a later session copies it from the cache by build id (about a second)."""
-    from pathlib import Path
 
     from sandbox_tools.build_containers.browser import build_browser
     from sandbox_tools.sandboxes.containers import ContainerPolicy
     from sandbox_tools.sandboxes.images import RootfsStore
 
-    out = Path(tmp_path_factory.mktemp("dist-browser"))
     cache: dict[Arch, Any] = {}
     roots, containers = RootfsStore.from_cascade(), ContainerPolicy.from_cascade()
 
     def get(arch: Arch) -> Any:
         if arch not in cache:
-            record = build_browser(docker_engine, arch, out, lambda _: None, roots, containers)
+            with _shared_by_the_run(tmp_path_factory, "dist-browser") as out:
+                record = build_browser(docker_engine, arch, out, lambda _: None, roots, containers)
             cache[arch] = record, out / record.name
         return cache[arch]
 
