@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind, sha256_of
+from sandbox_tools.build_containers import tree_archive
 from sandbox_tools.build_containers.elf import is_elf, read_elf
 from sandbox_tools.build_containers.records import BROWSER_RESOURCES
 from sandbox_tools.build_containers.tree_archive import write_archive
@@ -38,6 +39,13 @@ pytestmark = pytest.mark.skipif(
     or not (FONTS / "DejaVuSans.ttf").exists(),
     reason="needs an x86_64 glibc host with musl-tools, NSS and DejaVu fonts",
 )
+
+
+@pytest.fixture(autouse=True)
+def _fast_compression(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks read the tree, not how hard it was compressed: xz's fastest preset takes
+    these tests from about 100 s to a few (the real preset is the packer test's)."""
+    monkeypatch.setattr(tree_archive, "XZ_PRESET", 0)
 
 
 @pytest.fixture(scope="module")
