@@ -18,8 +18,7 @@ status=0
 # pytest's source excerpts parse code with `ast`, which on CPython 3.11.7 can fail with
 # "AST constructor recursion depth mismatch" while another thread parses too, and that
 # ended a worker, and the run, while it reported a failure.
-.venv/bin/pytest -ra -n "${SANDBOX_TOOLS_TEST_WORKERS:-4}" --dist loadgroup --tb=native "$@" \
-  || status=$?
+.venv/bin/pytest -ra -n "${SANDBOX_TOOLS_TEST_WORKERS:-4}" --dist loadscope --tb=native "$@" || status=$?
 if [ "$status" = 5 ]; then
   echo "pytest collected no tests (exit 5): nothing was tested, which is a failure" >&2
 fi

@@ -50,16 +50,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that reaches a Docker engine carries the `docker` marker, whether or not
     its module says so: `-m "not docker"` then runs exactly the engine-free tests.
 
-    In parallel runs (`-n N --dist loadgroup`, as scripts/test.sh runs), a module is one
+    In parallel runs (`-n N --dist loadscope`, as scripts/test.sh runs), a module is one
     unit of work, so its module-scoped containers are made once; modules that share a
-    host-wide resource name one `xdist_group` and run one after the other. Modules marked
-    `long` start first, so that no worker is left alone with one at the end."""
+    host-wide resource hold `this_host_as_sandbox`. Modules marked `long` start first, so
+    that no worker is left alone with one at the end."""
     for item in items:
         if "docker_engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+@pytest.fixture(scope="module")
+def this_host_as_sandbox() -> Iterator[None]:
+    """Held by a module that uses this machine as the sandbox of an inspect evaluation:
+    such runs share one install directory and runtime server per build (ours, and
+    inspect's own tools directory, which some of them empty), so two modules of a
+    parallel run take turns. A lock on the host, not on the run: any two runs at once
+    would meet there too."""
+    with open("/tmp/sandbox-tools-tests-local-sandbox.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 # -- the Docker engine, an offline-built image and real artifacts (every test folder) --

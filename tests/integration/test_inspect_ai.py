@@ -17,6 +17,8 @@ from sandbox_tools.platforms import Arch
 from tests.support import run_inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
+# This machine is the sandbox: its install directory and server are shared with others.
+pytestmark = pytest.mark.usefixtures("this_host_as_sandbox")
 
 TASK = textwrap.dedent(
     """

@@ -34,8 +34,8 @@ PROVEN_INSPECT_VERSION = "0.3.285"
 # that use the `local` sandbox, where it is on this machine.
 INSPECT_TOOLS_DIR = Path("/var/tmp/.da7be258e003d428")
 INSPECT_CLI = INSPECT_TOOLS_DIR / "inspect-sandbox-tools"
-# tests/journeys/test_long_lived_sandbox.py empties that directory too: never at once.
-pytestmark = pytest.mark.xdist_group("inspect-local-tools-dir")
+# Other modules use this machine as the sandbox too (one of them empties that directory).
+pytestmark = pytest.mark.usefixtures("this_host_as_sandbox")
 
 TASK = textwrap.dedent(
     """

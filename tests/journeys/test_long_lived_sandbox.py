@@ -28,12 +28,12 @@ from sandbox_tools.platforms import Arch
 from tests.support import eval_samples, inspect_eval
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
-# docker: the artifact is built. The group: inspect's host-wide tools directory, which
-# test_inspect_conformance.py empties too, so the two never run at once.
+# docker: the artifact is built. This machine is the sandbox, whose install directory
+# and server other modules share, and inspect's tools directory, which one of them empties.
 pytestmark = [
     pytest.mark.journey,
     pytest.mark.docker,
-    pytest.mark.xdist_group("inspect-local-tools-dir"),
+    pytest.mark.usefixtures("this_host_as_sandbox"),
 ]
 
 SAMPLES = 20
