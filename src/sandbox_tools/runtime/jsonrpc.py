@@ -33,6 +33,7 @@ NUL_ALLOWED = frozenset({"input", "data"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 Method = Callable[[Params], Awaitable[Any]]
 T = TypeVar("T")
+W = TypeVar("W", bound="WireParams")
 
 
 class RpcError(Exception):
@@ -245,11 +246,29 @@ async def dispatch(methods: Mapping[str, Method], line: bytes) -> dict[str, Any]
 class WireParams:
     """A dataclass of a method's params that the host can also build requests from.
 
-    `parse` (on each class) reads params on the server; `to_params` writes them on the
-    host: each key is spelled once, in the dataclass's fields. None is left out (the
-    server reads a missing field and a null alike). A `user` field is sent as the caller
-    gave it (`user=`): the host passes identities through, the server parses them.
+    `parse` reads params on the server and `to_params` writes them on the host, both from
+    the dataclass's fields: each key is spelled once. None is left out (the server reads
+    a missing field and a null alike). A `user` field is sent as the caller gave it
+    (`user=`): the host passes identities through, the server parses them.
     """
+
+    @classmethod
+    def parse(cls: type[W], params: Params) -> W:
+        """Each field read by its declared type, in the order declared: `str`, `int`,
+        `float` or `bool` is required, or optional with a default; `X | None` may be
+        absent or null. A class whose params have rules beyond their types (a range, a
+        choice, an identity) overrides this."""
+        values = {
+            name: (
+                optional_or_none(params, name, kind)
+                if nullable
+                else required(params, name, kind)
+                if default is _REQUIRED
+                else optional(params, name, kind, default)
+            )
+            for name, kind, nullable, default in _wire_fields(cls)
+        }
+        return cls(**values)
 
     def to_params(self, user: Any = None) -> dict[str, Any]:
         import dataclasses
@@ -291,6 +310,33 @@ def _check(params: Params, name: str, kind: type | tuple[type, ...], value: Any)
             f'Invalid params: field "{name}" must be {_type_name(kind)}, got {type(value).__name__}'
         )
     return value
+
+
+_REQUIRED: Any = object()
+_PLAIN = (str, int, float, bool)
+_FIELDS: dict[type, list[tuple[str, type, bool, Any]]] = {}
+
+
+def _wire_fields(cls: type) -> list[tuple[str, type, bool, Any]]:
+    """(name, type, nullable, default) per field of a params dataclass, read once."""
+    known = _FIELDS.get(cls)
+    if known is not None:
+        return known
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
+        nullable = len(kinds) < len(typing.get_args(hint))
+        if len(kinds) != 1 or kinds[0] not in _PLAIN:
+            raise TypeError(f"{cls.__name__}.{field.name}: {hint} needs a parse of its own")
+        default = _REQUIRED if field.default is dataclasses.MISSING else field.default
+        fields.append((field.name, kinds[0], nullable, default))
+    _FIELDS[cls] = fields
+    return fields
 
 
 def required(params: Params, name: str, kind: type[T]) -> T:

@@ -16,7 +16,6 @@ from sandbox_tools.runtime.jsonrpc import (
     Params,
     WireParams,
     optional,
-    optional_or_none,
     required,
 )
 from sandbox_tools.runtime.tools.web_browser.keys import UnknownKey, key_event
@@ -41,34 +40,17 @@ class SessionParams(WireParams):
 
     session_name: str
 
-    @classmethod
-    def parse(cls, params: Params) -> SessionParams:
-        return cls(session_name=required(params, "session_name", str))
-
 
 @dataclass(frozen=True, kw_only=True)
 class GoParams(WireParams):
     session_name: str
     url: str
 
-    @classmethod
-    def parse(cls, params: Params) -> GoParams:
-        return cls(
-            session_name=required(params, "session_name", str), url=required(params, "url", str)
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class ClickParams(WireParams):
     session_name: str
     element_id: int
-
-    @classmethod
-    def parse(cls, params: Params) -> ClickParams:
-        return cls(
-            session_name=required(params, "session_name", str),
-            element_id=required(params, "element_id", int),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,14 +60,6 @@ class TypeParams(WireParams):
     session_name: str
     element_id: int
     text: str
-
-    @classmethod
-    def parse(cls, params: Params) -> TypeParams:
-        return cls(
-            session_name=required(params, "session_name", str),
-            element_id=required(params, "element_id", int),
-            text=required(params, "text", str),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,13 +102,6 @@ class TabParams(WireParams):
 
     session_name: str
     index: int | None
-
-    @classmethod
-    def parse(cls, params: Params) -> TabParams:
-        return cls(
-            session_name=required(params, "session_name", str),
-            index=optional_or_none(params, "index", int),
-        )
 
 
 class TabInfo(TypedDict):
