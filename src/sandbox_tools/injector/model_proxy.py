@@ -358,15 +358,17 @@ class ModelProxy:
                     log.warning("model proxy in the sandbox ended: %s", said(reason, 1000))
 
     async def aclose(self) -> None:
-        if self._process is not None:
-            with contextlib.suppress(Exception):
-                await self._process.kill()
-            self._process = None
+        # The watcher goes first: it would take the end of the process killed here for
+        # one the agent caused and warn of it (about one close in twenty did).
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watcher
             self._watcher = None
+        if self._process is not None:
+            with contextlib.suppress(Exception):
+                await self._process.kill()
+            self._process = None
         for listener in self._listeners:
             await listener.aclose()
         self._listeners = []
