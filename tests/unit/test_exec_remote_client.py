@@ -79,7 +79,7 @@ def test_every_tools_request_is_built_by_the_class_that_parses_it() -> None:
 
 
 def test_mcp_messages_are_sent_as_the_runtime_reads_them() -> None:
-    from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, session_id, session_params
+    from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, SessionParams
 
     request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -87,7 +87,7 @@ def test_mcp_messages_are_sent_as_the_runtime_reads_them() -> None:
     assert SendParams.request(SendParams(3, request).to_params("request")) == SendParams(3, request)
     assert SendParams.notification(SendParams(3, note).to_params("notification")).message == note
     assert SendParams.response(SendParams(3, answer).to_params("response")).message == answer
-    assert session_id(session_params(3)) == 3
+    assert SessionParams.parse(SessionParams(session_id=3).to_params()).session_id == 3
 
 
 def test_tiny_pieces_cost_their_characters_not_an_object_each() -> None:

@@ -56,7 +56,7 @@ from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient
 from sandbox_tools.injector.log_bounds import said
 from sandbox_tools.protocol import HOST_MESSAGE_MCP, MAX_SERVER_MESSAGE_VALUES, User
-from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, session_params
+from sandbox_tools.runtime.tools.mcp.tool_types import SendParams, SessionParams
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,9 @@ async def sandbox_mcp_client(
         if session_id is not None:
             with anyio.move_on_after(KILL_TIMEOUT), contextlib.suppress(Exception):
                 await client.call(
-                    "mcp_kill_server", session_params(session_id), timeout=KILL_TIMEOUT
+                    "mcp_kill_server",
+                    SessionParams(session_id=session_id).to_params(),
+                    timeout=KILL_TIMEOUT,
                 )
         await to_session(ConnectionError(f"MCP server messages stopped: {reason}"))
 
@@ -353,7 +355,9 @@ async def sandbox_mcp_client(
         if session_id is not None:
             with anyio.move_on_after(KILL_TIMEOUT, shield=True), contextlib.suppress(Exception):
                 await client.call(
-                    "mcp_kill_server", session_params(session_id), timeout=KILL_TIMEOUT
+                    "mcp_kill_server",
+                    SessionParams(session_id=session_id).to_params(),
+                    timeout=KILL_TIMEOUT,
                 )
         await read_writer.aclose()
         await write_stream.aclose()

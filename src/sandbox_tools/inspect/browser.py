@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from inspect_ai.log import transcript
 from inspect_ai.tool import ContentImage, ContentText, MCPServer, Tool, ToolError, ToolResult, tool
@@ -152,22 +152,54 @@ class _Browser:
         return page_result(page, png)
 
 
-@tool(name="web_browser_go", parallel=False)
-def web_browser_go(
-    instance: str | None = None,
-    screenshots: bool = False,
-    user: str | None = None,
-    sandbox: str | None = None,
-) -> Tool:
-    """Open a URL in the sandbox's browser.
+class BrowserTool(Protocol):
+    """How each of inspect's browser tools is made: the options every one of them takes."""
 
+    def __call__(
+        self,
+        instance: str | None = None,
+        screenshots: bool = False,
+        user: str | None = None,
+        sandbox: str | None = None,
+    ) -> Tool: ...
+
+
+_OPTIONS_DOC = """
     Args:
       instance: Each instance has a browser session of its own.
       screenshots: Append a PNG of the visible page to each result.
       user: Browse as this user instead of the sandbox's default user.
       sandbox: The sample's sandbox to browse in (default: the default one).
-    """
-    browser = _Browser(instance, user, sandbox)
+"""
+
+
+def _browser_tool(
+    name: str, summary: str
+) -> Callable[[Callable[[_Browser, bool], Tool]], BrowserTool]:
+    """One of inspect's browser tools, registered as `name`: the options they all take
+    (declared once, in `BrowserTool` and `_OPTIONS_DOC`) make the session the decorated
+    function's `execute` acts in; that `execute` (its parameters and docstring are what
+    the model reads) is the tool's own."""
+
+    def register(make_execute: Callable[[_Browser, bool], Tool]) -> BrowserTool:
+        def factory(
+            instance: str | None = None,
+            screenshots: bool = False,
+            user: str | None = None,
+            sandbox: str | None = None,
+        ) -> Tool:
+            return make_execute(_Browser(instance, user, sandbox), screenshots)
+
+        factory.__name__ = factory.__qualname__ = name
+        factory.__doc__ = f"{summary}\n{_OPTIONS_DOC}"
+        registered: BrowserTool = tool(name=name, parallel=False)(factory)
+        return registered
+
+    return register
+
+
+@_browser_tool("web_browser_go", "Open a URL in the sandbox's browser.")
+def web_browser_go(browser: _Browser, screenshots: bool) -> Tool:
 
     async def execute(url: str) -> ToolResult:
         """Load a web page in the browser and show its visible elements.
@@ -197,22 +229,8 @@ def web_browser_go(
     return execute
 
 
-@tool(name="web_browser_click", parallel=False)
-def web_browser_click(
-    instance: str | None = None,
-    screenshots: bool = False,
-    user: str | None = None,
-    sandbox: str | None = None,
-) -> Tool:
-    """Click an element of the current page.
-
-    Args:
-      instance: Each instance has a browser session of its own.
-      screenshots: Append a PNG of the visible page to each result.
-      user: Browse as this user instead of the sandbox's default user.
-      sandbox: The sample's sandbox to browse in (default: the default one).
-    """
-    browser = _Browser(instance, user, sandbox)
+@_browser_tool("web_browser_click", "Click an element of the current page.")
+def web_browser_click(browser: _Browser, screenshots: bool) -> Tool:
 
     async def execute(element_id: int) -> ToolResult:
         """Click an element of the page: a link, a button, a checkbox, a tab.
@@ -230,22 +248,8 @@ def web_browser_click(
     return execute
 
 
-@tool(name="web_browser_type_submit", parallel=False)
-def web_browser_type_submit(
-    instance: str | None = None,
-    screenshots: bool = False,
-    user: str | None = None,
-    sandbox: str | None = None,
-) -> Tool:
-    """Fill in a field and press Enter.
-
-    Args:
-      instance: Each instance has a browser session of its own.
-      screenshots: Append a PNG of the visible page to each result.
-      user: Browse as this user instead of the sandbox's default user.
-      sandbox: The sample's sandbox to browse in (default: the default one).
-    """
-    browser = _Browser(instance, user, sandbox)
+@_browser_tool("web_browser_type_submit", "Fill in a field and press Enter.")
+def web_browser_type_submit(browser: _Browser, screenshots: bool) -> Tool:
 
     async def execute(element_id: int, text: str) -> ToolResult:
         """Replace the text of a field with `text` and press Enter, which submits its form.
@@ -266,22 +270,8 @@ def web_browser_type_submit(
     return execute
 
 
-@tool(name="web_browser_type", parallel=False)
-def web_browser_type(
-    instance: str | None = None,
-    screenshots: bool = False,
-    user: str | None = None,
-    sandbox: str | None = None,
-) -> Tool:
-    """Type into a field without submitting.
-
-    Args:
-      instance: Each instance has a browser session of its own.
-      screenshots: Append a PNG of the visible page to each result.
-      user: Browse as this user instead of the sandbox's default user.
-      sandbox: The sample's sandbox to browse in (default: the default one).
-    """
-    browser = _Browser(instance, user, sandbox)
+@_browser_tool("web_browser_type", "Type into a field without submitting.")
+def web_browser_type(browser: _Browser, screenshots: bool) -> Tool:
 
     async def execute(element_id: int, text: str) -> ToolResult:
         """Type `text` into a field without pressing Enter.
@@ -301,22 +291,8 @@ def web_browser_type(
     return execute
 
 
-@tool(name="web_browser_scroll", parallel=False)
-def web_browser_scroll(
-    instance: str | None = None,
-    screenshots: bool = False,
-    user: str | None = None,
-    sandbox: str | None = None,
-) -> Tool:
-    """Scroll the current page by one screen.
-
-    Args:
-      instance: Each instance has a browser session of its own.
-      screenshots: Append a PNG of the visible page to each result.
-      user: Browse as this user instead of the sandbox's default user.
-      sandbox: The sample's sandbox to browse in (default: the default one).
-    """
-    browser = _Browser(instance, user, sandbox)
+@_browser_tool("web_browser_scroll", "Scroll the current page by one screen.")
+def web_browser_scroll(browser: _Browser, screenshots: bool) -> Tool:
 
     async def execute(direction: str) -> ToolResult:
         """Scroll the page one screen down or up.
@@ -334,22 +310,8 @@ def web_browser_scroll(
     return execute
 
 
-@tool(name="web_browser_back", parallel=False)
-def web_browser_back(
-    instance: str | None = None,
-    screenshots: bool = False,
-    user: str | None = None,
-    sandbox: str | None = None,
-) -> Tool:
-    """Go back one page in the history.
-
-    Args:
-      instance: Each instance has a browser session of its own.
-      screenshots: Append a PNG of the visible page to each result.
-      user: Browse as this user instead of the sandbox's default user.
-      sandbox: The sample's sandbox to browse in (default: the default one).
-    """
-    browser = _Browser(instance, user, sandbox)
+@_browser_tool("web_browser_back", "Go back one page in the history.")
+def web_browser_back(browser: _Browser, screenshots: bool) -> Tool:
 
     async def execute() -> ToolResult:
         """Return to the previous page, as a browser's Back button does.
@@ -362,22 +324,8 @@ def web_browser_back(
     return execute
 
 
-@tool(name="web_browser_forward", parallel=False)
-def web_browser_forward(
-    instance: str | None = None,
-    screenshots: bool = False,
-    user: str | None = None,
-    sandbox: str | None = None,
-) -> Tool:
-    """Go forward one page in the history.
-
-    Args:
-      instance: Each instance has a browser session of its own.
-      screenshots: Append a PNG of the visible page to each result.
-      user: Browse as this user instead of the sandbox's default user.
-      sandbox: The sample's sandbox to browse in (default: the default one).
-    """
-    browser = _Browser(instance, user, sandbox)
+@_browser_tool("web_browser_forward", "Go forward one page in the history.")
+def web_browser_forward(browser: _Browser, screenshots: bool) -> Tool:
 
     async def execute() -> ToolResult:
         """Go to the page you came back from, as a browser's Forward button does.
@@ -390,22 +338,8 @@ def web_browser_forward(
     return execute
 
 
-@tool(name="web_browser_refresh", parallel=False)
-def web_browser_refresh(
-    instance: str | None = None,
-    screenshots: bool = False,
-    user: str | None = None,
-    sandbox: str | None = None,
-) -> Tool:
-    """Load the current page again.
-
-    Args:
-      instance: Each instance has a browser session of its own.
-      screenshots: Append a PNG of the visible page to each result.
-      user: Browse as this user instead of the sandbox's default user.
-      sandbox: The sample's sandbox to browse in (default: the default one).
-    """
-    browser = _Browser(instance, user, sandbox)
+@_browser_tool("web_browser_refresh", "Load the current page again.")
+def web_browser_refresh(browser: _Browser, screenshots: bool) -> Tool:
 
     async def execute() -> ToolResult:
         """Reload the current page: what changed on the server shows, what was typed

@@ -13,7 +13,7 @@ import os
 import re
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sandbox_tools.protocol import (
     INTERNAL_ERROR,
@@ -32,6 +32,7 @@ Params = dict[str, Any]
 NUL_ALLOWED = frozenset({"input", "data"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 Method = Callable[[Params], Awaitable[Any]]
+FieldReader = Callable[[Params, str], Any]
 T = TypeVar("T")
 W = TypeVar("W", bound="WireParams")
 
@@ -243,32 +244,100 @@ async def dispatch(methods: Mapping[str, Method], line: bytes) -> dict[str, Any]
 # -- typed access to params -------------------------------------------------------------
 
 
+class FieldRules(NamedTuple):
+    """A params field's rules beyond its type, declared beside the field with `wire()`."""
+
+    read: FieldReader | None  # reads the field itself: a shape no type says (a user, an env)
+    minimum: float | None
+    maximum: float | None
+    doc: str | None  # what the field is, for a schema a model reads (the MCP tools)
+
+
+_REQUIRED: Any = object()
+_RULES = "sandbox_tools.wire"  # the metadata key `wire()` keeps a field's rules under
+_NO_RULES = FieldRules(None, None, None, None)
+_PLAIN = (str, int, float, bool)
+
+
+class WireField(NamedTuple):
+    """One field of a params dataclass as the wire carries it, read from its declaration."""
+
+    name: str
+    kind: type  # str, int, float or bool; str for a Literal of strings
+    nullable: bool
+    default: Any  # _REQUIRED when the field has none
+    choices: tuple[Any, ...]  # a Literal's values; empty for any value of `kind`
+    rules: FieldRules
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED and not self.nullable
+
+    def read(self, params: Params) -> Any:
+        if self.rules.read is not None:
+            return self.rules.read(params, self.name)
+        if params.get(self.name) is None:
+            if self.nullable:
+                return None
+            if self.default is _REQUIRED:
+                raise InvalidParams(f'Invalid params: missing required field "{self.name}"')
+            return self.default
+        value = _check(params, self.name, self.kind, params[self.name])
+        if self.kind is float:
+            value = float(value)
+        if self.choices and value not in self.choices:
+            raise InvalidParams(
+                f'Invalid params: field "{self.name}" must be one of '
+                f"{', '.join(map(str, self.choices))}, got {value!r}"
+            )
+        low, high = self.rules.minimum, self.rules.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            bound = (
+                f"between {low} and {high}"
+                if low is not None and high is not None
+                else f">= {low}"
+                if low is not None
+                else f"<= {high}"
+            )
+            raise InvalidParams(f'Invalid params: field "{self.name}" must be {bound}')
+        return value
+
+
+def wire(
+    *,
+    default: Any = _REQUIRED,
+    read: FieldReader | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    doc: str | None = None,
+) -> Any:
+    """A params field with rules beyond its type (`dataclasses.field` with them in its
+    metadata), so the rules sit beside the field they bound and `parse` applies them: a
+    bound (`minimum`, `maximum`), a reader of its own (`read(params, name)`), a `doc`."""
+    import dataclasses
+
+    metadata = {_RULES: FieldRules(read, minimum, maximum, doc)}
+    if default is _REQUIRED:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 class WireParams:
     """A dataclass of a method's params that the host can also build requests from.
 
     `parse` reads params on the server and `to_params` writes them on the host, both from
-    the dataclass's fields: each key is spelled once. None is left out (the server reads
-    a missing field and a null alike). A `user` field is sent as the caller gave it
-    (`user=`): the host passes identities through, the server parses them.
+    the dataclass's fields: each key is spelled once, and a field's rules (`wire()`) sit
+    beside it. None is left out (the server reads a missing field and a null alike). A
+    `user` field is sent as the caller gave it (`user=`): the host passes identities
+    through, the server parses them.
     """
 
     @classmethod
     def parse(cls: type[W], params: Params) -> W:
-        """Each field read by its declared type, in the order declared: `str`, `int`,
-        `float` or `bool` is required, or optional with a default; `X | None` may be
-        absent or null. A class whose params have rules beyond their types (a range, a
-        choice, an identity) overrides this."""
-        values = {
-            name: (
-                optional_or_none(params, name, kind)
-                if nullable
-                else required(params, name, kind)
-                if default is _REQUIRED
-                else optional(params, name, kind, default)
-            )
-            for name, kind, nullable, default in _wire_fields(cls)
-        }
-        return cls(**values)
+        """Each field read by its declaration, in the order declared: its type (`str`,
+        `int`, `float`, `bool`, a `Literal` of them; `X | None` may be absent or null),
+        its default (absent: required) and its `wire()` rules."""
+        return cls(**{field.name: field.read(params) for field in wire_fields(cls)})
 
     def to_params(self, user: Any = None) -> dict[str, Any]:
         import dataclasses
@@ -312,13 +381,13 @@ def _check(params: Params, name: str, kind: type | tuple[type, ...], value: Any)
     return value
 
 
-_REQUIRED: Any = object()
-_PLAIN = (str, int, float, bool)
-_FIELDS: dict[type, list[tuple[str, type, bool, Any]]] = {}
+_FIELDS: dict[type, list[WireField]] = {}
 
 
-def _wire_fields(cls: type) -> list[tuple[str, type, bool, Any]]:
-    """(name, type, nullable, default) per field of a params dataclass, read once."""
+def wire_fields(cls: type) -> list[WireField]:
+    """The fields of a params dataclass as the wire carries them, read once per class;
+    a TypeError names a field whose type says nothing the wire can check and that has no
+    reader of its own."""
     known = _FIELDS.get(cls)
     if known is not None:
         return known
@@ -329,12 +398,20 @@ def _wire_fields(cls: type) -> list[tuple[str, type, bool, Any]]:
     fields = []
     for field in dataclasses.fields(cls):
         hint = hints[field.name]
-        kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
-        nullable = len(kinds) < len(typing.get_args(hint))
-        if len(kinds) != 1 or kinds[0] not in _PLAIN:
-            raise TypeError(f"{cls.__name__}.{field.name}: {hint} needs a parse of its own")
+        rules = field.metadata.get(_RULES, _NO_RULES)
+        kinds = [k for k in typing.get_args(hint) if k is not type(None)]
+        nullable = typing.get_origin(hint) is not typing.Literal and len(kinds) < len(
+            typing.get_args(hint)
+        )
+        kind = kinds[0] if nullable and len(kinds) == 1 else hint
+        choices: tuple[Any, ...] = ()
+        if typing.get_origin(kind) is typing.Literal:
+            choices = typing.get_args(kind)
+            kind = type(choices[0])
+        if rules.read is None and (kind not in _PLAIN or not all(type(c) is kind for c in choices)):
+            raise TypeError(f"{cls.__name__}.{field.name}: {hint} needs wire(read=...)")
         default = _REQUIRED if field.default is dataclasses.MISSING else field.default
-        fields.append((field.name, kinds[0], nullable, default))
+        fields.append(WireField(field.name, kind, nullable, default, choices, rules))
     _FIELDS[cls] = fields
     return fields
 
@@ -399,3 +476,63 @@ def env_map(params: Params, name: str, where: str | None = None) -> dict[str, st
                 f"environment variable {key!r})"
             )
     return env
+
+
+# -- the method table ---------------------------------------------------------------------
+
+
+class MethodTable:
+    """The server's methods, each registered by the name of the function that serves it.
+
+    `@table.method` on `async def web_go(params: GoParams)` serves "web_go": the params
+    are parsed by the declared type (a `WireParams` class) before the call, or passed as
+    received (`Params`, for a method that reads them itself); a function without
+    parameters serves a method that takes none. A name registered twice is refused, so
+    two tools cannot silently take one method.
+    """
+
+    def __init__(self) -> None:
+        self.methods: dict[str, Method] = {}
+
+    def method(self, function: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        self.add(function.__name__, function)
+        return function
+
+    def add(self, name: str, function: Callable[..., Awaitable[Any]]) -> None:
+        self._register(name, _served(name, function))
+
+    def extend(self, methods: Mapping[str, Method]) -> None:
+        """Methods served as they are (each takes the params as received)."""
+        for name, method in methods.items():
+            self._register(name, method)
+
+    def _register(self, name: str, method: Method) -> None:
+        if name in self.methods:
+            raise ValueError(f"the method {name!r} is registered twice")
+        self.methods[name] = method
+
+
+def _served(name: str, function: Callable[..., Awaitable[Any]]) -> Method:
+    """`function` as a Method: its one parameter's declared type says how params are read
+    (resolved now, at registration, so a wrong declaration fails when the server starts)."""
+    code = function.__code__
+    if code.co_argcount == 0:
+
+        async def without_params(params: Params) -> Any:
+            return await function()
+
+        return without_params
+    if code.co_argcount != 1:
+        raise TypeError(f"{name}: a method takes its params or nothing")
+    declared = function.__annotations__.get(code.co_varnames[0], "Params")
+    kind = function.__globals__.get(declared, declared) if isinstance(declared, str) else declared
+    if kind == "Params" or kind is Params:
+        return function
+    if not (isinstance(kind, type) and issubclass(kind, WireParams)):
+        raise TypeError(f"{name}: its params are declared as {declared!r}, not a WireParams")
+    parse = kind.parse
+
+    async def parsing(params: Params) -> Any:
+        return await function(parse(params))
+
+    return parsing

@@ -9,7 +9,7 @@ from typing import Any
 
 from sandbox_tools.runtime.build_info import build_info
 from sandbox_tools.runtime.host_messages import HostMessages
-from sandbox_tools.runtime.jsonrpc import Method, Params
+from sandbox_tools.runtime.jsonrpc import Method, MethodTable
 from sandbox_tools.runtime.limits import Limits
 from sandbox_tools.runtime.tools.bash_session import json_rpc_methods as bash_session_methods
 from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
@@ -27,13 +27,18 @@ from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserControl
 def core_methods(
     server_dir: str, request_shutdown: Callable[[], None], limits: Limits
 ) -> dict[str, Method]:
-    async def version(params: Params) -> Any:
+    rpc = MethodTable()
+
+    @rpc.method
+    async def version() -> Any:
         return build_info()["version"]
 
-    async def remote_version(params: Params) -> Any:
+    @rpc.method
+    async def remote_version() -> Any:
         return f"Server: {sys.argv[0]} ({os.getpid()})"
 
-    async def runtime_info(params: Params) -> Any:
+    @rpc.method
+    async def runtime_info() -> Any:
         # The limits this server holds (read once, when it started): a host reusing a
         # server started with other values sees which ones apply.
         return {
@@ -43,16 +48,12 @@ def core_methods(
             "limits": limits.reported(),
         }
 
-    async def sandbox_tools_shutdown(params: Params) -> Any:
+    @rpc.method
+    async def sandbox_tools_shutdown() -> Any:
         request_shutdown()
         return None
 
-    return {
-        "version": version,
-        "remote_version": remote_version,
-        "runtime_info": runtime_info,
-        "sandbox_tools_shutdown": sandbox_tools_shutdown,
-    }
+    return rpc.methods
 
 
 class Controllers:
@@ -85,13 +86,18 @@ class Controllers:
 def all_methods(
     server_dir: str, request_shutdown: Callable[[], None], controllers: Controllers
 ) -> dict[str, Method]:
-    return {
-        **core_methods(server_dir, request_shutdown, controllers.limits),
-        **exec_remote_methods.methods(controllers.exec_remote),
-        **bash_session_methods.methods(controllers.bash_session),
-        **text_editor_methods.methods(controllers.text_editor),
-        **mcp_methods.methods(controllers.mcp),
-        **controllers.host_messages.methods(),
-        **controllers.http_tunnel.methods(),
-        **web_browser_methods.methods(controllers.web_browser),
-    }
+    """Every method the server serves, in one table: a name two tools both register is
+    refused when the server starts rather than one silently shadowing the other."""
+    table = MethodTable()
+    for methods in (
+        core_methods(server_dir, request_shutdown, controllers.limits),
+        exec_remote_methods.methods(controllers.exec_remote),
+        bash_session_methods.methods(controllers.bash_session),
+        text_editor_methods.methods(controllers.text_editor),
+        mcp_methods.methods(controllers.mcp),
+        controllers.host_messages.methods(),
+        controllers.http_tunnel.methods(),
+        web_browser_methods.methods(controllers.web_browser),
+    ):
+        table.extend(methods)
+    return table.methods

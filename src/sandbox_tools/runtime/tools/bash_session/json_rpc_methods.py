@@ -1,10 +1,11 @@
-"""JSON-RPC entry points of bash_session: unpack params, forward to the controller."""
+"""JSON-RPC methods of bash_session, each named by its function and forwarded to the
+controller with its params parsed by their declared type."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sandbox_tools.runtime.jsonrpc import Method, Params
+from sandbox_tools.runtime.jsonrpc import Method, MethodTable
 from sandbox_tools.runtime.tools.bash_session.controller import BashSessionController
 from sandbox_tools.runtime.tools.bash_session.tool_types import (
     CloseSessionParams,
@@ -14,17 +15,18 @@ from sandbox_tools.runtime.tools.bash_session.tool_types import (
 
 
 def methods(controller: BashSessionController) -> dict[str, Method]:
-    async def bash_session_new_session(params: Params) -> Any:
-        return await controller.new_session(NewSessionParams.parse(params))
+    rpc = MethodTable()
 
-    async def bash_session(params: Params) -> Any:
-        return await controller.interact(InteractParams.parse(params))
+    @rpc.method
+    async def bash_session_new_session(params: NewSessionParams) -> Any:
+        return await controller.new_session(params)
 
-    async def bash_session_close_session(params: Params) -> Any:
-        return controller.close(CloseSessionParams.parse(params))
+    @rpc.method
+    async def bash_session(params: InteractParams) -> Any:
+        return await controller.interact(params)
 
-    return {
-        "bash_session_new_session": bash_session_new_session,
-        "bash_session": bash_session,
-        "bash_session_close_session": bash_session_close_session,
-    }
+    @rpc.method
+    async def bash_session_close_session(params: CloseSessionParams) -> Any:
+        return controller.close(params)
+
+    return rpc.methods

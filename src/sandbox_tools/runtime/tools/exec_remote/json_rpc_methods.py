@@ -1,10 +1,11 @@
-"""JSON-RPC entry points of exec_remote: unpack params, forward to the controller."""
+"""JSON-RPC methods of exec_remote, each named by its function and forwarded to the
+controller with its params parsed by their declared type."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sandbox_tools.runtime.jsonrpc import Method, Params
+from sandbox_tools.runtime.jsonrpc import Method, MethodTable
 from sandbox_tools.runtime.tools.exec_remote.controller import ExecRemoteController
 from sandbox_tools.runtime.tools.exec_remote.tool_types import (
     AckParams,
@@ -15,25 +16,26 @@ from sandbox_tools.runtime.tools.exec_remote.tool_types import (
 
 
 def methods(controller: ExecRemoteController) -> dict[str, Method]:
-    async def exec_remote_start(params: Params) -> Any:
-        return await controller.start(StartParams.parse(params))
+    rpc = MethodTable()
 
-    async def exec_remote_poll(params: Params) -> Any:
-        return await controller.poll(PollParams.parse(params))
+    @rpc.method
+    async def exec_remote_start(params: StartParams) -> Any:
+        return await controller.start(params)
 
-    async def exec_remote_kill(params: Params) -> Any:
-        return await controller.kill(AckParams.parse(params))
+    @rpc.method
+    async def exec_remote_poll(params: PollParams) -> Any:
+        return await controller.poll(params)
 
-    async def exec_remote_write_stdin(params: Params) -> Any:
-        return await controller.write_stdin(WriteStdinParams.parse(params))
+    @rpc.method
+    async def exec_remote_kill(params: AckParams) -> Any:
+        return await controller.kill(params)
 
-    async def exec_remote_close_stdin(params: Params) -> Any:
-        return await controller.close_stdin(AckParams.parse(params))
+    @rpc.method
+    async def exec_remote_write_stdin(params: WriteStdinParams) -> Any:
+        return await controller.write_stdin(params)
 
-    return {
-        "exec_remote_start": exec_remote_start,
-        "exec_remote_poll": exec_remote_poll,
-        "exec_remote_kill": exec_remote_kill,
-        "exec_remote_write_stdin": exec_remote_write_stdin,
-        "exec_remote_close_stdin": exec_remote_close_stdin,
-    }
+    @rpc.method
+    async def exec_remote_close_stdin(params: AckParams) -> Any:
+        return await controller.close_stdin(params)
+
+    return rpc.methods

@@ -12,8 +12,7 @@ from sandbox_tools.runtime.jsonrpc import (
     WireParams,
     env_map,
     optional,
-    optional_or_none,
-    required,
+    wire,
 )
 
 JobState = Literal["running", "completed", "killed"]
@@ -36,47 +35,26 @@ DEFAULT_WAIT_MS = 1_000
 @dataclass(frozen=True, kw_only=True)
 class StartParams(WireParams):
     command: str
-    input: str | None
-    stdin_open: bool
-    env: dict[str, str] | None
-    cwd: str | None
-    user: UserSpec | None
-
-    @classmethod
-    def parse(cls, params: Params) -> StartParams:
-        return cls(
-            command=required(params, "command", str),
-            input=optional_or_none(params, "input", str),
-            stdin_open=optional(params, "stdin_open", bool, False),
-            env=env_map(params, "env"),
-            cwd=optional_or_none(params, "cwd", str),
-            user=parse_user(params),
-        )
+    input: str | None = None
+    stdin_open: bool = False
+    env: dict[str, str] | None = wire(default=None, read=env_map)
+    cwd: str | None = None
+    user: UserSpec | None = wire(default=None, read=parse_user)
 
 
-def _pid(params: Params) -> int:
-    return required(params, "pid", int)
-
-
-def _ack_seq(params: Params) -> int:
-    ack = optional(params, "ack_seq", int, 0)
-    if ack < 0:
-        raise InvalidParams('Invalid params: field "ack_seq" must be >= 0')
-    return ack
+def _wait_ms(params: Params, name: str) -> int:
+    """A long poll's wait: DEFAULT_WAIT_MS when absent, capped at MAX_WAIT_MS."""
+    wait_ms = optional(params, name, int, DEFAULT_WAIT_MS)
+    if wait_ms < 0:
+        raise InvalidParams(f'Invalid params: field "{name}" must be >= 0')
+    return min(wait_ms, MAX_WAIT_MS)
 
 
 @dataclass(frozen=True, kw_only=True)
 class PollParams(WireParams):
     pid: int
-    ack_seq: int
-    wait_ms: int
-
-    @classmethod
-    def parse(cls, params: Params) -> PollParams:
-        wait_ms = optional(params, "wait_ms", int, DEFAULT_WAIT_MS)
-        if wait_ms < 0:
-            raise InvalidParams('Invalid params: field "wait_ms" must be >= 0')
-        return cls(pid=_pid(params), ack_seq=_ack_seq(params), wait_ms=min(wait_ms, MAX_WAIT_MS))
+    ack_seq: int = wire(default=0, minimum=0)
+    wait_ms: int = wire(default=DEFAULT_WAIT_MS, read=_wait_ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,22 +62,14 @@ class AckParams(WireParams):
     """Params of kill and close_stdin: a pid and what the client has seen."""
 
     pid: int
-    ack_seq: int
-
-    @classmethod
-    def parse(cls, params: Params) -> AckParams:
-        return cls(pid=_pid(params), ack_seq=_ack_seq(params))
+    ack_seq: int = wire(default=0, minimum=0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class WriteStdinParams(WireParams):
     pid: int
-    ack_seq: int
+    ack_seq: int = wire(default=0, minimum=0)
     data: str
-
-    @classmethod
-    def parse(cls, params: Params) -> WriteStdinParams:
-        return cls(pid=_pid(params), ack_seq=_ack_seq(params), data=required(params, "data", str))
 
 
 class StartResult(TypedDict):

@@ -1,45 +1,48 @@
-"""JSON-RPC entry points of the MCP bridge: unpack params, forward to the controller."""
+"""JSON-RPC methods of the MCP bridge, each named by its function and forwarded to the
+controller. A launch's `server_params` and a message's envelope are the `mcp` SDK's
+shapes, read by their own parsers; the rest by their declared types."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sandbox_tools.runtime.jsonrpc import InvalidParams, Method, Params, optional
+from sandbox_tools.runtime.jsonrpc import Method, MethodTable, Params
 from sandbox_tools.runtime.tools.mcp.controller import McpController
-from sandbox_tools.runtime.tools.mcp.tool_types import LaunchParams, SendParams, session_id
+from sandbox_tools.runtime.tools.mcp.tool_types import (
+    LaunchOptions,
+    LaunchParams,
+    SendParams,
+    SessionParams,
+)
 
 
 def methods(controller: McpController) -> dict[str, Method]:
-    async def mcp_launch_server(params: Params) -> Any:
-        # ours: host_messages=true forwards what the server says on its own to the host.
-        # message_tag: echoed as "tag" in each of those messages, so a host routes them
-        # to the session it launched without trusting anything else in them.
-        forward = optional(params, "host_messages", bool, False)
-        tag = optional(params, "message_tag", str, "")
-        if len(tag) > 128:
-            raise InvalidParams('Invalid params: "message_tag" is longer than 128 characters')
-        return await controller.launch(LaunchParams.parse(params), forward, tag)
+    rpc = MethodTable()
 
+    @rpc.method
+    async def mcp_launch_server(params: Params) -> Any:
+        options = LaunchOptions.parse(params)
+        launch = LaunchParams.parse(params)
+        return await controller.launch(launch, options.host_messages, options.message_tag)
+
+    @rpc.method
     async def mcp_send_request(params: Params) -> Any:
         return await controller.send_request(SendParams.request(params))
 
+    @rpc.method
     async def mcp_send_notification(params: Params) -> Any:
         return await controller.send_notification(SendParams.notification(params))
 
+    @rpc.method
     async def mcp_send_response(params: Params) -> Any:
         return await controller.send_response(SendParams.response(params))
 
-    async def mcp_kill_server(params: Params) -> Any:
-        return await controller.kill(session_id(params))
+    @rpc.method
+    async def mcp_kill_server(params: SessionParams) -> Any:
+        return await controller.kill(params.session_id)
 
-    async def mcp_server_stderr(params: Params) -> Any:
-        return await controller.stderr(session_id(params))
+    @rpc.method
+    async def mcp_server_stderr(params: SessionParams) -> Any:
+        return await controller.stderr(params.session_id)
 
-    return {
-        "mcp_launch_server": mcp_launch_server,
-        "mcp_send_request": mcp_send_request,
-        "mcp_send_notification": mcp_send_notification,
-        "mcp_send_response": mcp_send_response,
-        "mcp_kill_server": mcp_kill_server,
-        "mcp_server_stderr": mcp_server_stderr,
-    }
+    return rpc.methods

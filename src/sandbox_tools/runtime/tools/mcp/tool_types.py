@@ -9,13 +9,16 @@ from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import (
     InvalidParams,
     Params,
+    WireParams,
     env_map,
     optional,
     optional_or_none,
     required,
+    wire,
 )
 
 MAX_ARGS = 4096
+MAX_TAG = 128
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,10 +111,25 @@ class SendParams:
 MessageKind = Literal["request", "notification", "response"]
 
 
-def session_id(params: Params) -> int:
-    return _session(params)
-
-
-def session_params(session: int) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class SessionParams(WireParams):
     """The params of the methods that name only a session (kill, stderr)."""
-    return {"session_id": session}
+
+    session_id: int
+
+
+def _tag(params: Params, name: str) -> str:
+    tag = optional(params, name, str, "")
+    if len(tag) > MAX_TAG:
+        raise InvalidParams(f'Invalid params: "{name}" is longer than {MAX_TAG} characters')
+    return tag
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchOptions(WireParams):
+    """Ours, beside `server_params`: `host_messages` forwards what the server says on its
+    own to the host; `message_tag` is echoed as "tag" in each of those messages, so a
+    host routes them to the session it launched without trusting anything else in them."""
+
+    host_messages: bool = False
+    message_tag: str = wire(default="", read=_tag)

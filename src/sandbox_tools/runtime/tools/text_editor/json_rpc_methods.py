@@ -1,16 +1,20 @@
-"""JSON-RPC entry point of text_editor: unpack params, forward to the controller."""
+"""The JSON-RPC method of text_editor, named by its function and forwarded to the
+controller with its params parsed by their declared type."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sandbox_tools.runtime.jsonrpc import Method, Params
+from sandbox_tools.runtime.jsonrpc import Method, MethodTable
 from sandbox_tools.runtime.tools.text_editor.controller import TextEditorController
 from sandbox_tools.runtime.tools.text_editor.tool_types import TextEditorParams
 
 
 def methods(controller: TextEditorController) -> dict[str, Method]:
-    async def text_editor(params: Params) -> Any:
-        return await controller.run(TextEditorParams.parse(params))
+    rpc = MethodTable()
 
-    return {"text_editor": text_editor}
+    @rpc.method
+    async def text_editor(params: TextEditorParams) -> Any:
+        return await controller.run(params)
+
+    return rpc.methods

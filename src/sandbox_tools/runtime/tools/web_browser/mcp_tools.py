@@ -5,7 +5,9 @@ A model reads the descriptions and the results, so both say what to do next, and
 everything that goes wrong for it (a page that failed, an id not on the page, an unknown
 tool, a bad argument) is a result with `isError: true` it can read and act on, never a
 JSON-RPC error its client would turn into an exception. The arguments are checked
-against the same schemas `tools/list` publishes, so the two cannot disagree.
+against the same schemas `tools/list` publishes, so the two cannot disagree; each schema
+is made from the params dataclass the JSON-RPC method parses (tool_types.py), and the
+arguments are then parsed by it, so a field is declared once for every surface.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import sys
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
-from sandbox_tools.runtime.jsonrpc import RpcError
+from sandbox_tools.runtime.jsonrpc import RpcError, WireParams, wire, wire_fields
 from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
     ClickParams,
@@ -35,21 +37,48 @@ from sandbox_tools.runtime.tools.web_browser.tool_types import (
 
 ToolResult = dict[str, Any]  # an MCP CallToolResult: {content: [...], isError: bool}
 Arguments = dict[str, Any]
-
-_ELEMENT_ID = {
-    "type": "integer",
-    "description": "The number in brackets before the element in the latest page tree.",
-}
+P = TypeVar("P", bound=WireParams)
+_SESSION = "session_name"  # held by the server, one per connection: never an argument
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
-def _schema(properties: dict[str, Any] | None = None, required: tuple[str, ...] = ()) -> Any:
+@dataclass(frozen=True, kw_only=True)
+class TypeArguments(TypeParams):
+    submit: bool = wire(
+        default=False, doc="Replace the field's content and press Enter (default false)."
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TabsArguments(TabParams):
+    action: Literal["list", "select", "new", "close"]
+
+
+def input_schema(params: type[WireParams] | None) -> dict[str, Any]:
+    """The JSON Schema of a tool's arguments: the fields of the dataclass its call is
+    parsed into, but the session."""
+    properties: dict[str, Any] = {}
+    required = []
+    for field in wire_fields(params) if params is not None else []:
+        if field.name == _SESSION:
+            continue
+        rule: dict[str, Any] = {"type": _JSON_TYPES[field.kind]}
+        if field.choices:
+            rule["enum"] = list(field.choices)
+        if field.rules.minimum is not None:
+            rule["minimum"] = field.rules.minimum
+        if field.rules.doc is not None:
+            rule["description"] = field.rules.doc
+        properties[field.name] = rule
+        if field.required:
+            required.append(field.name)
     schema: dict[str, Any] = {
         "type": "object",
-        "properties": properties or {},
+        "properties": properties,
         "additionalProperties": False,
     }
     if required:
-        schema["required"] = list(required)
+        schema["required"] = required
     return schema
 
 
@@ -57,8 +86,12 @@ def _schema(properties: dict[str, Any] | None = None, required: tuple[str, ...] 
 class McpTool:
     name: str
     description: str
-    input_schema: dict[str, Any]
+    params: type[WireParams] | None  # what the arguments are parsed into; None: none
     run: Callable[[BrowserTools, Arguments], Awaitable[ToolResult]]
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return _SCHEMAS[self.name]
 
     def listing(self) -> dict[str, Any]:
         """This tool as `tools/list` shows it."""
@@ -97,6 +130,7 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "string": (lambda v: isinstance(v, str), "a string"),
     "integer": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
     "boolean": (lambda v: isinstance(v, bool), "true or false"),
+    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
 }
 
 
@@ -152,6 +186,10 @@ class BrowserTools:
                 self._session_name = opened["session_name"]
             return self._session_name
 
+    async def params(self, kind: type[P], arguments: Arguments) -> P:
+        """A call's arguments parsed as its method's params, in this connection's session."""
+        return kind.parse({**arguments, _SESSION: await self.session()})
+
     async def call(self, name: str, arguments: Any) -> ToolResult:
         """One `tools/call`: every failure a model can act on is an error result."""
         tool = TOOLS_BY_NAME.get(name)
@@ -176,54 +214,45 @@ class BrowserTools:
 
 
 async def _navigate(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    params = GoParams(session_name=await tools.session(), url=arguments["url"])
-    return page_result(await tools.controller.go(params))
+    return page_result(await tools.controller.go(await tools.params(GoParams, arguments)))
 
 
 async def _snapshot(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    params = SessionParams(session_name=await tools.session())
+    params = await tools.params(SessionParams, arguments)
     return page_result(await tools.controller.snapshot(params))
 
 
 async def _click(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    params = ClickParams(session_name=await tools.session(), element_id=arguments["element_id"])
-    return page_result(await tools.controller.click(params))
+    return page_result(await tools.controller.click(await tools.params(ClickParams, arguments)))
 
 
 async def _type(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    params = TypeParams(
-        session_name=await tools.session(),
-        element_id=arguments["element_id"],
-        text=arguments["text"],
-    )
-    submit = bool(arguments.get("submit"))
-    return page_result(await tools.controller.type_text(params, submit=submit))
+    params = await tools.params(TypeArguments, arguments)
+    return page_result(await tools.controller.type_text(params, submit=params.submit))
 
 
 async def _press_key(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    params = KeyParams.parse({"session_name": await tools.session(), "key": arguments["key"]})
+    params = await tools.params(KeyParams, arguments)
     return page_result(await tools.controller.press_key(params))
 
 
 async def _scroll(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    params = ScrollParams.parse(
-        {"session_name": await tools.session(), "direction": arguments["direction"]}
-    )
+    params = await tools.params(ScrollParams, arguments)
     return page_result(await tools.controller.scroll(params))
 
 
 async def _back(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    params = SessionParams(session_name=await tools.session())
+    params = await tools.params(SessionParams, arguments)
     return page_result(await tools.controller.history(params, step=-1))
 
 
 async def _forward(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    params = SessionParams(session_name=await tools.session())
+    params = await tools.params(SessionParams, arguments)
     return page_result(await tools.controller.history(params, step=1))
 
 
 async def _screenshot(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    shot = await tools.controller.screenshot(SessionParams(session_name=await tools.session()))
+    shot = await tools.controller.screenshot(await tools.params(SessionParams, arguments))
     return {
         "content": [
             {"type": "image", "data": shot["png_base64"], "mimeType": "image/png"},
@@ -234,22 +263,21 @@ async def _screenshot(tools: BrowserTools, arguments: Arguments) -> ToolResult:
 
 
 async def _tabs(tools: BrowserTools, arguments: Arguments) -> ToolResult:
-    name = await tools.session()
-    action, index = arguments["action"], arguments.get("index")
+    params = await tools.params(TabsArguments, arguments)
+    session = SessionParams(session_name=params.session_name)
     controller = tools.controller
-    if action == "list":
-        return text_result(tab_list(await controller.list_tabs(SessionParams(session_name=name))))
-    if action == "select" and index is None:
+    if params.action == "list":
+        return text_result(tab_list(await controller.list_tabs(session)))
+    if params.action == "select" and params.index is None:
         return text_result("browser_tabs: select needs the tab's 'index'", is_error=True)
-    if action == "select":
-        page = await controller.select_tab(TabParams(session_name=name, index=index))
-    elif action == "new":
-        page = await controller.new_tab(SessionParams(session_name=name))
+    if params.action == "select":
+        page = await controller.select_tab(params)
+    elif params.action == "new":
+        page = await controller.new_tab(session)
     else:
-        page = await controller.close_tab(TabParams(session_name=name, index=index))
+        page = await controller.close_tab(params)
     # The list after the change, then the page now shown (and the ids to act on it).
-    tabs = await controller.list_tabs(SessionParams(session_name=name))
-    return page_result(page, before=tab_list(tabs))
+    return page_result(page, before=tab_list(await controller.list_tabs(session)))
 
 
 _PAGE = (
@@ -262,21 +290,21 @@ TOOLS = [
         "browser_navigate",
         "Open a URL in the current tab (a URL without a scheme gets https://) and wait "
         f"until it has loaded. {_PAGE}",
-        _schema({"url": {"type": "string", "description": "The address to open."}}, ("url",)),
+        GoParams,
         _navigate,
     ),
     McpTool(
         "browser_snapshot",
         "Read the current page again without acting on it, to see what changed on its own "
         f"or to get fresh element ids. {_PAGE}",
-        _schema(),
+        None,
         _snapshot,
     ),
     McpTool(
         "browser_click",
         "Click an element (scrolled into view first) by its id from the latest page tree. "
         f"A page or tab the click opens is waited for and answered. {_PAGE}",
-        _schema({"element_id": _ELEMENT_ID}, ("element_id",)),
+        ClickParams,
         _click,
     ),
     McpTool(
@@ -284,17 +312,7 @@ TOOLS = [
         "Click a text field by its id and type text into it. With submit true, the field's "
         "content is replaced by the text and Enter is pressed (submitting its form); "
         f"without, the text is inserted where the click put the cursor. {_PAGE}",
-        _schema(
-            {
-                "element_id": _ELEMENT_ID,
-                "text": {"type": "string", "description": "What to type."},
-                "submit": {
-                    "type": "boolean",
-                    "description": "Replace the field's content and press Enter (default false).",
-                },
-            },
-            ("element_id", "text"),
-        ),
+        TypeArguments,
         _type,
     ),
     McpTool(
@@ -303,29 +321,26 @@ TOOLS = [
         "Escape, Backspace, Delete, ArrowUp, ArrowDown, ArrowLeft, ArrowRight, Home, End, "
         "PageUp, PageDown, Space, F1-F12, or a single character; modifiers go before it "
         f'with "+" (Shift+Tab, Control+a). {_PAGE}',
-        _schema(
-            {"key": {"type": "string", "description": 'The key, e.g. "Enter" or "a".'}},
-            ("key",),
-        ),
+        KeyParams,
         _press_key,
     ),
     McpTool(
         "browser_scroll",
         "Scroll the page one screen up or down: the tree shows only what is on screen, so "
         f"scroll to read further. {_PAGE}",
-        _schema({"direction": {"type": "string", "enum": ["up", "down"]}}, ("direction",)),
+        ScrollParams,
         _scroll,
     ),
     McpTool(
         "browser_back",
         f"Go back one page in the current tab's history (it stays put at the start). {_PAGE}",
-        _schema(),
+        None,
         _back,
     ),
     McpTool(
         "browser_forward",
         f"Go forward one page in the current tab's history (it stays put at the end). {_PAGE}",
-        _schema(),
+        None,
         _forward,
     ),
     McpTool(
@@ -333,7 +348,7 @@ TOOLS = [
         "Take a PNG picture of what the browser shows (its 1280x1080 viewport). The page "
         "tree is cheaper to read and has the ids to act on; use this for layout, images "
         "and drawings.",
-        _schema(),
+        None,
         _screenshot,
     ),
     McpTool(
@@ -343,18 +358,9 @@ TOOLS = [
         "tab `index` (the current one without an index). A link that opens a new window "
         "opens a new tab and shows it. Select, new and close answer with the tab list and "
         "the page now shown.",
-        _schema(
-            {
-                "action": {"type": "string", "enum": ["list", "select", "new", "close"]},
-                "index": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "The tab's index in the list (select and close).",
-                },
-            },
-            ("action",),
-        ),
+        TabsArguments,
         _tabs,
     ),
 ]
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
+_SCHEMAS = {tool.name: input_schema(tool.params) for tool in TOOLS}  # made once, at import

@@ -11,27 +11,18 @@ from dataclasses import dataclass
 from typing import Literal, TypedDict
 
 from sandbox_tools.runtime.identity import UserSpec, parse_user
-from sandbox_tools.runtime.jsonrpc import (
-    InvalidParams,
-    Params,
-    WireParams,
-    optional,
-    required,
-)
+from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, WireParams, required, wire
 from sandbox_tools.runtime.tools.web_browser.keys import UnknownKey, key_event
 
 ScrollDirection = Literal["up", "down"]
+ELEMENT_ID_DOC = "The number in brackets before the element in the latest page tree."
 
 
 @dataclass(frozen=True, kw_only=True)
 class NewSessionParams(WireParams):
     # inspect's host always sends it; a headless shell has no window to show either way.
-    headful: bool
-    user: UserSpec | None
-
-    @classmethod
-    def parse(cls, params: Params) -> NewSessionParams:
-        return cls(headful=optional(params, "headful", bool, False), user=parse_user(params))
+    headful: bool = False
+    user: UserSpec | None = wire(default=None, read=parse_user)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,13 +35,13 @@ class SessionParams(WireParams):
 @dataclass(frozen=True, kw_only=True)
 class GoParams(WireParams):
     session_name: str
-    url: str
+    url: str = wire(doc="The address to open.")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClickParams(WireParams):
     session_name: str
-    element_id: int
+    element_id: int = wire(doc=ELEMENT_ID_DOC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,24 +49,23 @@ class TypeParams(WireParams):
     """web_type and web_type_submit."""
 
     session_name: str
-    element_id: int
-    text: str
+    element_id: int = wire(doc=ELEMENT_ID_DOC)
+    text: str = wire(doc="What to type.")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ScrollParams(WireParams):
     session_name: str
-    direction: ScrollDirection
+    direction: ScrollDirection = wire(doc="One screen up or down.")
 
-    @classmethod
-    def parse(cls, params: Params) -> ScrollParams:
-        direction = required(params, "direction", str)
-        if direction not in ("up", "down"):
-            raise InvalidParams('Invalid params: field "direction" must be "up" or "down"')
-        return cls(
-            session_name=required(params, "session_name", str),
-            direction="up" if direction == "up" else "down",
-        )
+
+def _known_key(params: Params, name: str) -> str:
+    key = required(params, name, str)
+    try:
+        key_event(key)
+    except UnknownKey as exc:
+        raise InvalidParams(f'Invalid params: field "{name}": {exc}') from None
+    return key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,16 +73,7 @@ class KeyParams(WireParams):
     """A key press: `key` as a model names it ("Enter", "Shift+Tab", "a")."""
 
     session_name: str
-    key: str
-
-    @classmethod
-    def parse(cls, params: Params) -> KeyParams:
-        key = required(params, "key", str)
-        try:
-            key_event(key)
-        except UnknownKey as exc:
-            raise InvalidParams(f'Invalid params: field "key": {exc}') from None
-        return cls(session_name=required(params, "session_name", str), key=key)
+    key: str = wire(read=_known_key, doc='The key, e.g. "Enter" or "a".')
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +82,9 @@ class TabParams(WireParams):
     one closes the current tab)."""
 
     session_name: str
-    index: int | None
+    index: int | None = wire(
+        default=None, minimum=0, doc="The tab's index in the list (select and close)."
+    )
 
 
 class TabInfo(TypedDict):
