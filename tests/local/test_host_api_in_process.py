@@ -1,6 +1,6 @@
 """Host logic of the injector's APIs against the real runtime server, served in the test's
 own process (tests/support.py, `serve_runtime_in_process`): what the host makes of real
-answers (typed errors, exec_remote's polling and events), on both
+answers (typed errors and their reasons, `RuntimeInfo`, exec_remote's polling), on both
 transports, with no container and no hand-written answers."""
 
 from __future__ import annotations
@@ -18,9 +18,16 @@ from sandbox_tools.injector.exec_remote import (
     StdoutChunk,
     exec_remote,
 )
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient
-from sandbox_tools.injector.tool_clients import new_bash_session
-from tests.support import InProcessRuntime
+from sandbox_tools.injector.jsonrpc_client import RuntimeClient, RuntimeInfo
+from sandbox_tools.injector.tool_clients import (
+    bash_session,
+    close_bash_session,
+    new_bash_session,
+    session_gone,
+)
+from sandbox_tools.injector.web_browser import BrowserSession
+from sandbox_tools.protocol import MAX_JOBS_ENV, MAX_SESSIONS_ENV, ErrorReason
+from tests.support import InProcessRuntime, serve_runtime_in_process
 
 
 @pytest.fixture(params=["stdio", "exec"])
@@ -87,3 +94,52 @@ async def test_a_malformed_identity_is_invalid_params(client: RuntimeClient) -> 
     with pytest.raises(RuntimeRpcError, match=r'field "user\.uid"') as caught:
         await new_bash_session(client, user={"uid": "0"})
     assert not isinstance(caught.value, ToolError)  # the caller's mistake, not the tool's
+
+
+async def test_a_gone_session_or_process_reaches_the_host_as_its_reason(
+    client: RuntimeClient,
+) -> None:
+    """The host goes on in a new session on `ToolError.reason` alone, never on the words:
+    each real answer of a gone session or process reads as its reason, and an error the
+    host cannot act on as none."""
+    closed = await new_bash_session(client)
+    assert await close_bash_session(client, closed)
+    for name in (closed, "BashSession_never_0"):
+        with pytest.raises(ToolError) as gone:
+            await bash_session(client, name, "true\n")
+        assert gone.value.reason is ErrorReason.SESSION_GONE and session_gone(gone.value)
+    with pytest.raises(ToolError) as browser_gone:
+        await BrowserSession(client, "WebBrowser_never_0", None).go("about:blank")
+    assert browser_gone.value.reason is ErrorReason.SESSION_GONE
+    with pytest.raises(ToolError) as process_gone:
+        await client.call("exec_remote_poll", {"pid": 999_999, "ack_seq": 0})
+    assert process_gone.value.reason is ErrorReason.PROCESS_GONE
+    assert not session_gone(process_gone.value)
+    with pytest.raises(ToolError) as no_reason:
+        await exec_remote(client, "true", ExecRemoteOptions(cwd="/no/such"))
+    assert no_reason.value.reason is None
+
+
+# -- what the server says it is --------------------------------------------------------------
+
+
+async def test_runtime_info_becomes_a_record_with_the_limits_the_server_holds() -> None:
+    """`RuntimeInfo.limits` read from a real `runtime_info`: the values the server
+    started with, by name, as numbers; and the limits it holds are the ones the host
+    meets, each as its reason."""
+    environ = {MAX_JOBS_ENV: "1", MAX_SESSIONS_ENV: "1"}
+    async with serve_runtime_in_process(environ) as runtime:
+        client = runtime.client
+        info = RuntimeInfo.parse(await client.call("runtime_info"))
+        assert (info.build_id, info.server_dir) == ("source", runtime.directory)
+        assert info.limits == runtime.server.limits.reported()
+        assert (info.limits["max_jobs"], info.limits["max_sessions"]) == (1, 1)
+        async with await exec_remote(client, "sleep 30"):
+            with pytest.raises(ToolError) as too_many:
+                await exec_remote(client, "true")
+            assert too_many.value.reason is ErrorReason.TOO_MANY
+        first = await new_bash_session(client)
+        await new_bash_session(client)  # the idle one makes room
+        with pytest.raises(ToolError) as reclaimed:
+            await bash_session(client, first, "true\n")
+        assert session_gone(reclaimed.value)
