@@ -1,4 +1,5 @@
-"""Shared fixtures: a private runtime server directory per test, and the Docker engine."""
+"""Shared fixtures: a private runtime server directory per test, the real runtime server
+in the test's own process, and the Docker engine."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from sandbox_tools.errors import EngineUnavailableError
 from sandbox_tools.platforms import Arch
-from tests.support import RuntimeDir
+from tests.support import InProcessRuntime, RuntimeDir, serve_runtime_in_process
 
 
 @pytest.fixture
@@ -33,6 +34,14 @@ def runtime_dir() -> Iterator[RuntimeDir]:
         except ProcessLookupError:
             pass
     shutil.rmtree(directory.path, ignore_errors=True)
+
+
+@pytest.fixture
+async def runtime_in_process() -> AsyncIterator[InProcessRuntime]:
+    """The real runtime server on this test's event loop, with the default limits, and a
+    persistent-channel client of it (`serve_runtime_in_process`; other limits: call it)."""
+    async with serve_runtime_in_process() as runtime:
+        yield runtime
 
 
 @pytest.fixture(autouse=True)

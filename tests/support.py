@@ -1,37 +1,56 @@
 """The one module of helpers and fakes the test folders share, imported by name (plain
 functions and classes; fixtures stay in the conftests, which import from here): running
 the real `inspect eval` and `tools --help` as a user would, a private runtime server
-directory, waiting for a side effect, the architectures and target images under test,
-and a scripted sandbox that answers the injector as a fresh Debian container would."""
+directory, the real runtime server served in the test's own process with host clients
+of it, waiting for a side effect, the architectures and target images under test, and a
+scripted sandbox that answers the injector as a fresh Debian container would."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import json
 import os
 import random
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, StdioRuntimeClient
 from sandbox_tools.injector.recon import CHECK_SCRIPT, PROBE_SCRIPT
+from sandbox_tools.injector.source_runtime import RuntimeLaunch, local_source_runtime
 from sandbox_tools.platforms import Arch
+from sandbox_tools.protocol import KILL_GRACE_ENV, cwd_option
+from sandbox_tools.runtime.limits import Limits
+from sandbox_tools.runtime.paths import server_paths
+from sandbox_tools.runtime.server import RuntimeServer
 from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
     CrawlerResult,
     GoParams,
     NewSessionParams,
 )
-from sandbox_tools.sandboxes.base import DEFAULT_EXEC_TIMEOUT, ExecOutput, Sandbox
+from sandbox_tools.sandboxes.base import (
+    DEFAULT_EXEC_TIMEOUT,
+    MAX_STREAM_LINE,
+    ExecOutput,
+    Sandbox,
+    Stream,
+    StreamLineTooLong,
+)
+from sandbox_tools.sandboxes.local import LocalSandbox
 
 
 def inspect_eval(
@@ -171,6 +190,179 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 15.0) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
         time.sleep(0.02)
+
+
+# -- the real runtime server in this test's own process --------------------------------------
+#
+# SWE-ReX tests its host side against its real runtime served in-process; so do these. The
+# server is `RuntimeServer` itself (its `serve()`, method table, controllers and limits),
+# not a fake of it, on a private Unix socket; the host's own client classes talk to it.
+
+
+class ServerSocketStream(Stream):
+    """What the `runtime stdio` channel carries, without its bridge process: newline-
+    delimited JSON-RPC on one connection to the server's socket, opened as the bridge
+    opens its own (the caller's working directory first: jobs without `cwd` begin there)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    @classmethod
+    async def connect(cls, socket_path: str) -> ServerSocketStream:
+        reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_STREAM_LINE)
+        writer.write(cwd_option())
+        return cls(reader, writer)
+
+    async def write(self, data: bytes) -> None:
+        self._writer.write(data)
+        await self._writer.drain()
+
+    async def readline(self) -> bytes:
+        try:
+            return await self._reader.readline()
+        except ValueError:  # asyncio's way of saying the line overran the limit
+            raise StreamLineTooLong(
+                f"the stream sent more than {MAX_STREAM_LINE} bytes without a newline"
+            ) from None
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self._writer.wait_closed()
+
+
+class ServerSocketSandbox(LocalSandbox):
+    """This machine, whose persistent stream is a connection to one runtime server's
+    socket: a `StdioRuntimeClient` on it reaches that server with no process between.
+    `exec` runs commands here, so an `ExecRuntimeClient` runs the real `exec` CLI."""
+
+    def __init__(self, socket_path: str) -> None:
+        super().__init__()
+        self.name = "local (in-process runtime server)"
+        self.socket_path = socket_path
+
+    async def open_stream(
+        self, cmd: list[str], env: Mapping[str, str] | None = None, user: str | None = None
+    ) -> Stream:
+        if user is not None:
+            raise NotImplementedError("the in-process runtime server is this test's own user")
+        return await ServerSocketStream.connect(self.socket_path)
+
+
+@dataclass
+class InProcessRuntime:
+    """The real runtime server on this test's event loop, and host clients of it."""
+
+    server: RuntimeServer  # its `limits`, `controllers` and `paths`, to look at
+    sandbox: ServerSocketSandbox
+    launch: RuntimeLaunch  # the runtime from this checkout, pointed at the server's directory
+    client: StdioRuntimeClient  # the injector's persistent-channel client, on the socket
+    _exec_clients: list[ExecRuntimeClient] = field(default_factory=list)
+
+    @property
+    def directory(self) -> str:
+        return self.server.paths.directory
+
+    def exec_client(self) -> ExecRuntimeClient:
+        """The exec-per-call client: each call one run of the real `exec` CLI from source
+        (a child process, about 50 ms) reaching this server through its socket. Closed
+        with the runtime."""
+        client = ExecRuntimeClient(self.sandbox, self.launch.command, env=self.launch.env)
+        self._exec_clients.append(client)
+        return client
+
+    async def close_clients(self) -> None:
+        for client in (self.client, *self._exec_clients):
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+
+# What RuntimeServer.serve() sets for a process of its own: put back when it stops.
+_SIGNALS_THE_SERVER_TAKES = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE)
+SERVER_START_TIMEOUT = 30.0
+SERVER_STOP_TIMEOUT = 30.0
+
+
+@contextlib.asynccontextmanager
+async def serve_runtime_in_process(
+    environ: Mapping[str, str] | None = None,
+) -> AsyncIterator[InProcessRuntime]:
+    """The real runtime server in this test's process: `RuntimeServer.serve()` as a task
+    on the running event loop, in a private directory under /tmp that no other test
+    shares (a parallel worker makes its own), limits read by `Limits.from_environ` from
+    this process's environment with a 0.5 s kill grace (as `RuntimeDir`) and `environ`
+    over both. Yields it with a `StdioRuntimeClient` connected straight to its socket.
+
+    On exit, even when the body raised: the clients closed, the server asked to shut down
+    as a host would (`sandbox_tools_shutdown`: its jobs, shells and MCP servers end), its
+    directory removed, and what `serve()` changes in a process of its own put back here
+    (the working directory, the signal handlers). A server that failed is raised then.
+
+    Its pid is the test's own: a test that signals or stops the server, or that reaches
+    it from synchronous code (`RuntimeDir.cli` would block the loop the server runs on),
+    uses `runtime_dir`, a server in a child process."""
+    directory = tempfile.mkdtemp(prefix="st-", dir="/tmp")  # socket paths: 107 bytes at most
+    limits = Limits.from_environ({**os.environ, KILL_GRACE_ENV: "0.5", **(environ or {})})
+    server = RuntimeServer(server_paths(directory), limits)
+    loop = asyncio.get_running_loop()
+    cwd = os.getcwd()
+    handlers = {signum: signal.getsignal(signum) for signum in _SIGNALS_THE_SERVER_TAKES}
+    serving = asyncio.create_task(server.serve())
+    runtime: InProcessRuntime | None = None
+    failure: BaseException | None = None
+    try:
+        await _listening(server, serving)
+        os.chdir(cwd)  # serve() leaves for /, as a server that must hold no directory
+        launch = local_source_runtime(directory)
+        sandbox = ServerSocketSandbox(server.paths.socket)
+        client = StdioRuntimeClient(sandbox, launch.command, env=launch.env)
+        runtime = InProcessRuntime(server, sandbox, launch, client)
+        yield runtime
+    finally:
+        if runtime is not None:
+            await runtime.close_clients()
+        failure = await _stopped(server, serving)
+        os.chdir(cwd)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        for signum, handler in handlers.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        shutil.rmtree(directory, ignore_errors=True)
+    if failure is not None:
+        raise AssertionError("the in-process runtime server failed") from failure
+
+
+async def _listening(server: RuntimeServer, serving: asyncio.Task[None]) -> None:
+    """Once the server's socket is there (it listens as it binds), or why it never was."""
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while not os.path.exists(server.paths.socket):
+        if serving.done():
+            serving.result()  # its exception, if it raised one
+            raise AssertionError("the in-process runtime server ended before it listened")
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the runtime server did not listen within {SERVER_START_TIMEOUT:g} s"
+            )
+        await asyncio.sleep(0.005)
+
+
+async def _stopped(server: RuntimeServer, serving: asyncio.Task[None]) -> BaseException | None:
+    """Ask the server to shut down and wait until it has; its failure, if it failed."""
+    shutdown = server.methods.get("sandbox_tools_shutdown")
+    if not serving.done():
+        if shutdown is None:  # it never came as far as its method table
+            serving.cancel()
+        else:
+            await shutdown({})
+    done, _ = await asyncio.wait({serving}, timeout=SERVER_STOP_TIMEOUT)
+    if not done:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        return AssertionError(f"the runtime server did not stop within {SERVER_STOP_TIMEOUT:g} s")
+    return None if serving.cancelled() else serving.exception()
 
 
 # The user with a home directory in the image of inspect's own checks (self_check_image).
