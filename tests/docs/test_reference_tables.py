@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from sandbox_tools.protocol import ERROR_REASONS, ErrorReason
 from sandbox_tools.settings import SETTINGS
 from tests.docs.blocks import ROOT
@@ -66,6 +68,34 @@ def test_the_protocol_names_every_method_and_the_browser_pages_every_mcp_tool() 
         text = (ROOT / "docs" / page).read_text()
         missing = [tool.name for tool in TOOLS if f"`{tool.name}`" not in text]
         assert not missing, f"docs/{page} does not list the browser MCP tools {missing}"
+
+
+def test_the_browser_pages_list_every_inspect_tool_and_every_page_action() -> None:
+    """INSPECT.md's `web_browser()` list and INJECTION.md's `BrowserSession` page actions
+    are prose: each tool `web_browser()` makes and each method answering a page is named."""
+    import inspect as python_inspect
+    import typing
+
+    pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
+    from inspect_ai.tool import ToolDef
+
+    from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession
+    from sandbox_tools.inspect.browser import web_browser
+
+    text = (ROOT / "docs" / "INSPECT.md").read_text()
+    missing = [n for n in (ToolDef(t).name for t in web_browser()) if f"`{n}(" not in text]
+    assert not missing, f"docs/INSPECT.md does not list the web_browser() tools {missing}"
+    actions = [
+        name
+        for name, method in vars(BrowserSession).items()
+        if not name.startswith("_")
+        and python_inspect.iscoroutinefunction(method)
+        and typing.get_type_hints(method).get("return") is BrowserPage
+    ]
+    assert "go" in actions and "scroll" in actions
+    text = (ROOT / "docs" / "INJECTION.md").read_text()
+    missing = [name for name in actions if f"`{name}`" not in text and f"`{name}(" not in text]
+    assert not missing, f"docs/INJECTION.md does not list the page actions {missing}"
 
 
 def test_the_cli_reference_names_every_command() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("inspect_ai", reason="the [inspect] extra is not installed")
 
-from inspect_ai.tool import ContentImage, ContentText, ToolError
+from inspect_ai.tool import ContentImage, ContentText, ToolDef, ToolError
 
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.web_browser import BrowserPage
@@ -69,8 +69,6 @@ def test_a_screenshot_is_an_image_after_the_text(main: str | None) -> None:
 
 
 def test_the_tools_are_inspects_names_and_interactive_false_drops_the_acting_ones() -> None:
-    from inspect_ai.tool import ToolDef
-
     names = [ToolDef(tool).name for tool in web_browser()]
     assert names == [
         "web_browser_go",
@@ -97,6 +95,25 @@ def test_the_tools_are_inspects_names_and_interactive_false_drops_the_acting_one
     type_submit = ToolDef(web_browser()[2])
     assert list(type_submit.parameters.properties) == ["element_id", "text"]
     assert type_submit.parameters.properties["element_id"].type == "integer"
+
+
+def test_each_tool_takes_the_shared_options_and_an_unknown_direction_is_the_model_s_error() -> None:
+    """The options are declared once for all eight tools; a scroll direction the runtime
+    would refuse is refused first, as a ToolError the model reads (no sandbox reached)."""
+    import inspect as python_inspect
+
+    for tool in web_browser():
+        factory = module.__dict__[ToolDef(tool).name]
+        assert list(python_inspect.signature(factory).parameters) == [
+            "instance",
+            "screenshots",
+            "user",
+            "sandbox",
+        ]
+        assert "instance: Each instance has a browser session" in (factory.__doc__ or "")
+    scroll = module.web_browser_scroll()
+    with pytest.raises(ToolError, match='direction must be "up" or "down", not \'sideways\''):
+        asyncio.run(scroll("sideways"))  # type: ignore[operator]
 
 
 class RecordingClient:

@@ -23,7 +23,16 @@ from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, bounded_text, result_fields
 from sandbox_tools.protocol import User
-from sandbox_tools.runtime.tools.web_browser.tool_types import NewSessionParams
+from sandbox_tools.runtime.jsonrpc import WireParams
+from sandbox_tools.runtime.tools.web_browser.tool_types import (
+    ClickParams,
+    GoParams,
+    NewSessionParams,
+    ScrollDirection,
+    ScrollParams,
+    SessionParams,
+    TypeParams,
+)
 
 # A browser's first start and a page's load each have the runtime's 30 s deadline;
 # the host waits for both and the transport.
@@ -86,28 +95,32 @@ class BrowserSession:
         self.name = name
         self.install = install  # None when the browser came from elsewhere (the image)
 
-    async def _page(self, method: str, **params: Any) -> BrowserPage:
-        result = await self.client.call(
-            method, {"session_name": self.name, **params}, timeout=CALL_TIMEOUT
-        )
+    async def _page(self, method: str, params: WireParams | None = None) -> BrowserPage:
+        """A page action: its params written by the dataclass the runtime parses them with
+        (this session's alone when None), so host and runtime spell each key once."""
+        sent = (params or SessionParams(session_name=self.name)).to_params()
+        result = await self.client.call(method, sent, timeout=CALL_TIMEOUT)
         return BrowserPage.parse(result, method)
 
     async def go(self, url: str) -> BrowserPage:
         """Load `url` (without a scheme: https://) and wait for it."""
-        return await self._page("web_go", url=url)
+        return await self._page("web_go", GoParams(session_name=self.name, url=url))
 
     async def click(self, element_id: int) -> BrowserPage:
-        return await self._page("web_click", element_id=element_id)
+        return await self._page(
+            "web_click", ClickParams(session_name=self.name, element_id=element_id)
+        )
 
     async def type(self, element_id: int, text: str, *, submit: bool = False) -> BrowserPage:
         """Type into a field; `submit` presses Enter after it."""
-        return await self._page(
-            "web_type_submit" if submit else "web_type", element_id=element_id, text=text
-        )
+        params = TypeParams(session_name=self.name, element_id=element_id, text=text)
+        return await self._page("web_type_submit" if submit else "web_type", params)
 
-    async def scroll(self, direction: str) -> BrowserPage:
+    async def scroll(self, direction: ScrollDirection) -> BrowserPage:
         """ "up" or "down" by a page."""
-        return await self._page("web_scroll", direction=direction)
+        return await self._page(
+            "web_scroll", ScrollParams(session_name=self.name, direction=direction)
+        )
 
     async def back(self) -> BrowserPage:
         return await self._page("web_back")
@@ -120,9 +133,8 @@ class BrowserSession:
 
     async def screenshot(self) -> bytes:
         """The visible part of the page as PNG bytes."""
-        result = await self.client.call(
-            "web_screenshot", {"session_name": self.name}, timeout=CALL_TIMEOUT
-        )
+        session = SessionParams(session_name=self.name).to_params()
+        result = await self.client.call("web_screenshot", session, timeout=CALL_TIMEOUT)
         encoded = result_fields(result, "web_screenshot", png_base64=str)["png_base64"]
         if len(encoded) > (MAX_SCREENSHOT_BYTES + 2) // 3 * 4:
             raise RuntimeTransportError(
@@ -138,9 +150,8 @@ class BrowserSession:
 
     async def close(self) -> bool:
         """End the session (its context and tabs); False if it was gone already."""
-        result = await self.client.call(
-            "web_close_session", {"session_name": self.name}, timeout=CALL_TIMEOUT
-        )
+        session = SessionParams(session_name=self.name).to_params()
+        result = await self.client.call("web_close_session", session, timeout=CALL_TIMEOUT)
         return bool(result_fields(result, "web_close_session", closed=bool)["closed"])
 
     async def __aenter__(self) -> BrowserSession:

@@ -34,6 +34,7 @@ from sandbox_tools.inspect.tools import (
     want_browser,
 )
 from sandbox_tools.protocol import ErrorReason
+from sandbox_tools.runtime.tools.web_browser.tool_types import SCROLL_DIRECTIONS, ScrollDirection
 
 _SESSION_KEY = "sandbox_tools:web_browser:"
 BROWSER_MCP_COMMAND = "browser-mcp"  # the runtime's subcommand that serves MCP on stdio
@@ -305,7 +306,11 @@ def web_browser_scroll(browser: _Browser, screenshots: bool) -> Tool:
         Returns:
           The page as an accessibility tree, the ids in brackets (as web_browser_go).
         """
-        return await browser.act(lambda session: session.scroll(direction), screenshots)
+        if direction not in SCROLL_DIRECTIONS:  # the model's words, read before any call
+            choices = " or ".join(f'"{d}"' for d in SCROLL_DIRECTIONS)
+            raise ToolError(f"direction must be {choices}, not {direction[:40]!r}")
+        chosen: ScrollDirection = "up" if direction == "up" else "down"
+        return await browser.act(lambda session: session.scroll(chosen), screenshots)
 
     return execute
 

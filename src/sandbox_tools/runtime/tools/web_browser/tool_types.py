@@ -8,13 +8,14 @@ host drives this runtime unchanged; `user`, `web_screenshot`, `web_close_session
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, get_args
 
 from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, WireParams, required, wire
 from sandbox_tools.runtime.tools.web_browser.keys import UnknownKey, key_event
 
 ScrollDirection = Literal["up", "down"]
+SCROLL_DIRECTIONS: tuple[ScrollDirection, ...] = get_args(ScrollDirection)
 ELEMENT_ID_DOC = "The number in brackets before the element in the latest page tree."
 
 
