@@ -28,12 +28,16 @@ from sandbox_tools.injector.inject import (
     runtime_env,
     tool_support_sandbox,
 )
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsStore
 
 VERSION = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "version"})
+# The cold row's handle: one exec per call; the reuse handle has the default options
+# (the persistent channel, which the warm channel row times).
+EXEC_PER_CALL = InjectionOptions(persistent=False)
 
 
 async def main(runs: int, target: str) -> None:
@@ -48,7 +52,7 @@ async def main(runs: int, target: str) -> None:
         with RunningContainer(client, image) as container:
             sandbox = container.sandbox
             started = time.perf_counter()
-            support = await tool_support_sandbox(sandbox, persistent=False)
+            support = await tool_support_sandbox(sandbox, options=EXEC_PER_CALL)
             await support.client.call("version")
             cold.append(time.perf_counter() - started)
             exe, env = support.exe, runtime_env(support.install_dir)

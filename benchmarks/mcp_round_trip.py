@@ -33,6 +33,7 @@ from rich.table import Table
 
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.platforms import Arch
 from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.containers import RunningContainer
@@ -101,9 +102,9 @@ async def local(runs: int) -> list[float]:
             return await timed_calls(session, runs)
 
 
-async def ours(container: Any, client: Any, persistent: bool, runs: int) -> list[float]:
+async def ours(container: Any, client: Any, options: InjectionOptions, runs: int) -> list[float]:
     sandbox = container.sandbox
-    support = await tool_support_sandbox(sandbox, persistent=persistent)
+    support = await tool_support_sandbox(sandbox, options=options)
     try:
         async with (
             sandbox_mcp_client(support, IN_CONTAINER) as (read, write),
@@ -168,8 +169,11 @@ def main() -> None:
     }
     results: dict[str, list[float]] = {"local stdio server (floor)": asyncio.run(local(args.runs))}
     with RunningContainer(client, image, volumes=volumes) as container:
-        results["ours, persistent channel"] = asyncio.run(ours(container, client, True, args.runs))
-        results["ours, exec per call"] = asyncio.run(ours(container, client, False, args.runs))
+        for name, options in (
+            ("ours, persistent channel", InjectionOptions()),
+            ("ours, exec per call", InjectionOptions(persistent=False)),
+        ):
+            results[name] = asyncio.run(ours(container, client, options, args.runs))
     results["inspect's mcp_server_sandbox, its runtime"] = inspects(image, site, args.runs)
     table = Table(title=f"MCP call_tool round trip, ms (median and p90 of {args.runs})")
     for column in ("path", "median", "p90"):

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.model_proxy import ModelProxy, forward_to
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.platforms import Arch
 from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.containers import RunningContainer
@@ -55,10 +56,10 @@ async def direct(upstream: FakeUpstream, runs: int) -> dict[str, list[float]]:
 
 
 async def through_proxy(
-    container: Any, client: Any, upstream: FakeUpstream, persistent: bool, runs: int
+    container: Any, client: Any, upstream: FakeUpstream, options: InjectionOptions, runs: int
 ) -> dict[str, list[float]]:
     sandbox = container.sandbox
-    support = await tool_support_sandbox(sandbox, persistent=persistent)
+    support = await tool_support_sandbox(sandbox, options=options)
     try:
         async with ModelProxy(support, forward_to(upstream.url)):
             done = await sandbox.exec(
@@ -80,12 +81,11 @@ async def measure(runs: int) -> dict[str, dict[str, list[float]]]:
     async with FakeUpstream(delay=0.0) as upstream:
         results["direct from the host (floor)"] = await direct(upstream, runs)
         with RunningContainer(client, image, volumes=volumes, network_mode="none") as box:
-            results["proxy, persistent channel"] = await through_proxy(
-                box, client, upstream, True, runs
-            )
-            results["proxy, exec per call"] = await through_proxy(
-                box, client, upstream, False, runs
-            )
+            for name, options in (
+                ("proxy, persistent channel", InjectionOptions()),
+                ("proxy, exec per call", InjectionOptions(persistent=False)),
+            ):
+                results[name] = await through_proxy(box, client, upstream, options, runs)
     return results
 
 

@@ -193,6 +193,7 @@ async def test_the_block_form_and_options_a_second_call_cannot_change(
 
     from sandbox_tools.errors import ConfigurationError
     from sandbox_tools.injector.inject import open_tool_support
+    from sandbox_tools.injector.options import InjectionOptions
 
     with RunningContainer(docker_engine, debian_image) as container:
         sandbox = container.sandbox
@@ -200,9 +201,11 @@ async def test_the_block_form_and_options_a_second_call_cannot_change(
             result = await exec_remote(support.client, "echo block", stream=False)
             assert result.stdout == "block\n"
         first = await tool_support_sandbox(sandbox)
-        with pytest.raises(ConfigurationError, match="persistent=True"):
-            await tool_support_sandbox(sandbox, persistent=False)
+        exec_per_call = InjectionOptions(persistent=False)
+        with pytest.raises(ConfigurationError, match=r"opened with persistent=True; .*False"):
+            await tool_support_sandbox(sandbox, options=exec_per_call)
         other = replace(first.artifact, build_id="sha256:" + "0" * 64)
-        with pytest.raises(ConfigurationError, match="already runs"):
-            await tool_support_sandbox(sandbox, artifact=other)
+        with pytest.raises(ConfigurationError, match=r"opened with artifact=None; .*sha256:0000"):
+            await tool_support_sandbox(sandbox, options=InjectionOptions(artifact=other))
+        assert await tool_support_sandbox(sandbox) is first
         await forget_sandbox(sandbox)

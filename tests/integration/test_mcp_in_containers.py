@@ -29,6 +29,7 @@ from mcp.types import (
 from sandbox_tools.errors import ToolError
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import RunningContainer
 from tests.support import (
@@ -76,7 +77,9 @@ async def test_a_fastmcp_server_in_a_container_through_the_built_runtime(
 
     with RunningContainer(docker_engine, python_image, volumes=mcp_volumes) as container:
         sandbox = container.sandbox
-        support = await tool_support_sandbox(sandbox, persistent=persistent)
+        support = await tool_support_sandbox(
+            sandbox, options=InjectionOptions(persistent=persistent)
+        )
         try:
             async with (
                 sandbox_mcp_client(support, DEMO) as (read, write),

@@ -16,6 +16,7 @@ import pytest
 from sandbox_tools.errors import SandboxToolsError
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.model_proxy import ModelProxy, forward_to
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from tests.proxy.upstream import WORDS, FakeUpstream
@@ -51,7 +52,7 @@ async def run_client(sandbox: DockerSandbox, scenario: str, port: int = 13131) -
 
 @pytest.mark.parametrize("persistent", [True, False], ids=["stdio", "exec"])
 async def test_chat_and_messages_streamed_and_not(sandbox: DockerSandbox, persistent: bool) -> None:
-    support = await tool_support_sandbox(sandbox, persistent=persistent)
+    support = await tool_support_sandbox(sandbox, options=InjectionOptions(persistent=persistent))
     async with FakeUpstream(delay=0.2) as upstream:
         handler = forward_to(upstream.url, headers={"Authorization": "Bearer host-secret"})
         async with ModelProxy(support, handler) as proxy:

@@ -19,6 +19,7 @@ import pytest
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import Injector, reconnoitre
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.tool_clients import text_editor
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
@@ -99,7 +100,7 @@ async def test_forged_markers_before_a_genuine_install_are_not_reused(
         sandbox = container.sandbox
         await as_agent(sandbox, forged_install(f"/tmp/sandbox-tools-{tag}", artifact))
         await as_agent(sandbox, forged_install(f"/tmp/sandbox-tools-{tag}-x", artifact))
-        async with Injector(artifact=artifact) as injector:
+        async with Injector(InjectionOptions(artifact=artifact)) as injector:
             support = await injector.tool_support(sandbox)
             assert not support.reused
             assert support.install_dir.startswith(f"/tmp/sandbox-tools-{tag}-")
@@ -112,7 +113,7 @@ async def test_forged_markers_before_a_genuine_install_are_not_reused(
         # A new host process: root's install got a random name (the agent holds the exact
         # one), and only exact names are ever reused, so root installs afresh; the
         # agent's directory is still never run.
-        async with Injector(artifact=artifact) as injector:
+        async with Injector(InjectionOptions(artifact=artifact)) as injector:
             again = await injector.tool_support(sandbox)
             assert again.info.build_id == artifact.build_id
         await assert_root_ran_nothing_of_the_agents(sandbox)
@@ -128,7 +129,7 @@ async def test_after_a_genuine_install_the_agent_cannot_take_its_place(
         docker_engine, debian_image, read_only=True, tmpfs={"/tmp": "exec,mode=1777"}
     ) as container:
         sandbox = container.sandbox
-        async with Injector(artifact=artifact) as injector:
+        async with Injector(InjectionOptions(artifact=artifact)) as injector:
             first = await injector.tool_support(sandbox)
             assert first.install_dir == f"/tmp/sandbox-tools-{tag}"
         # The agent tries to replace the executable, rename the directory, and plant
@@ -147,7 +148,7 @@ async def test_after_a_genuine_install_the_agent_cannot_take_its_place(
             user="1000:1000",
         )
         assert attempts.stdout == b"", attempts.stdout
-        async with Injector(artifact=artifact) as injector:
+        async with Injector(InjectionOptions(artifact=artifact)) as injector:
             second = await injector.tool_support(sandbox)
             assert (second.reused, second.install_dir) == (True, first.install_dir)
             assert second.info.build_id == artifact.build_id
@@ -159,7 +160,7 @@ async def test_after_a_genuine_install_the_agent_cannot_take_its_place(
             f"printf 'x' >> {first.exe}; truncate -s -1 {first.exe}; "
             f"printf 'X' | dd of={first.exe} bs=1 seek=100 conv=notrunc 2>/dev/null",
         )
-        async with Injector(artifact=artifact) as injector:
+        async with Injector(InjectionOptions(artifact=artifact)) as injector:
             third = await injector.tool_support(sandbox)
             assert not third.reused and third.install_dir != first.install_dir
 
@@ -188,7 +189,7 @@ async def image_with_our_install(
     PLANTED_LOADER. Yields (image, install directory)."""
     with RunningContainer(engine, base) as container:
         sandbox = container.sandbox
-        async with Injector(artifact=artifact) as injector:
+        async with Injector(InjectionOptions(artifact=artifact)) as injector:
             support = await injector.tool_support(sandbox)
             await support.client.call("sandbox_tools_shutdown")
             install_dir = support.install_dir
@@ -225,7 +226,7 @@ async def test_an_image_that_ships_our_executable_beside_its_own_tree_gets_a_fre
             sandbox = container.sandbox
             before = await as_root(sandbox, f"set -- {planted}; {SNAPSHOT}")
             assert ".real" in before  # the planted tree is there
-            async with Injector(artifact=artifact) as injector:
+            async with Injector(InjectionOptions(artifact=artifact)) as injector:
                 support = await injector.tool_support(sandbox)
                 assert not support.reused
                 assert support.install_dir.startswith(f"{planted}-")
@@ -250,7 +251,7 @@ async def test_an_image_that_ships_our_untouched_install_is_reused(
         install_dir,
     ):
         with RunningContainer(docker_engine, image) as container:
-            async with Injector(artifact=artifact) as injector:
+            async with Injector(InjectionOptions(artifact=artifact)) as injector:
                 support = await injector.tool_support(container.sandbox)
                 assert (support.reused, support.install_dir) == (True, install_dir)
                 assert support.info.build_id == artifact.build_id
@@ -284,7 +285,7 @@ async def test_planted_symlinks_fifos_and_a_huge_marker_change_nothing(
         await as_agent(sandbox, plant)
         before = peak_rss_mib()
         started = time.monotonic()
-        async with Injector(artifact=artifact) as injector:
+        async with Injector(InjectionOptions(artifact=artifact)) as injector:
             support = await injector.tool_support(sandbox)
             elapsed = time.monotonic() - started
             print(f"injection through planted FIFOs/symlinks/400 MB marker: {elapsed:.2f} s")
@@ -314,7 +315,7 @@ async def test_a_shell_that_floods_is_cut_off_and_the_host_stays_small(
         before = peak_rss_mib()
         started = time.monotonic()
         with pytest.raises(SandboxInjectionError, match="printed more than"):
-            async with Injector(artifact=artifact) as injector:
+            async with Injector(InjectionOptions(artifact=artifact)) as injector:
                 await injector.tool_support(sandbox)
         probe_seconds = time.monotonic() - started
         # Any exec, e.g. a tool call that floods: cut at the default 64 MiB cap.
@@ -353,7 +354,9 @@ async def test_exec_remote_timeout_holds_when_the_server_is_stopped(
     with RunningContainer(docker_engine, debian_image) as container:
         sandbox = container.sandbox
         for persistent in (True, False):
-            async with Injector(artifact=artifact, persistent=persistent) as injector:
+            async with Injector(
+                InjectionOptions(artifact=artifact, persistent=persistent)
+            ) as injector:
                 support = await injector.tool_support(sandbox)
                 process = await exec_remote(
                     support.client, "sleep 300", ExecRemoteOptions(timeout=3)
@@ -378,7 +381,7 @@ async def test_user_injection_for_another_user(
     and unpacks; uid 1000 gets its own server directory; its tools run as uid 1000."""
     with RunningContainer(docker_engine, debian_image) as container:
         sandbox = container.sandbox
-        async with Injector(artifact=artifact) as injector:
+        async with Injector(InjectionOptions(artifact=artifact)) as injector:
             agent = await injector.tool_support(sandbox, user="1000:1000")
             root = await injector.tool_support(sandbox)
             assert agent.install_dir == root.install_dir
@@ -405,7 +408,7 @@ async def test_user_injection_refused_when_the_installer_is_not_root(
 
     with RunningContainer(docker_engine, debian_image) as container:
         sandbox = AsAgent(container.container, docker_engine)
-        async with Injector(artifact=artifact, persistent=False) as injector:
+        async with Injector(InjectionOptions(artifact=artifact, persistent=False)) as injector:
             with pytest.raises(SandboxInjectionError, match=r"installed .* by uid 1000"):
                 await injector.tool_support(sandbox, user="0")
 
@@ -416,7 +419,7 @@ async def test_a_recreated_container_gets_a_fresh_handle(
     """Handles are keyed by identity, not by name: a container recreated under the same
     name never gets the dead handle of the old one."""
     name = "sandbox-tools-recreated"
-    async with Injector(artifact=artifact) as injector:
+    async with Injector(InjectionOptions(artifact=artifact)) as injector:
         with RunningContainer(docker_engine, debian_image, name=name) as container:
             first = await injector.tool_support(DockerSandbox(container.container, docker_engine))
         with RunningContainer(docker_engine, debian_image, name=name) as container:

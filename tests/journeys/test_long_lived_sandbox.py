@@ -210,9 +210,10 @@ async def our_leftover_server(artifact: Path) -> tuple[int, str]:
     removed with the server alive: (the server's pid, the install directory)."""
     from sandbox_tools.injector.acquire import Dist
     from sandbox_tools.injector.inject import Injector
+    from sandbox_tools.injector.options import InjectionOptions
     from sandbox_tools.sandboxes.local import LocalSandbox
 
-    async with Injector(sources=[Dist(artifact.parent)]) as injector:
+    async with Injector(InjectionOptions(sources=[Dist(artifact.parent)])) as injector:
         support = await injector.tool_support(LocalSandbox())
         info = await support.client.call("runtime_info")
         install_dir = support.install_dir

@@ -28,6 +28,7 @@ from sandbox_tools.injector.inject import (
     forget_sandbox,
     tool_support_sandbox,
 )
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.base import Sandbox
 from tests.support import BUILD_ID, ScriptedDebian
@@ -63,20 +64,21 @@ async def test_a_thousand_samples_leave_nothing_behind(artifact: Artifact) -> No
     tracemalloc.start()
     try:
         baseline = 0
+        options = InjectionOptions(artifact=artifact, persistent=False)
         gone: list[weakref.ref[Sandbox]] = []
         for sample in range(1000):
             if sample == 100:  # warmed up: caches of the interpreter itself are filled
                 gc.collect()
                 baseline = tracemalloc.get_traced_memory()[0]
             sandbox = ScriptedDebian("sample")  # every sample: the same name
-            async with Injector(artifact=artifact, persistent=False) as injector:
+            async with Injector(options) as injector:
                 support = await injector.tool_support(sandbox)
                 assert support.info is not None and support.info.build_id == BUILD_ID
                 assert await injector.tool_support(sandbox) is support
             assert len(injector) == 0
             # The convenience entry point: state lives on the sandbox object only.
             other = ScriptedDebian("sample")
-            handle = await tool_support_sandbox(other, artifact=artifact, persistent=False)
+            handle = await tool_support_sandbox(other, options=options)
             assert handle is not support  # same name, another sandbox: a fresh handle
             if sample % 2:
                 await forget_sandbox(other)

@@ -34,6 +34,7 @@ from sandbox_tools.injector.jsonrpc_client import (
     StdioRuntimeClient,
     connect_runtime,
 )
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.source_runtime import local_source_runtime
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import RunningContainer
@@ -125,9 +126,10 @@ async def _exec_remote_in_container(
         image, source, target = await asyncio.to_thread(backend.matrix_image, distro, arch)
     with RunningContainer(engine, image, policy=run.containers) as container:
         started = time.monotonic()
-        async with open_tool_support(
-            container.sandbox, sources=default_sources(run.settings)
-        ) as support:
+        # The sources under this command's settings (flags included), resolved once by
+        # the root callback: the injector below reads no settings of its own.
+        options = InjectionOptions(sources=default_sources(run.settings))
+        async with open_tool_support(container.sandbox, options=options) as support:
             injected = time.monotonic() - started
             pid, completed, elapsed = await _stream(support.client, command, timeout)
     recon = support.recon

@@ -21,6 +21,7 @@ from sandbox_tools.injector.browser_addon import install_browser
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import open_tool_support
 from sandbox_tools.injector.jsonrpc_client import RuntimeInfo
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, new_browser_session
 from sandbox_tools.sandboxes.base import Sandbox
@@ -60,7 +61,9 @@ async def _exercise(
     checks: list[str],
     shell: bool = True,
 ) -> None:
-    async with open_tool_support(sandbox, artifact=artifact) as support:
+    # The cell's artifact, exactly: a cell tests the bytes it names, never whatever the
+    # installation's sources would pick.
+    async with open_tool_support(sandbox, options=InjectionOptions(artifact=artifact)) as support:
         client = support.client
         info = RuntimeInfo.parse(await client.call("runtime_info"))
         if info.build_id != artifact.build_id:
@@ -146,8 +149,9 @@ async def _exercise_browser(
     for name, text in SITE.items():
         await sandbox.write_file(f"{SITE_DIR}/www/{name}", text.encode(), 0o644)
     await sandbox.write_file(f"{SITE_DIR}/busybox", cell.page_server, 0o755)
-    async with open_tool_support(sandbox, artifact=cell.runtime) as support:
-        install = await install_browser(support, artifact=addon)
+    options = InjectionOptions(artifact=cell.runtime, browser_artifact=addon)
+    async with open_tool_support(sandbox, options=options) as support:
+        install = await install_browser(support)
         checks.append(f"add-on installed ({install.seconds:.0f} s)")
         server = await exec_remote(
             support.client,

@@ -29,6 +29,7 @@ from sandbox_tools.injector.jsonrpc_client import (
     connect_runtime,
 )
 from sandbox_tools.injector.model_proxy import ModelProxy, ProxyRequest, ProxyResponse, forward_to
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.tool_clients import bash_session, new_bash_session, text_editor
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "ExecRemoteProcess",
     "ExecResult",
     "ExecRuntimeClient",
+    "InjectionOptions",
     "Injector",
     "ModelProxy",
     "ProxyRequest",

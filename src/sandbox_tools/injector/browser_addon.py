@@ -21,12 +21,11 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat
 from sandbox_tools.errors import SandboxInjectionError
-from sandbox_tools.injector.acquire import Source, acquire_artifact
+from sandbox_tools.injector.acquire import acquire_artifact
 from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
 from sandbox_tools.injector.log_bounds import said
 from sandbox_tools.runtime.addons import TreeDigest, needed_bytes
@@ -94,24 +93,24 @@ async def ensure_browser(support: ToolSupport) -> BrowserInstall:
     remembered for the handle's life (concurrent first calls install once)."""
     async with support.addon_lock:
         if support.browser is None:
-            support.browser = await install_browser(support, sources=support.sources)
+            support.browser = await install_browser(support)
         return support.browser
 
 
-async def install_browser(
-    support: ToolSupport,
-    *,
-    sources: Sequence[Source] | None = None,
-    artifact: Artifact | None = None,
-) -> BrowserInstall:
+async def install_browser(support: ToolSupport) -> BrowserInstall:
     """Make the browser add-on ready beside `support`'s runtime (a ToolSupport): reused
-    when the pinned tree is there, else sent and unpacked now. `artifact` is the add-on
-    to use, else the first of `sources` (default: this installation's) that has it."""
+    when the pinned tree is there, else sent and unpacked now. The add-on is the handle's
+    `options.browser_artifact`, else the first of its `options.sources` (default: this
+    installation's) that has it: the choices the runtime was injected with."""
     started = time.monotonic()
     arch = support.recon.arch
     assert arch is not None  # the runtime runs, so the platform is a supported one
+    options = support.options
+    artifact = options.browser_artifact
     if artifact is None:
-        artifact = await asyncio.to_thread(acquire_artifact, arch, ArtifactFormat.TAR_XZ, sources)
+        artifact = await asyncio.to_thread(
+            acquire_artifact, arch, ArtifactFormat.TAR_XZ, options.sources
+        )
     if artifact.format is not ArtifactFormat.TAR_XZ or artifact.platform != arch.platform:
         raise SandboxInjectionError(
             f"{artifact.name} is not the browser add-on for {arch.platform}",

@@ -16,7 +16,10 @@ with the reason and the remedy; there is no silent fallback.
 
 Handles live in an `Injector` (an async context manager) keyed by the sandbox object's
 identity; `tool_support_sandbox` keeps one Injector on the sandbox object itself, so a
-recreated container gets fresh handles and nothing outlives the sandbox.
+recreated container gets fresh handles and nothing outlives the sandbox. What to inject,
+where from and over which transport is one `InjectionOptions` (options.py), made by the
+caller and handed down whole: an Injector holds one, every handle it opens carries it,
+and a caller asking an open handle for other options is refused, the field named.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +44,9 @@ from sandbox_tools.errors import (
     SandboxInjectionError,
     SandboxToolsError,
 )
-from sandbox_tools.injector.acquire import DEFAULT_FORMAT, Source, acquire_artifact
+from sandbox_tools.injector.acquire import DEFAULT_FORMAT, acquire_artifact
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, RuntimeInfo, connect_runtime
+from sandbox_tools.injector.options import DEFAULT_OPTIONS, InjectionOptions
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
     CHECK_SCRIPT,
@@ -107,8 +111,8 @@ class ToolSupport:
     user: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0  # how long getting it ready took (probe to first answer)
-    # Where the runtime came from, asked again for add-ons (None: this installation's).
-    sources: Sequence[Source] | None = None
+    # The options it was opened with: add-ons installed later come from the same sources.
+    options: InjectionOptions = DEFAULT_OPTIONS
     browser: BrowserInstall | None = None  # the browser add-on, once a tool needed it
     addon_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
@@ -545,12 +549,13 @@ def _step(name: str) -> Iterator[None]:
 async def prepare_tool_support(
     sandbox: Sandbox,
     user: str | None = None,
-    persistent: bool = True,
-    given: Artifact | None = None,
-    sources: Sequence[Source] | None = None,
+    *,
+    options: InjectionOptions = DEFAULT_OPTIONS,
 ) -> ToolSupport:
     """Inject (or reuse) the runtime and connect to it; no caching here. The artifact is
-    `given`, else the first of `sources` that has one (default: this installation's)."""
+    `options.artifact`, else the first of `options.sources` that has one (default: this
+    installation's). The options arrive whole and stay on the handle, so what runs later
+    on it (an add-on's acquisition) makes the same choices as the injection did."""
     from sandbox_tools._version import __version__
 
     started = time.monotonic()
@@ -563,6 +568,7 @@ async def prepare_tool_support(
             f"does not support (supported: {supported})",
             remedy="Run the sample on an amd64 or arm64 sandbox.",
         )
+    given = options.artifact
     if given is not None and given.platform != recon.arch.platform:
         raise SandboxInjectionError(
             f"{given.name} is for {given.platform}, but {sandbox.name} runs {recon.platform}",
@@ -572,7 +578,9 @@ async def prepare_tool_support(
         artifact = (
             given
             if given is not None
-            else await asyncio.to_thread(acquire_artifact, recon.arch, DEFAULT_FORMAT, sources)
+            else await asyncio.to_thread(
+                acquire_artifact, recon.arch, DEFAULT_FORMAT, options.sources
+            )
         )
     writes = 0
     with _step("look for a trusted install"):
@@ -581,12 +589,12 @@ async def prepare_tool_support(
     if install_dir is None:
         install_dir, writes = await _install(sandbox, recon, artifact)
     try:
-        support = await _start(sandbox, recon, artifact, install_dir, user, persistent)
+        support = await _start(sandbox, recon, artifact, install_dir, user, options)
     except BaseException:
         if writes and recon.has_shell:  # made now and unusable: leave nothing behind
             await _remove_quietly(sandbox, install_dir)
         raise
-    support.reused, support.writes, support.sources = reused, writes, sources
+    support.reused, support.writes = reused, writes
     support.seconds = time.monotonic() - started
     log.info(
         "sandbox-tools %s in %s: %s %s (%s) at %s as uid %s in %.1f s",
@@ -608,7 +616,7 @@ async def _start(
     artifact: Artifact,
     install_dir: str,
     user: str | None,
-    persistent: bool,
+    options: InjectionOptions,
 ) -> ToolSupport:
     exe = f"{install_dir}/{EXE_NAME}"
     with _step("runtime environment"):
@@ -619,7 +627,7 @@ async def _start(
             [exe],
             env=env,
             user=user,
-            persistent=persistent,
+            persistent=options.persistent,
             expected_build=artifact.build_id,
         )
     try:
@@ -639,53 +647,54 @@ async def _start(
             f"{exe} reports build {info.build_id[:100]}, expected {artifact.build_id}",
             remedy="Remove the stale install directory from the sandbox.",
         )
-    return ToolSupport(sandbox, recon, artifact, install_dir, client, False, 0, info, user, env)
+    return ToolSupport(
+        sandbox, recon, artifact, install_dir, client, False, 0, info, user, env, options=options
+    )
+
+
+def _refuse_other_options(whose: str, held: InjectionOptions, wanted: InjectionOptions) -> None:
+    """Refuse a caller whose options differ from those `whose` handles were opened with.
+
+    Handing back the open handle would silently run another artifact, or over another
+    transport, than the caller asked for; the error names each field that differs, with
+    both values, so the caller sees which choice to align."""
+    names = held.differences(wanted)
+    if not names:
+        return
+    raise ConfigurationError(
+        f"{whose} was opened with {', '.join(held.show(name) for name in names)}; "
+        f"this call asks for {', '.join(wanted.show(name) for name in names)}",
+        remedy="Pass the same InjectionOptions every time, or call forget_sandbox first "
+        "(with an Injector: use another Injector for other options).",
+    )
 
 
 class Injector:
-    """Tool support for many sandboxes, released together.
+    """Tool support for many sandboxes, released together, all with one set of options.
 
     Handles are keyed by the sandbox object's identity (never by its name: a container
     recreated under the same name is another sandbox) and by user. Concurrent first
-    calls for one key inject once. Use it as `async with Injector() as injector:`; on
-    exit every client it opened is closed and every entry dropped.
+    calls for one key inject once. Use it as `async with Injector(options) as injector:`;
+    on exit every client it opened is closed and every entry dropped. The options are the
+    Injector's, not each call's: one Injector never holds handles made with different
+    choices, so a handle it returns is always one its options describe.
     """
 
-    def __init__(
-        self,
-        *,
-        persistent: bool = True,
-        artifact: Artifact | None = None,
-        sources: Sequence[Source] | None = None,
-    ) -> None:
-        self.persistent = persistent
-        self.artifact = artifact
-        self.sources = sources
+    def __init__(self, options: InjectionOptions = DEFAULT_OPTIONS) -> None:
+        self.options = options
         self._ready: dict[tuple[int, str | None], tuple[Sandbox, ToolSupport]] = {}
         self._locks: dict[tuple[int, str | None], asyncio.Lock] = {}
 
-    async def tool_support(
-        self, sandbox: Sandbox, user: str | None = None, *, artifact: Artifact | None = None
-    ) -> ToolSupport:
+    async def tool_support(self, sandbox: Sandbox, user: str | None = None) -> ToolSupport:
         """The runtime in `sandbox` for `user`, injected on the first call and reused after
         (concurrent first calls inject once)."""
         key = (id(sandbox), user)
         lock = self._locks.setdefault(key, asyncio.Lock())
-        wanted = artifact or self.artifact
         async with lock:
             entry = self._ready.get(key)
             if entry is not None and entry[0] is sandbox:
-                held = entry[1].artifact
-                if wanted is not None and wanted.build_id != held.build_id:
-                    raise ConfigurationError(
-                        f"{sandbox.name} already runs {held.name} ({held.build_id[:19]}); "
-                        f"{wanted.name} ({wanted.build_id[:19]}) was asked for",
-                        remedy="Use another Injector (or sandbox) for another artifact.",
-                    )
                 return entry[1]
-            support = await prepare_tool_support(
-                sandbox, user, self.persistent, artifact or self.artifact, self.sources
-            )
+            support = await prepare_tool_support(sandbox, user, options=self.options)
             self._ready[key] = (sandbox, support)  # holding `sandbox` pins its id
             return support
 
@@ -726,26 +735,24 @@ _ON_SANDBOX = "_sandbox_tools_injector"
 async def tool_support_sandbox(
     sandbox: Sandbox,
     user: str | None = None,
-    persistent: bool = True,
-    artifact: Artifact | None = None,
+    *,
+    options: InjectionOptions = DEFAULT_OPTIONS,
 ) -> ToolSupport:
     """The runtime, installed and verified in `sandbox`, with a connected client.
 
     Concurrent first calls for one sandbox inject once; later calls return the same
     handle. The handles live on the sandbox object, so they go when it goes; call
-    `forget_sandbox` to close them earlier.
+    `forget_sandbox` to close them earlier. The first call's options hold for the
+    sandbox: a later call with other options is refused, the differing field named,
+    rather than given a handle that ignores them.
     """
     injector = vars(sandbox).get(_ON_SANDBOX)
     if injector is None:
-        injector = Injector(persistent=persistent)
+        injector = Injector(options)
         setattr(sandbox, _ON_SANDBOX, injector)
     assert isinstance(injector, Injector)
-    if injector.persistent != persistent:  # a second call's options are refused, not ignored
-        raise ConfigurationError(
-            f"tool support for {sandbox.name} was opened with persistent={injector.persistent}",
-            remedy="Pass the same options every time, or call forget_sandbox first.",
-        )
-    return await injector.tool_support(sandbox, user, artifact=artifact)
+    _refuse_other_options(f"tool support for {sandbox.name}", injector.options, options)
+    return await injector.tool_support(sandbox, user)
 
 
 @contextlib.asynccontextmanager
@@ -753,19 +760,20 @@ async def open_tool_support(
     sandbox: Sandbox,
     user: str | None = None,
     *,
-    persistent: bool = True,
-    artifact: Artifact | None = None,
+    options: InjectionOptions | None = None,
     injector: Injector | None = None,
-    sources: Sequence[Source] | None = None,
 ) -> AsyncIterator[ToolSupport]:
     """The runtime in `sandbox` for the length of the block: injected (or an earlier
     install reused) on entry, its client closed on exit; the runtime's server stays in
     the sandbox. With `injector`, the handle is that injector's: shared with its other
-    callers and closed when it closes."""
+    callers, made with its options (`options`, if given too, must be the same) and closed
+    when it closes. Without, `options` (default: an installation's own) are this block's."""
     if injector is not None:
-        yield await injector.tool_support(sandbox, user, artifact=artifact)
+        if options is not None:
+            _refuse_other_options("this Injector", injector.options, options)
+        yield await injector.tool_support(sandbox, user)
         return
-    async with Injector(persistent=persistent, artifact=artifact, sources=sources) as own:
+    async with Injector(DEFAULT_OPTIONS if options is None else options) as own:
         yield await own.tool_support(sandbox, user)
 
 

@@ -1,6 +1,6 @@
 """The web browser from the host: one session in a sandbox's headless Chromium.
 
-    async with tool_support_sandbox(sandbox) as support:
+    async with open_tool_support(sandbox) as support:
         async with await open_browser(support) as browser:
             page = await browser.go("http://127.0.0.1:8000/")
             print(page.tree)

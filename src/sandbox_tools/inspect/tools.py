@@ -52,6 +52,7 @@ from sandbox_tools.injector.exec_remote import (
 from sandbox_tools.injector.exec_remote import ExecRemoteProcess as _OurProcess
 from sandbox_tools.injector.inject import ToolSupport, tool_support_sandbox
 from sandbox_tools.injector.jsonrpc_client import ExecRuntimeClient, RuntimeClient
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.web_browser import BrowserSession
 from sandbox_tools.inspect.adapter import InspectSandbox, describe
 from sandbox_tools.protocol import User
@@ -65,6 +66,12 @@ except ImportError:  # older inspect: the instance is what the caller gave
 
 
 __all__ = ["tool_state_instance"]  # also the browser tools'
+
+# What every sample's tools inject: this installation's runtime and browser add-on from
+# its sources under the settings as they stand when acquired (the same ones the docker_sdk
+# sandbox checks before the first sample), over the persistent channel where the sandbox
+# offers one. One value for the whole eval: every sample's handle is opened with it.
+INSPECT_INJECTION = InjectionOptions()
 
 # Whether a task of this process made the browser tools: the docker_sdk sandbox then
 # checks, before any sample, that the browser add-on can be had, as it does the runtime.
@@ -188,7 +195,7 @@ async def _bind(environment: SandboxEnvironment, sandbox_name: str | None) -> _B
     as_root = root is not None and root["uid"] == 0 and default is not None
     adapted = InspectSandbox(environment, name, user="root" if as_root else None)
     try:
-        support = await tool_support_sandbox(adapted)
+        support = await tool_support_sandbox(adapted, options=INSPECT_INJECTION)
     except errors.SandboxToolsError as exc:
         return _Bound(None, None, f"sandbox-tools could not start in {name}: {exc.explained()}")
     transcript().info(
