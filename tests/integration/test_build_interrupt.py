@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from sandbox_tools.cache import cache_root
 from sandbox_tools.platforms import Arch
+from sandbox_tools.settings import load_settings
 from tests.support import arches_under_test
 
 
@@ -34,6 +36,12 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
     arch = arches_under_test()[0]
     built_artifacts(arch)  # the builder image and wheelhouse exist: freeze starts quickly
     out = tmp_path / "dist"
+    # The cache, but the runtimes it keeps by build id: this build must freeze, not copy.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for entry in cache_root(load_settings()).iterdir():
+        if entry.name != "runtime":
+            (cache / entry.name).symlink_to(entry)
     build = subprocess.Popen(
         [
             sys.executable,
@@ -49,6 +57,7 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=ctrl_c_as_in_a_terminal,
+        env={**os.environ, "SANDBOX_TOOLS_CACHE": str(cache)},
     )
     assert build.stdout is not None
     for line in build.stdout:
@@ -82,11 +91,10 @@ def test_a_rebuild_from_a_cleared_cache_gives_the_same_bytes(
     fresh freeze directory, a fresh output), give byte-identical artifacts. The builder
     root is the one thing kept: it is pinned by its lock, checked whenever it is made."""
     from sandbox_tools.build_containers.build import BuildRequest, NullReporter, build
-    from sandbox_tools.cache import cache_root
     from sandbox_tools.sandboxes.containers import ContainerPolicy
     from sandbox_tools.sandboxes.engines import Engine
     from sandbox_tools.sandboxes.images import RootfsStore
-    from sandbox_tools.settings import DEFAULT_DEBIAN_MIRROR, load_settings
+    from sandbox_tools.settings import DEFAULT_DEBIAN_MIRROR
 
     arch = Arch.parse(os.uname().machine)
     first, _ = built_artifacts(arch)

@@ -117,3 +117,60 @@ def test_complete_wheelhouse_is_reused_without_network(
 
     monkeypatch.setattr(lock, "_pip_download", no_network)
     assert lock.ensure_wheelhouse(Arch.AMD64, lock.FREEZE_LOCK, tmp_path) == wheelhouse
+
+
+def _kept(cache: Path, name: str, data: bytes) -> Artifact:
+    """A runtime kept in the build cache as a finished build leaves it: bytes, then record."""
+    from sandbox_tools.artifacts import sha256_of
+
+    cache.mkdir(parents=True)
+    (cache / name).write_bytes(data)
+    record = Artifact(
+        name=name,
+        arch=Arch.AMD64,
+        format=ArtifactFormat.PORTABLE,
+        size=len(data),
+        sha256=sha256_of(cache / name),
+        build_id="sha256:" + "ab" * 32,
+        tool_versions={"python": "3.12"},
+    )
+    (cache / "record.json").write_text(json.dumps(record.to_json()))
+    return record
+
+
+def test_a_runtime_kept_by_its_build_id_is_copied_into_another_directory(tmp_path: Path) -> None:
+    from sandbox_tools.build_containers.build import copy_from_cache
+
+    name = artifact_name(Arch.AMD64, ArtifactFormat.PORTABLE)
+    kept = _kept(tmp_path / "cache", name, b"\x7fELF runtime")
+    copied = copy_from_cache(tmp_path / "cache", tmp_path / "dist", name)
+    assert copied == kept
+    assert (tmp_path / "dist" / name).read_bytes() == b"\x7fELF runtime"
+    assert (tmp_path / "dist" / name).stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "cache" / name).exists()  # copied, not moved: the next build reuses it
+
+
+@pytest.mark.parametrize("damage", ["bytes", "record cut", "record garbled", "another name"])
+def test_a_damaged_or_unfinished_cache_entry_is_dropped_and_nothing_is_copied(
+    tmp_path: Path, damage: str
+) -> None:
+    """A build reads the cache only through its record and the bytes it names: an entry
+    a crash left without its record, or whose bytes changed since, makes it build anew
+    (and the bad entry goes), never an artifact the record does not describe."""
+    from sandbox_tools.build_containers.build import copy_from_cache
+
+    name = artifact_name(Arch.AMD64, ArtifactFormat.PORTABLE)
+    cache = tmp_path / "cache"
+    _kept(cache, name, b"\x7fELF runtime")
+    if damage == "bytes":
+        (cache / name).write_bytes(b"\x7fELF runtimE")
+    elif damage == "record cut":
+        (cache / "record.json").unlink()
+    elif damage == "record garbled":
+        (cache / "record.json").write_text('{"name": ')
+    else:
+        name = artifact_name(Arch.ARM64, ArtifactFormat.PORTABLE)
+        shutil.copy(cache / artifact_name(Arch.AMD64, ArtifactFormat.PORTABLE), cache / name)
+    assert copy_from_cache(cache, tmp_path / "dist", name) is None
+    assert not (tmp_path / "dist" / name).exists()
+    assert cache.exists() == (damage == "record cut")  # an unfinished entry is rebuilt over

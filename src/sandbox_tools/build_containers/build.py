@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from sandbox_tools.artifacts import (
     TextEnum,
     artifact_name,
     atomic_output,
+    atomic_write,
     browser_artifact_name,
     read_build_records,
     sha256_of,
@@ -57,6 +59,7 @@ from sandbox_tools.build_containers.records import (
 from sandbox_tools.errors import BuildError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import JSONRPC_VERSION
+from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.containers import (
     ContainerPolicy,
     RunningContainer,
@@ -232,9 +235,63 @@ def _stage(reporter: BuildReporter, arch: Arch, name: Stage) -> None:
     reporter.stage(arch, name)
 
 
+def built_runtime_cache(build_id: str, fmt: ArtifactFormat, roots: RootfsStore) -> Path:
+    """Where a finished runtime artifact is kept by its build id (the add-on's are kept
+    the same way), with its record: a build of the same inputs into another directory
+    (a test run's, a rehearsal's, a second checkout's) copies it instead of freezing the
+    runtime again, which takes minutes for arm64 under QEMU."""
+    return roots.directory() / "runtime" / f"{build_id.removeprefix('sha256:')}-{fmt.value}"
+
+
+_CACHED_RECORD = "record.json"
+
+
+def copy_from_cache(cached: Path, out_dir: Path, name: str) -> Artifact | None:
+    """The artifact `name` copied from `cached` into `out_dir`, or None when the cache
+    holds none. A cached file that is not the bytes its record names (a disk error, a
+    hand edit, a copy cut short) is removed, so the caller builds afresh."""
+    try:
+        record = Artifact.from_json(json.loads((cached / _CACHED_RECORD).read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        shutil.rmtree(cached, ignore_errors=True)
+        return None
+    source = cached / name
+    if record.name != name or not record.matches(source, cache=False):
+        shutil.rmtree(cached, ignore_errors=True)
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_output(out_dir / name, 0o755) as handle, source.open("rb") as packed:
+        shutil.copyfileobj(packed, handle, 1 << 20)
+    return record
+
+
+def _keep_in_cache(cached: Path, output: Path, record: Artifact) -> None:
+    """`output` and its record under `cached`; the record is written last, so a cache
+    entry without one (a crash between the two) is read as none."""
+    cached.mkdir(parents=True, exist_ok=True)
+    with atomic_output(cached / output.name, 0o755) as handle, output.open("rb") as built:
+        shutil.copyfileobj(built, handle, 1 << 20)
+    atomic_write(cached / _CACHED_RECORD, json.dumps(record.to_json(), indent=1))
+
+
+@contextlib.contextmanager
+def _one_builder(cached: Path) -> Iterator[None]:
+    """One build per build id on this host at a time: a second one (another checkout's
+    `tools build`, a parallel test worker) waits, then copies what the first kept."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with open(cached.with_name(cached.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build_arch(
     client: DockerClient, arch: Arch, request: BuildRequest, reporter: BuildReporter
 ) -> Artifact:
+    """The runtime for `arch` in the request's directory: reused when its record there
+    has the current build id, copied from the cache when one was built for that id, else
+    built (and kept in the cache)."""
     recipe = builder_recipe(arch)
     build_id = compute_build_id(arch, request.format, recipe.digest)
     name = artifact_name(arch, request.format)
@@ -242,7 +299,28 @@ def build_arch(
     if existing is not None:
         reporter.finished(arch, existing, skipped=True)
         return existing
+    cached = built_runtime_cache(build_id, request.format, request.roots)
+    with _one_builder(cached):
+        copied = copy_from_cache(cached, request.out_dir, name)
+        if copied is not None:
+            reporter.log(arch, f"build id unchanged: copied from {cached}")
+            reporter.finished(arch, copied, skipped=True)
+            return copied
+        record = _build_runtime(client, arch, request, reporter, recipe, build_id, name)
+        _keep_in_cache(cached, request.out_dir / name, record)
+    reporter.finished(arch, record, skipped=False)
+    return record
 
+
+def _build_runtime(
+    client: DockerClient,
+    arch: Arch,
+    request: BuildRequest,
+    reporter: BuildReporter,
+    recipe: RootfsRecipe,
+    build_id: str,
+    name: str,
+) -> Artifact:
     _stage(reporter, arch, Stage.BASE_IMAGE)
     image = builder_image_tag(arch)
     missing = not image_exists(client, image)
@@ -315,7 +393,6 @@ def build_arch(
             "builder": image,
         },
     )
-    reporter.finished(arch, record, skipped=False)
     return record
 
 
