@@ -214,7 +214,10 @@ class RuntimeInfo:
         )
 
 
+# What the host keeps of `runtime_info`'s limits: their count, and each name's length
+# (the runtime's names are a few words; a sandbox could send megabytes of them).
 MAX_LIMITS = 64
+MAX_LIMIT_NAME_CHARS = 64
 
 
 def _limits(value: Any) -> dict[str, int | float]:
@@ -226,7 +229,7 @@ def _limits(value: Any) -> dict[str, int | float]:
         key: number
         for key, number in list(value.items())[:MAX_LIMITS]
         if isinstance(key, str)
-        and len(key) <= 64
+        and len(key) <= MAX_LIMIT_NAME_CHARS
         and isinstance(number, (int, float))
         and not isinstance(number, bool)
     }

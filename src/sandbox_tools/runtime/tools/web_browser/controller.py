@@ -366,11 +366,8 @@ class WebBrowserController:
                     "this is the session's only tab, so it stays open (navigate it elsewhere "
                     "instead)"
                 )
-            position = session.tabs.index(victim)
             await self._browser_call("Target.closeTarget", {"targetId": victim.target_id})
-            self._drop_tab(session, victim)
-            if session.tab is victim or session.tab not in session.tabs:
-                session.tab = session.tabs[max(position - 1, 0)]
+            self._remove_tab(session, victim)
 
         return await self._page_action(params.session_name, close)
 
@@ -575,6 +572,14 @@ class WebBrowserController:
         for tab in [t for t in session.tabs if t.target_id not in targets]:
             self._drop_tab(session, tab)
         return targets
+
+    def _remove_tab(self, session: _Session, tab: _Tab) -> None:
+        """`tab` is gone (closed by the model or by its own page): the session shows the
+        tab before it when it was shown, or when the one shown is gone too."""
+        position = session.tabs.index(tab) if tab in session.tabs else 0
+        self._drop_tab(session, tab)
+        if session.tab is tab or session.tab not in session.tabs:
+            session.tab = session.tabs[max(position - 1, 0)] if session.tabs else None
 
     def _drop_tab(self, session: _Session, tab: _Tab) -> None:
         if tab in session.tabs:
@@ -866,12 +871,9 @@ class WebBrowserController:
         for session, tab in list(self._by_cdp_session.values()):
             if tab.target_id != target_id:
                 continue
-            position = session.tabs.index(tab) if tab in session.tabs else 0
-            self._drop_tab(session, tab)
+            self._remove_tab(session, tab)
             if self._browser is not None:
                 self._browser.connection.fail_page(tab.cdp_session, "the page was closed")
-            if session.tab is tab:
-                session.tab = session.tabs[max(position - 1, 0)] if session.tabs else None
             session.changed.set()
 
     def _crashed(self, params: dict[str, Any]) -> None:
