@@ -67,3 +67,20 @@ def test_every_setting_is_documented_in_the_configuration_reference() -> None:
     defaults = Settings()
     for setting in SETTINGS:  # one default, stated twice only for the type checker
         assert getattr(defaults, setting.field) == setting.default, setting.key
+
+
+def test_no_setting_shares_its_variable_with_a_runtime_limit() -> None:
+    """A local sandbox's runtime inherits the host's environment: a host setting named as
+    a runtime limit (`SANDBOX_TOOLS_BROWSER_CALL_TIMEOUT` is the runtime's) would set
+    both with one variable. A new contributor's setting once took such a name."""
+    from sandbox_tools import protocol
+    from sandbox_tools.settings import SETTINGS
+
+    runtime_names = {
+        value
+        for name, value in vars(protocol).items()
+        if name.endswith("_ENV") and isinstance(value, str)
+    }
+    assert "SANDBOX_TOOLS_MAX_BROWSER_SESSIONS" in runtime_names
+    clashes = [s.key for s in SETTINGS if s.env in runtime_names]
+    assert not clashes, f"settings named as runtime variables: {clashes}"

@@ -382,8 +382,8 @@ def web_browser(
       sandbox: The sample's sandbox to browse in (default: the default one).
 
     Returns:
-      web_browser_go, then (interactive) web_browser_click, web_browser_type_submit and
-      web_browser_type, then web_browser_scroll, _back, _forward and _refresh.
+      inspect's browser tools in inspect's order (docs/INSPECT.md lists them): going to
+      a page first, then (interactive) the ones that click and type, then the others.
     """
     want_browser()
     options: dict[str, Any] = {
@@ -413,9 +413,8 @@ def browser_mcp_server(
 ) -> MCPServer:
     """The runtime's browser as an MCP server in the sample's sandbox, for `mcp_tools()`.
 
-    Its tools are `browser_navigate`, `browser_snapshot`, `browser_click`, `browser_type`,
-    `browser_press_key`, `browser_scroll`, `browser_back`, `browser_forward`,
-    `browser_screenshot` and `browser_tabs` (docs/INJECTION.md). The browser add-on is
+    Its tools are the runtime's `browser_*` MCP tools (docs/INJECTION.md lists them:
+    navigate, click and type by the page tree's ids, keys, tabs, screenshots). The add-on is
     installed first, as for `web_browser()`; the server and its browser run as the
     sandbox's default user unless `user=` says otherwise, one browser per connection.
 
