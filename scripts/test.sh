@@ -14,11 +14,11 @@ export SANDBOX_TOOLS_TEST_ARM64="${SANDBOX_TOOLS_TEST_ARM64:-1}"
 status=0
 # Parallel workers (pytest-xdist): the suite mostly waits on containers, so more workers
 # than cores pay; a module is one unit of work (tests/conftest.py). Extra arguments come
-# last, so `-n 0` runs it in one process. Tracebacks are Python's own (--tb=native):
+# last, so `-n 0` runs it in one process; the 25 slowest steps are listed at the end. Tracebacks are Python's own (--tb=native):
 # pytest's source excerpts parse code with `ast`, which on CPython 3.11.7 can fail with
 # "AST constructor recursion depth mismatch" while another thread parses too, and that
 # ended a worker, and the run, while it reported a failure.
-.venv/bin/pytest -ra -n "${SANDBOX_TOOLS_TEST_WORKERS:-4}" --dist loadscope --tb=native "$@" || status=$?
+.venv/bin/pytest -ra -n "${SANDBOX_TOOLS_TEST_WORKERS:-4}" --dist loadscope --tb=native --durations=25 "$@" || status=$?
 if [ "$status" = 5 ]; then
   echo "pytest collected no tests (exit 5): nothing was tested, which is a failure" >&2
 fi
