@@ -168,7 +168,7 @@ def built_browser(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) 
     """The browser add-on built for real by `tools build` code, once per architecture;
     a later session copies it from the cache by build id (about a second)."""
 
-    from sandbox_tools.build_containers.browser import build_browser
+    from sandbox_tools.build_containers.build import build_browser_once
     from sandbox_tools.sandboxes.containers import ContainerPolicy
     from sandbox_tools.sandboxes.images import RootfsStore
 
@@ -178,7 +178,9 @@ def built_browser(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) 
     def get(arch: Arch) -> Any:
         if arch not in cache:
             with _shared_by_the_run(tmp_path_factory, "dist-browser") as out:
-                record = build_browser(docker_engine, arch, out, lambda _: None, roots, containers)
+                record = build_browser_once(
+                    docker_engine, arch, out, lambda _: None, roots, containers
+                )
             cache[arch] = record, out / record.name
         return cache[arch]
 

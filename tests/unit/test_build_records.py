@@ -174,3 +174,27 @@ def test_a_damaged_or_unfinished_cache_entry_is_dropped_and_nothing_is_copied(
     assert copy_from_cache(cache, tmp_path / "dist", name) is None
     assert not (tmp_path / "dist" / name).exists()
     assert cache.exists() == (damage == "record cut")  # an unfinished entry is rebuilt over
+
+
+def test_a_second_maker_of_one_cache_entry_waits_for_the_first(tmp_path: Path) -> None:
+    """Two builds of one build id at once (a rehearsal beside a test run) make it once:
+    the second takes the entry's lock only when the first has let it go."""
+    import threading
+
+    from sandbox_tools.cache import one_builder
+
+    entry = tmp_path / "cache" / "runtime" / "abc-portable"
+    events: list[str] = []
+
+    def second() -> None:
+        with one_builder(entry):
+            events.append("second made it")
+
+    with one_builder(entry):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(timeout=0.5)
+        assert waiter.is_alive() and events == []  # held off while the first builds
+        events.append("first made it")
+    waiter.join(timeout=10)
+    assert events == ["first made it", "second made it"]

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,11 @@ from sandbox_tools.artifacts import (
     sha256_of,
     write_build_records,
 )
-from sandbox_tools.build_containers.browser import build_browser, reusable_browser
+from sandbox_tools.build_containers.browser import (
+    build_browser,
+    built_browser_cache,
+    reusable_browser,
+)
 from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root
 from sandbox_tools.build_containers.lock import (
     FREEZE_LOCK,
@@ -56,6 +59,7 @@ from sandbox_tools.build_containers.records import (
     compute_build_id,
     tree_id,
 )
+from sandbox_tools.cache import one_builder
 from sandbox_tools.errors import BuildError, SandboxToolsError
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import JSONRPC_VERSION
@@ -276,16 +280,6 @@ def _keep_in_cache(cached: Path, output: Path, record: Artifact) -> None:
     atomic_write(cached / _CACHED_RECORD, json.dumps(record.to_json(), indent=1))
 
 
-@contextlib.contextmanager
-def _one_builder(cached: Path) -> Iterator[None]:
-    """One build per build id on this host at a time: a second one (another checkout's
-    `tools build`, a parallel test worker) waits, then copies what the first kept."""
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    with open(cached.with_name(cached.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def build_arch(
     client: DockerClient, arch: Arch, request: BuildRequest, reporter: BuildReporter
 ) -> Artifact:
@@ -300,7 +294,7 @@ def build_arch(
         reporter.finished(arch, existing, skipped=True)
         return existing
     cached = built_runtime_cache(build_id, request.format, request.roots)
-    with _one_builder(cached):
+    with one_builder(cached):
         copied = copy_from_cache(cached, request.out_dir, name)
         if copied is not None:
             reporter.log(arch, f"build id unchanged: copied from {cached}")
@@ -418,7 +412,7 @@ def _browser_addon(
         reporter.finished(arch, existing, skipped=True)
         return existing
     _stage(reporter, arch, Stage.BROWSER)
-    record = build_browser(
+    record = build_browser_once(
         client,
         arch,
         request.out_dir,
@@ -428,6 +422,21 @@ def _browser_addon(
     )
     reporter.finished(arch, record, skipped=False)
     return record
+
+
+def build_browser_once(
+    client: DockerClient,
+    arch: Arch,
+    out_dir: Path,
+    log: Callable[[str], None],
+    roots: RootfsStore,
+    containers: ContainerPolicy,
+) -> Artifact:
+    """`build_browser`, one maker per build id on this host: a second build of the same
+    add-on at once (a rehearsal beside a test run) waits, then copies the first one's
+    from the cache instead of assembling it again (minutes per architecture)."""
+    with one_builder(built_browser_cache(browser_build_id(arch), roots)):
+        return build_browser(client, arch, out_dir, log, roots, containers)
 
 
 def _on_engine(
