@@ -54,6 +54,9 @@ def _no_browser_wanted_across_tests() -> Iterator[None]:
         tools._BROWSER_WANTED.clear()
 
 
+BUILD_WAIT_TIMEOUT = 1800  # seconds, setup included (pyproject's default is 300)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that reaches a Docker engine carries the `docker` marker, whether or not
@@ -62,10 +65,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     In parallel runs (`-n N --dist loadscope`, as scripts/test.sh runs), a module is one
     unit of work, so its module-scoped containers are made once; modules that share a
     host-wide resource hold `this_host_as_sandbox`. Modules marked `long` start first, so
-    that no worker is left alone with one at the end."""
+    that no worker is left alone with one at the end.
+
+    A test that needs a built artifact may first wait for another worker to build it
+    (the arm64 runtime and add-on under QEMU take minutes on a cold machine): it gets
+    BUILD_WAIT_TIMEOUT unless it sets a timeout of its own."""
     for item in items:
-        if "docker_engine" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "docker_engine" in fixtures:
             item.add_marker(pytest.mark.docker)
+        needs_a_build = {"built_artifacts", "built_browser"} & set(fixtures)
+        if needs_a_build and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(BUILD_WAIT_TIMEOUT))
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 

@@ -608,3 +608,19 @@ class ScriptedDebian(Sandbox):
 
     async def read_file(self, path: str) -> bytes:
         return self.files[path]
+
+
+def cache_without_built_runtimes(where: Path) -> Path:
+    """A cache root at `where` sharing everything of this host's (roots, wheels, add-ons)
+    but the runtimes it keeps by build id, for `SANDBOX_TOOLS_CACHE`: a build there
+    really freezes (on the engine it names) instead of copying a kept artifact."""
+    from sandbox_tools.cache import cache_root
+    from sandbox_tools.settings import load_settings
+
+    where.mkdir(parents=True, exist_ok=True)
+    shared = cache_root(load_settings())
+    shared.mkdir(parents=True, exist_ok=True)
+    for entry in shared.iterdir():
+        if entry.name != "runtime" and not entry.name.startswith("runtime."):
+            (where / entry.name).symlink_to(entry)
+    return where

@@ -17,7 +17,7 @@ import pytest
 from sandbox_tools.cache import cache_root
 from sandbox_tools.platforms import Arch
 from sandbox_tools.settings import load_settings
-from tests.support import arches_under_test
+from tests.support import arches_under_test, cache_without_built_runtimes
 
 
 def ctrl_c_as_in_a_terminal() -> None:
@@ -36,12 +36,7 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
     arch = arches_under_test()[0]
     built_artifacts(arch)  # the builder image and wheelhouse exist: freeze starts quickly
     out = tmp_path / "dist"
-    # The cache, but the runtimes it keeps by build id: this build must freeze, not copy.
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    for entry in cache_root(load_settings()).iterdir():
-        if entry.name != "runtime":
-            (cache / entry.name).symlink_to(entry)
+    cache = cache_without_built_runtimes(tmp_path / "cache")  # this build must freeze
     build = subprocess.Popen(
         [
             sys.executable,

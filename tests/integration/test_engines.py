@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.platforms import Arch
+from tests.support import cache_without_built_runtimes
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +186,11 @@ def test_build_runs_on_the_named_engine(second_engine: str, tmp_path: Path) -> N
         capture_output=True,
         text=True,
         timeout=900,
+        # Not the runtime this host's cache keeps by build id: built on that engine.
+        env={
+            **os.environ,
+            "SANDBOX_TOOLS_CACHE": str(cache_without_built_runtimes(tmp_path / "cache")),
+        },
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert f"building on engine {second_engine}" in result.stdout
