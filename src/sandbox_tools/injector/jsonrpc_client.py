@@ -287,6 +287,8 @@ class Listener:
         self._queue: collections.deque[tuple[dict[str, Any], int]] = collections.deque()
         self._bytes = 0
         self._ready = asyncio.Event()
+        self._idle = asyncio.Event()  # nothing queued, and the handler not running
+        self._idle.set()
         self._task = asyncio.create_task(self._consume())
         self._failure_task: asyncio.Task[None] | None = None
 
@@ -312,6 +314,7 @@ class Listener:
             return
         self._queue.append((params, size))
         self._bytes += size
+        self._idle.clear()
         self._ready.set()
 
     def fail(self, reason: str) -> None:
@@ -321,6 +324,7 @@ class Listener:
         self._queue.clear()
         self._bytes = 0
         self._ready.set()
+        self._idle.set()
         if self._on_failure is not None:
             on_failure = self._on_failure
 
@@ -332,6 +336,7 @@ class Listener:
     async def _consume(self) -> None:
         while True:
             while not self._queue:
+                self._idle.set()
                 if self.failed is not None:
                     return
                 self._ready.clear()
@@ -345,6 +350,17 @@ class Listener:
                 # traceback per message (its traceback at debug level).
                 self._failures.warn(f"{type(exc).__name__}: {said(exc)}")
                 log.debug("a handler of %s messages failed", self.method, exc_info=True)
+
+    async def drained(self, timeout: float) -> None:
+        """Until every message received so far went through the handler (or `timeout`).
+
+        A message received before an answer is queued before the answer is read (the
+        reader queues as it reads, and the runtime sends what a server said before its
+        answer first), so a caller that waits here before acting on an answer acts after
+        the handler saw those messages: an MCP server's progress reaches the SDK before
+        the result it preceded."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
 
     async def aclose(self) -> None:
         self._release(self)

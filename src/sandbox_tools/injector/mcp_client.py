@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 # Bounds one request to the MCP server (a tool call may legitimately take long).
 DEFAULT_REQUEST_TIMEOUT = 600.0
 KILL_TIMEOUT = 30.0
+# The longest an answer waits for the messages the server sent before it to reach the
+# session (they are on the host already; a stuck handler must not hold the answer).
+ORDER_WAIT = 10.0
 
 # Messages of one session the host refused or dropped (too big, or not valid for the
 # SDK): past this many the server is broken or hostile, and the session is ended.
@@ -317,6 +320,10 @@ async def sandbox_mcp_client(
                     JSONRPCMessage(JSONRPCError(jsonrpc="2.0", id=root.id, error=error))
                 )
             if isinstance(response, dict):
+                # What the server said before answering (progress, logs) first, as the
+                # SDK's own stdio transport delivers it: the SDK drops progress for a
+                # request it has seen answered.
+                await listener.drained(ORDER_WAIT)
                 await to_session(response)
 
         async def forward(message: SessionMessage) -> None:
