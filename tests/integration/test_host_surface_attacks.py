@@ -86,7 +86,9 @@ async def raw_http(port: int, request: bytes) -> bytes:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     await writer.drain()
-    answer = await asyncio.wait_for(reader.read(65536), 60)
+    # Generous: over exec, 30 MB bodies travel a poll at a time, and a cold run's builds
+    # share the machine (the bound under test is bytes and count, not speed).
+    answer = await asyncio.wait_for(reader.read(65536), 180)
     writer.close()
     return answer
 
@@ -630,7 +632,7 @@ async def test_big_bodies_and_many_requests_are_bounded_on_the_host(
         assert done  # the refusals come back while the others are held
         peak = rss_mib()
         release.set()
-        answers = await asyncio.wait_for(asyncio.gather(*sending), 90)
+        answers = await asyncio.wait_for(asyncio.gather(*sending), 240)
         statuses = sorted(a.split(b" ")[1].decode() for a in answers)
         assert "503" in statuses and "200" in statuses, statuses
         for _ in range(100):  # every held request is let go once answered
