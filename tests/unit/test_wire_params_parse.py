@@ -92,6 +92,9 @@ def test_the_runtime_s_own_rules_hold_as_they_did_when_each_was_written_by_hand(
         InteractParams.parse({"session_name": "s", "max_output_bytes": 63})
     with pytest.raises(InvalidParams, match='"index" must be >= 0'):
         TabParams.parse({"session_name": "s", "index": -1})
+    # A float field given an integer of 400 digits: a clear refusal, not an OverflowError.
+    with pytest.raises(InvalidParams, match='"wait_for_output" is too large a number'):
+        InteractParams.parse({"session_name": "s", "wait_for_output": 10**400})
 
 
 def test_a_method_is_served_by_its_function_s_name_with_its_params_parsed() -> None:

@@ -284,7 +284,12 @@ class WireField(NamedTuple):
             return self.default
         value = _check(params, self.name, self.kind, params[self.name])
         if self.kind is float:
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an integer of hundreds of digits
+                raise InvalidParams(
+                    f'Invalid params: field "{self.name}" is too large a number'
+                ) from None
         if self.choices and value not in self.choices:
             raise InvalidParams(
                 f'Invalid params: field "{self.name}" must be one of '
