@@ -21,7 +21,6 @@ COMMANDS = [
     ["manifest", "write"],
     ["manifest", "verify"],
     ["exec-remote"],
-    ["mcp"],
     ["cleanup"],
 ]
 

@@ -16,7 +16,6 @@ from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.cli.exec_remote_cmd import exec_remote_command
 from sandbox_tools.cli.invocation import Invocation
 from sandbox_tools.cli.manifest_cmd import manifest_app
-from sandbox_tools.cli.mcp_cmd import mcp_command
 from sandbox_tools.cli.output import (
     Verbosity,
     configure,
@@ -174,7 +173,6 @@ def cleanup_command(
 
 app.command("build")(build_command)
 app.command("exec-remote")(exec_remote_command)
-app.command("mcp")(mcp_command)
 app.command("validate")(validate_command)
 app.add_typer(manifest_app, name="manifest")
 app.command("release")(release_command)
