@@ -45,6 +45,13 @@ class ConfigurationError(SandboxToolsError):
     default_remedy = "Check the command-line options and SANDBOX_TOOLS_* environment variables."
 
 
+class RefusedToolCall(ConfigurationError):
+    """A tool call of the MCP gateway that its client can correct (a sandbox id it was
+    never given, an image not on the engine): the message says what to do instead."""
+
+    default_remedy = ""
+
+
 class EngineUnavailableError(SandboxToolsError):
     exit_code = 3
     default_remedy = (

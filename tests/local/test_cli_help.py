@@ -21,6 +21,7 @@ COMMANDS = [
     ["manifest", "write"],
     ["manifest", "verify"],
     ["exec-remote"],
+    ["mcp"],
     ["cleanup"],
 ]
 

@@ -16,6 +16,7 @@ from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.cli.exec_remote_cmd import exec_remote_command
 from sandbox_tools.cli.invocation import Invocation
 from sandbox_tools.cli.manifest_cmd import manifest_app
+from sandbox_tools.cli.mcp_cmd import mcp_command
 from sandbox_tools.cli.output import (
     Verbosity,
     configure,
@@ -173,6 +174,7 @@ def cleanup_command(
 
 app.command("build")(build_command)
 app.command("exec-remote")(exec_remote_command)
+app.command("mcp")(mcp_command)
 app.command("validate")(validate_command)
 app.add_typer(manifest_app, name="manifest")
 app.command("release")(release_command)

@@ -5,7 +5,8 @@ every container is a `ContainerPolicy` the caller passes in (the CLI makes one p
 invocation from its settings): keep containers for debugging, echo each as a replayable
 `+ docker ...` line, and track it in the invocation's `ContainerTracker`, so Ctrl-C
 removes what is still running. Every container is also labelled with the process that
-made it (`OWNER_LABEL`), so what a killed run left behind is findable.
+made it (`OWNER_LABEL`), so what a killed run left behind is findable; the MCP gateway's
+also carry `MCP_GATEWAY_LABEL`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
     from sandbox_tools.sandboxes.docker import DockerSandbox
 
 OWNER_LABEL = "sandbox-tools.owner-pid"
+# A container the MCP gateway (`tools mcp`) made, valued by the sandbox id it gave the
+# client: the gateway removes only containers it made (or was told to keep), and what a
+# killed gateway left behind is findable by this label.
+MCP_GATEWAY_LABEL = "sandbox-tools.mcp-gateway"
 
 
 class ContainerTracker:

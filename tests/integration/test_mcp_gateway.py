@@ -1,0 +1,441 @@
+"""`tools mcp` (the console script's entry point) in a child process, driven by the `mcp`
+SDK's stdio client as an MCP client (a coding agent) drives it: a Debian sandbox as
+root and a libc-free busybox one as uid 1000 with a read-only root and no network, made
+from offline-built images, with our built artifact injected; a shell that keeps its
+state, files edited, jobs polled and killed; sandboxes listed and closed; what a client
+gets wrong answered as error results; output bounded; a client that goes away leaving
+no container the server made, but the one it attached to running; and a signal, even
+mid-create, leaving none either.
+
+The module's tests share one gateway and its two sandboxes (the client runs on an event
+loop of its own thread, so plain tests can call it); the disconnection test starts its
+own."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+
+import docker.errors
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.types import CallToolResult, TextContent
+
+from sandbox_tools.mcp_gateway.tools import ANSWER_CHARS, RESULT_CHARS
+from sandbox_tools.runtime.tools.bash_session.tool_types import MAX_WAIT_S
+from sandbox_tools.sandboxes.containers import MCP_GATEWAY_LABEL, OWNER_LABEL, RunningContainer
+from tests.support import SRC, arches_under_test, ensure_target_image, eventually
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+
+CALL_TIMEOUT = 180.0
+
+
+class Gateway:
+    """`tools mcp` and one `ClientSession` of it, held open on a thread's event loop until
+    `close()` closes the client (the server's stdin) as a client that goes away does."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._stop = asyncio.Event()
+        ready: concurrent.futures.Future[ClientSession] = concurrent.futures.Future()
+        server = StdioServerParameters(
+            command=sys.executable, args=["-m", "sandbox_tools.cli", "mcp"], env=env
+        )
+        self._held = asyncio.run_coroutine_threadsafe(self._hold(server, ready), self._loop)
+        self.session = ready.result(timeout=120)
+
+    async def _hold(
+        self, server: StdioServerParameters, ready: concurrent.futures.Future[ClientSession]
+    ) -> None:
+        try:
+            with self.log.open("w") as errlog:
+                async with (
+                    stdio_client(server, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    ready.set_result(session)
+                    await self._stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    def run(self, coroutine: Any, timeout: float = CALL_TIMEOUT) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    def call(self, tool: str, **arguments: Any) -> CallToolResult:
+        result: CallToolResult = self.run(self.session.call_tool(tool, arguments))
+        return result
+
+    def ok(self, tool: str, **arguments: Any) -> CallToolResult:
+        result = self.call(tool, **arguments)
+        assert not result.isError, text(result)
+        return result
+
+    def close(self) -> None:
+        """Close the client (the server's stdin), wait for the SDK's shutdown of it."""
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._held.result(timeout=60)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+
+def text(result: CallToolResult) -> str:
+    (content,) = result.content
+    assert isinstance(content, TextContent)
+    return content.text
+
+
+@pytest.fixture(scope="module")
+def images(docker_engine: Any) -> dict[str, str]:
+    arch = arches_under_test()[0]
+    return {
+        target: ensure_target_image(docker_engine, target, arch)
+        for target in ("debian-12", "busybox")
+    }
+
+
+@pytest.fixture(scope="module")
+def gateway_env(built_artifacts: Any) -> dict[str, str]:
+    _record, path = built_artifacts(arches_under_test()[0])
+    env = {**os.environ, "PYTHONPATH": SRC, "SANDBOX_TOOLS_DIST": str(path.parent)}
+    env.pop("SANDBOX_TOOLS_KEEP_CONTAINERS", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def gateway(gateway_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    held = Gateway(gateway_env, tmp_path_factory.mktemp("gateway") / "stderr.log")
+    yield held
+    held.close()
+
+
+@pytest.fixture(scope="module")
+def debian(gateway: Gateway, images: dict[str, str]) -> str:
+    """A Debian sandbox as root, as the image runs (network none by default)."""
+    made = gateway.ok("sandbox_create", image=images["debian-12"])
+    assert made.structuredContent is not None
+    return str(made.structuredContent["sandbox"])
+
+
+@pytest.fixture(scope="module")
+def busybox(gateway: Gateway, images: dict[str, str]) -> str:
+    """A static busybox and nothing else: uid 1000, read-only root, no network."""
+    made = gateway.ok(
+        "sandbox_create",
+        image=images["busybox"],
+        user="1000:1000",
+        read_only=True,
+        tmpfs={"/tmp": "exec,size=256m"},
+        environment={"HOME": "/tmp"},
+        network_mode="none",
+        pids_limit=256,
+        mem_limit="512m",
+    )
+    assert "read-only root" in text(made) and "uid 1000" in text(made)
+    assert made.structuredContent is not None
+    return str(made.structuredContent["sandbox"])
+
+
+def test_the_tools_and_their_schemas_are_listed(gateway: Gateway) -> None:
+    tools = {tool.name: tool for tool in gateway.run(gateway.session.list_tools()).tools}
+    assert set(tools) == {
+        "sandbox_create",
+        "sandbox_attach",
+        "sandbox_list",
+        "sandbox_close",
+        "bash",
+        "text_editor",
+        "exec_start",
+        "exec_poll",
+        "exec_kill",
+    }
+    bash = tools["bash"].inputSchema
+    assert bash["required"] == ["sandbox"]
+    assert bash["properties"]["wait_for_output"]["maximum"] == MAX_WAIT_S
+    assert "session_name" not in bash["properties"]  # the gateway's to fill
+    assert all(rule["description"] for rule in bash["properties"].values())
+
+
+def test_a_debian_sandbox_is_a_persistent_shell_as_root(
+    gateway: Gateway, debian: str, docker_engine: Any
+) -> None:
+    listed = gateway.ok("sandbox_list").structuredContent
+    assert listed is not None
+    (mine,) = [each for each in listed["sandboxes"] if each["sandbox"] == debian]
+    assert mine["made_here"] and mine["status"] == "running"
+    labels = docker_engine.containers.get(mine["container"]).labels
+    assert labels[MCP_GATEWAY_LABEL] == debian
+    assert "0" in text(gateway.ok("bash", sandbox=debian, input="cd /tmp && X=42 && id -u\n"))
+    assert "42 /tmp" in text(gateway.ok("bash", sandbox=debian, input="echo $X $PWD\n"))
+    assert 'PRETTY_NAME="Debian' in text(
+        gateway.ok("bash", sandbox=debian, input="cat /etc/os-release\n")
+    )
+
+
+def test_files_are_created_edited_viewed_and_an_edit_undone(gateway: Gateway, debian: str) -> None:
+    path = "/root/notes.txt"
+    gateway.ok("text_editor", sandbox=debian, command="create", path=path, file_text="one\ntwo\n")
+    edited = gateway.ok(
+        "text_editor", sandbox=debian, command="str_replace", path=path, old_str="two", new_str="2"
+    )
+    assert "2" in text(edited)
+    gateway.ok(
+        "text_editor", sandbox=debian, command="insert", path=path, insert_line=0, new_str="zero"
+    )
+    viewed = text(
+        gateway.ok("text_editor", sandbox=debian, command="view", path=path, view_range=[1, -1])
+    )
+    assert viewed.endswith("1\tzero\n     2\tone\n     3\t2\n"), viewed
+    gateway.ok("text_editor", sandbox=debian, command="undo_edit", path=path)
+    assert "zero" not in text(gateway.ok("bash", sandbox=debian, input=f"cat {path}\n"))
+    wrong = gateway.call(
+        "text_editor", sandbox=debian, command="str_replace", path=path, old_str="nine"
+    )
+    assert wrong.isError and "did not appear verbatim" in text(wrong)
+
+
+def poll_to_the_end(gateway: Gateway, sandbox: str, pid: int) -> tuple[str, str, dict[str, Any]]:
+    stdout = stderr = ""
+    for _ in range(30):
+        answer = gateway.ok("exec_poll", sandbox=sandbox, pid=pid, wait_ms=5000)
+        said = text(answer)
+        stdout += said.partition("--- stdout ---\n")[2].partition("\n--- stderr ---")[0]
+        stderr += said.partition("--- stderr ---\n")[2]
+        facts = answer.structuredContent
+        assert facts is not None
+        if facts["state"] != "running" and not facts["waiting"]:
+            return stdout, stderr, facts
+    raise AssertionError("the job did not end")
+
+
+def test_a_job_is_polled_to_its_end_and_another_killed(gateway: Gateway, debian: str) -> None:
+    started = gateway.ok(
+        "exec_start",
+        sandbox=debian,
+        command='for i in 1 2 3; do echo "out $i $GREETING"; echo "err $i" >&2; sleep 0.2; done; '
+        "exit 3",
+        env={"GREETING": "hi"},
+        cwd="/tmp",
+    )
+    assert started.structuredContent is not None
+    pid = started.structuredContent["pid"]
+    stdout, stderr, end = poll_to_the_end(gateway, debian, pid)
+    assert stdout.split("\n")[:3] == ["out 1 hi", "out 2 hi", "out 3 hi"]
+    assert "err 3" in stderr
+    assert end == {
+        "sandbox": debian,
+        "pid": pid,
+        "state": "completed",
+        "exit_code": 3,
+        "waiting": 0,
+    }
+    gone = gateway.call("exec_poll", sandbox=debian, pid=pid)
+    assert gone.isError and f"has no job with pid {pid}" in text(gone)
+
+    sleeper = gateway.ok("exec_start", sandbox=debian, command="echo started; sleep 1000")
+    assert sleeper.structuredContent is not None
+    pid = sleeper.structuredContent["pid"]
+    first = gateway.ok("exec_poll", sandbox=debian, pid=pid, wait_ms=5000)
+    assert "started" in text(first) and "is running" in text(first)
+    killed = gateway.ok("exec_kill", sandbox=debian, pid=pid)
+    assert killed.structuredContent is not None
+    assert killed.structuredContent["state"] == "killed", text(killed)
+
+
+def test_a_busybox_sandbox_runs_as_uid_1000_read_only_without_network(
+    gateway: Gateway, busybox: str
+) -> None:
+    said = text(gateway.ok("bash", sandbox=busybox, input="id -u; touch /x; ls /sys/class/net\n"))
+    assert "sh -i" in said  # the runtime's note: no bash in this image
+    assert "1000" in said and "Read-only file system" in said
+    assert said.split("Read-only file system")[1].split() == ["lo"]
+    gateway.ok("text_editor", sandbox=busybox, command="create", path="/tmp/a.txt", file_text="x\n")
+    refused = gateway.call(
+        "text_editor", sandbox=busybox, command="create", path="/a.txt", file_text="x"
+    )
+    assert refused.isError
+    job = gateway.ok("exec_start", sandbox=busybox, command="cat /tmp/a.txt; id -u")
+    assert job.structuredContent is not None
+    stdout, _, end = poll_to_the_end(gateway, busybox, job.structuredContent["pid"])
+    assert stdout.split() == ["x", "1000"] and end["exit_code"] == 0
+
+
+@pytest.mark.security
+def test_huge_output_reaches_the_client_bounded(gateway: Gateway, busybox: str) -> None:
+    """THREAT_MODEL.md rule 3, the MCP gateway: megabytes printed in one line reach the
+    client as one answer of the newest 100,000 bytes (the shell) or in answers of 100,000
+    characters that say more is waiting (a job), never whole."""
+    flood = "head -c 3000000 /dev/zero | tr '\\0' a; echo; echo END\n"
+    said = text(gateway.ok("bash", sandbox=busybox, input=flood, wait_for_output=120))
+    assert len(said) <= ANSWER_CHARS and "\nEND\n" in said  # the newest output is kept
+    assert "bytes of earlier output truncated" in said
+    job = gateway.ok(
+        "exec_start", sandbox=busybox, command="head -c 8000000 /dev/zero | tr '\\0' b"
+    )
+    assert job.structuredContent is not None
+    pid = job.structuredContent["pid"]
+    said_more = False
+    for _ in range(20):  # the first polls may bring less than an answer holds
+        answer = text(gateway.ok("exec_poll", sandbox=busybox, pid=pid, wait_ms=10000))
+        stdout = answer.partition("--- stdout ---\n")[2]
+        assert len(answer) <= ANSWER_CHARS and stdout.count("b") <= RESULT_CHARS
+        if "call exec_poll again" in answer:
+            said_more = True
+            break
+    assert said_more, "no answer said that more output was waiting"
+    gateway.ok("exec_kill", sandbox=busybox, pid=pid)  # its output unread: the kill still ends it
+
+
+def test_what_a_client_gets_wrong_is_an_error_result_it_can_act_on(
+    gateway: Gateway, docker_engine: Any, images: dict[str, str]
+) -> None:
+    unknown = gateway.call("bash", sandbox="sbx-00000000", input="ls\n")
+    assert unknown.isError and "there is no sandbox 'sbx-00000000'" in text(unknown)
+    missing = gateway.call("sandbox_attach", container="sandbox-tools-test-no-such-container")
+    assert missing.isError and "no container" in text(missing) and "docker ps" in text(missing)
+    no_image = gateway.call("sandbox_create", image="sandbox-tools-test/never-built:1")
+    assert no_image.isError and "not on the Docker engine" in text(no_image)
+    bad = gateway.call("exec_start", sandbox="sbx-00000000", command=["ls"])
+    assert bad.isError and 'field "command" must be string' in text(bad)
+    stopped = docker_engine.containers.create(images["busybox"], ["sleep", "infinity"])
+    try:
+        refused = gateway.call("sandbox_attach", container=stopped.name)
+        assert refused.isError and "not running" in text(refused)
+    finally:
+        stopped.remove(force=True)
+    for result in (unknown, missing, no_image, bad, refused):
+        assert "Traceback" not in text(result)
+
+
+def test_sandboxes_are_listed_and_closed(
+    gateway: Gateway, debian: str, busybox: str, docker_engine: Any, images: dict[str, str]
+) -> None:
+    third = gateway.ok("sandbox_create", image=images["busybox"]).structuredContent
+    assert third is not None
+    listed = gateway.ok("sandbox_list").structuredContent
+    assert listed is not None
+    assert {debian, busybox, third["sandbox"]} <= {s["sandbox"] for s in listed["sandboxes"]}
+    closed = gateway.ok("sandbox_close", sandbox=third["sandbox"])
+    assert "removed" in text(closed)
+    with pytest.raises(docker.errors.NotFound):
+        docker_engine.containers.get(third["container"])
+    again = gateway.call("sandbox_close", sandbox=third["sandbox"])
+    assert again.isError and "there is no sandbox" in text(again)
+
+
+def test_a_client_that_goes_away_leaves_no_container_it_made_but_the_attached_one_running(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    kept_name = ""
+    with RunningContainer(docker_engine, images["busybox"]) as named:
+        try:
+            client = Gateway(gateway_env, tmp_path / "stderr.log")
+            try:
+                made = client.ok("sandbox_create", image=images["busybox"]).structuredContent
+                kept = client.ok("sandbox_create", image=images["busybox"], keep=True)
+                assert made is not None and kept.structuredContent is not None
+                kept_name = kept.structuredContent["container"]
+                attached = client.ok("sandbox_attach", container=named.name).structuredContent
+                assert attached is not None and not attached["made_here"]
+                client.ok("exec_start", sandbox=attached["sandbox"], command="sleep 4321")
+                client.ok("bash", sandbox=attached["sandbox"], input="echo shell\n")
+            finally:
+                client.close()
+            with pytest.raises(docker.errors.NotFound):
+                docker_engine.containers.get(made["container"])
+            assert docker_engine.containers.get(kept_name).status == "running"
+            named.container.reload()
+            assert named.container.status == "running"
+
+            def sleeper_gone() -> bool:
+                ps = named.container.exec_run(["ps", "-o", "args"]).output.decode()
+                return "sleep 4321" not in ps
+
+            eventually(sleeper_gone, "the job the gateway started in the attached container ended")
+        finally:
+            if kept_name:
+                docker_engine.containers.get(kept_name).remove(force=True)
+    log = (tmp_path / "stderr.log").read_text()
+    assert "the client closed the connection" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    """SIGTERM ends the server as a closed stdin does, even while the client is silent
+    and a create is half-way: every container it made is removed (found by the owner
+    label, which names the server's pid)."""
+    log = tmp_path / "stderr.log"
+    with log.open("w") as errlog:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+            env=gateway_env,
+        )
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        server.stdin.flush()
+
+    def create(request_id: int) -> None:
+        arguments = {"image": images["busybox"]}
+        params = {"name": "sandbox_create", "arguments": arguments}
+        send({"id": request_id, "method": "tools/call", "params": params})
+
+    try:
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
+        assert json.loads(server.stdout.readline())["id"] == 1
+        send({"method": "notifications/initialized"})
+        create(2)
+        made = json.loads(server.stdout.readline())["result"]
+        assert not made["isError"], made
+        create(3)  # answered never: the signal comes first
+        mine = {"label": f"{OWNER_LABEL}={server.pid}"}
+        eventually(
+            lambda: len(docker_engine.containers.list(all=True, filters=mine)) == 2,
+            "the second container is being made",
+            timeout=60,
+        )
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert docker_engine.containers.list(all=True, filters=mine) == []
+    said = log.read_text()
+    assert "ended by a signal" in said and "closed 1 sandbox(es)" in said, said[-3000:]

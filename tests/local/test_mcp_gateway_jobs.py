@@ -1,0 +1,78 @@
+"""The MCP gateway's jobs (exec_start / exec_poll / exec_kill between a model's calls)
+against the real runtime server in the test's own process: output shown in bounded
+pieces and in order, the end reported only once all output before it was shown, a poll
+that waits for a silent job left running between calls, a kill while that poll is in
+flight, and a close that drops it. No container: the answers are the runtime's own."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sandbox_tools.errors import RefusedToolCall
+from sandbox_tools.injector.exec_remote import ExecRemoteOptions, start_exec_remote
+from sandbox_tools.mcp_gateway.jobs import Job
+from tests.support import InProcessRuntime
+
+OPTIONS = ExecRemoteOptions(poll_interval=1.0)
+
+
+async def job_of(runtime: InProcessRuntime, command: str) -> Job:
+    return Job(await start_exec_remote(runtime.client, command, OPTIONS))
+
+
+async def test_output_comes_in_bounded_pieces_and_the_end_after_all_of_it(
+    runtime_in_process: InProcessRuntime,
+) -> None:
+    job = await job_of(runtime_in_process, "printf 0123456789; printf abc >&2; exit 4")
+    shown_out = shown_err = ""
+    for _ in range(50):
+        report = await job.read(wait=5, budget=4)
+        assert len(report.taken.stdout) + len(report.taken.stderr) <= 4
+        shown_out += report.taken.stdout
+        shown_err += report.taken.stderr
+        if report.completed is not None:
+            break
+        assert report.state == "running"
+    assert (shown_out, shown_err) == ("0123456789", "abc")
+    assert report.completed is not None and report.completed.exit_code == 4
+    assert report.state == "completed" and report.taken.waiting == 0 and job.done
+
+
+async def test_a_silent_job_is_answered_within_the_wait_and_read_on_later(
+    runtime_in_process: InProcessRuntime,
+) -> None:
+    job = await job_of(runtime_in_process, "sleep 1; echo late")
+    started = asyncio.get_running_loop().time()
+    first = await job.read(wait=0.2, budget=100)
+    assert asyncio.get_running_loop().time() - started < 1.0
+    assert first.state == "running" and not first.taken.stdout
+    said = ""
+    while not job.done:
+        said += (await job.read(wait=5, budget=100)).taken.stdout
+    assert said == "late\n"
+
+
+async def test_a_kill_while_a_poll_is_in_flight_reports_the_end_once(
+    runtime_in_process: InProcessRuntime,
+) -> None:
+    job = await job_of(runtime_in_process, "echo started; exec sleep 1000")
+    assert "started" in (await job.read(wait=5, budget=100)).taken.stdout
+    assert (await job.read(wait=0.1, budget=100)).state == "running"  # leaves a poll running
+    report = await job.kill(wait=10, budget=100)
+    assert report.state == "killed" and report.completed is not None and job.done
+    assert not report.taken.stdout  # "started" was shown already: never twice
+
+
+async def test_closing_a_job_kills_it_and_a_reader_waiting_on_it_is_told(
+    runtime_in_process: InProcessRuntime,
+) -> None:
+    job = await job_of(runtime_in_process, "exec sleep 1000")
+    reading = asyncio.create_task(job.read(wait=30, budget=100))
+    await asyncio.sleep(0.3)
+    await job.close()
+    with pytest.raises(RefusedToolCall, match="no longer read: its sandbox was closed"):
+        await reading
+    checked = await start_exec_remote(runtime_in_process.client, f"kill -0 {job.pid}")
+    assert (await checked.wait()).exit_code != 0  # the process is gone
