@@ -210,13 +210,17 @@ def _table(path: Path, mtime_ns: int) -> dict[str, Any]:
 
 
 def load_settings(
-    environ: Mapping[str, str] | None = None, pyproject: Path | None = None
+    environ: Mapping[str, str] | None = None,
+    pyproject: Path | None = None,
+    *,
+    read_project: bool = True,
 ) -> Settings:
-    """The cascade, without flags: defaults, then the pyproject table, then the environment."""
+    """The cascade, without flags: defaults, then the pyproject table (unless
+    `read_project` is false), then the environment."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     by_key = {s.key: s for s in SETTINGS}
-    project = pyproject if pyproject is not None else find_pyproject()
+    project = pyproject if pyproject is not None else find_pyproject() if read_project else None
     if project is not None and project.is_file():
         for key, raw in _table(project, project.stat().st_mtime_ns).items():
             setting = by_key.get(key)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -33,29 +34,41 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
+from sandbox_tools.mcp_gateway.registry import MAX_SANDBOXES
+from sandbox_tools.mcp_gateway.spec import DEFAULT_CPUS, DEFAULT_PIDS, LOG_CONFIG
 from sandbox_tools.mcp_gateway.tools import ANSWER_CHARS, RESULT_CHARS
 from sandbox_tools.runtime.tools.bash_session.tool_types import MAX_WAIT_S
-from sandbox_tools.sandboxes.containers import MCP_GATEWAY_LABEL, OWNER_LABEL, RunningContainer
+from sandbox_tools.sandboxes.containers import (
+    MCP_GATEWAY_LABEL,
+    MCP_OWNER_LABEL,
+    OWNER_LABEL,
+    RunningContainer,
+)
 from tests.support import SRC, arches_under_test, ensure_target_image, eventually
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 CALL_TIMEOUT = 180.0
+# Containers the module's gateway may attach to (`tools mcp --attach`): one never made,
+# one made but stopped. Per process, so parallel runs on one engine do not meet.
+MISSING = f"sandbox-tools-test-mcp-missing-{os.getpid()}"
+STOPPED = f"sandbox-tools-test-mcp-stopped-{os.getpid()}"
 
 
 class Gateway:
     """`tools mcp` and one `ClientSession` of it, held open on a thread's event loop until
     `close()` closes the client (the server's stdin) as a client that goes away does."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, attach: tuple[str, ...] = ()) -> None:
         self.log = log
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._stop = asyncio.Event()
         ready: concurrent.futures.Future[ClientSession] = concurrent.futures.Future()
+        listed = [arg for name in attach for arg in ("--attach", name)]
         server = StdioServerParameters(
-            command=sys.executable, args=["-m", "sandbox_tools.cli", "mcp"], env=env
+            command=sys.executable, args=["-m", "sandbox_tools.cli", "mcp", *listed], env=env
         )
         self._held = asyncio.run_coroutine_threadsafe(self._hold(server, ready), self._loop)
         self.session = ready.result(timeout=120)
@@ -123,7 +136,9 @@ def gateway_env(built_artifacts: Any) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def gateway(gateway_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
-    held = Gateway(gateway_env, tmp_path_factory.mktemp("gateway") / "stderr.log")
+    held = Gateway(
+        gateway_env, tmp_path_factory.mktemp("gateway") / "stderr.log", (MISSING, STOPPED)
+    )
     yield held
     held.close()
 
@@ -182,8 +197,13 @@ def test_a_debian_sandbox_is_a_persistent_shell_as_root(
     assert listed is not None
     (mine,) = [each for each in listed["sandboxes"] if each["sandbox"] == debian]
     assert mine["made_here"] and mine["status"] == "running"
-    labels = docker_engine.containers.get(mine["container"]).labels
-    assert labels[MCP_GATEWAY_LABEL] == debian
+    container = docker_engine.containers.get(mine["container"])
+    assert container.labels[MCP_GATEWAY_LABEL] == debian
+    # Bounds it was not asked for: memory, processes, CPUs and its log.
+    host = container.attrs["HostConfig"]
+    assert host["Memory"] == 2 * 1024**3 and host["PidsLimit"] == DEFAULT_PIDS
+    assert 0 < host["NanoCpus"] <= DEFAULT_CPUS * 1e9
+    assert host["LogConfig"] == LOG_CONFIG
     assert "0" in text(gateway.ok("bash", sandbox=debian, input="cd /tmp && X=42 && id -u\n"))
     assert "42 /tmp" in text(gateway.ok("bash", sandbox=debian, input="echo $X $PWD\n"))
     assert 'PRETTY_NAME="Debian' in text(
@@ -305,24 +325,35 @@ def test_huge_output_reaches_the_client_bounded(gateway: Gateway, busybox: str) 
     gateway.ok("exec_kill", sandbox=busybox, pid=pid)  # its output unread: the kill still ends it
 
 
+def debian_container(gateway: Gateway) -> str:
+    """The name of a container on the engine the module's gateway was not told of."""
+    listed = gateway.ok("sandbox_list").structuredContent
+    assert listed is not None and listed["sandboxes"]
+    return str(listed["sandboxes"][0]["container"])
+
+
 def test_what_a_client_gets_wrong_is_an_error_result_it_can_act_on(
-    gateway: Gateway, docker_engine: Any, images: dict[str, str]
+    gateway: Gateway, debian: str, docker_engine: Any, images: dict[str, str]
 ) -> None:
     unknown = gateway.call("bash", sandbox="sbx-00000000", input="ls\n")
     assert unknown.isError and "there is no sandbox 'sbx-00000000'" in text(unknown)
-    missing = gateway.call("sandbox_attach", container="sandbox-tools-test-no-such-container")
-    assert missing.isError and "no container" in text(missing) and "docker ps" in text(missing)
+    missing = gateway.call("sandbox_attach", container=MISSING)
+    assert missing.isError and "is not on the engine" in text(missing)
+    unlisted = gateway.call("sandbox_attach", container=debian_container(gateway))
+    assert unlisted.isError and "not one this server may attach to" in text(unlisted)
     no_image = gateway.call("sandbox_create", image="sandbox-tools-test/never-built:1")
     assert no_image.isError and "not on the Docker engine" in text(no_image)
     bad = gateway.call("exec_start", sandbox="sbx-00000000", command=["ls"])
     assert bad.isError and 'field "command" must be string' in text(bad)
-    stopped = docker_engine.containers.create(images["busybox"], ["sleep", "infinity"])
+    stopped = docker_engine.containers.create(
+        images["busybox"], ["sleep", "infinity"], name=STOPPED
+    )
     try:
-        refused = gateway.call("sandbox_attach", container=stopped.name)
+        refused = gateway.call("sandbox_attach", container=STOPPED)
         assert refused.isError and "not running" in text(refused)
     finally:
         stopped.remove(force=True)
-    for result in (unknown, missing, no_image, bad, refused):
+    for result in (unknown, missing, unlisted, no_image, bad, refused):
         assert "Traceback" not in text(result)
 
 
@@ -346,9 +377,10 @@ def test_a_client_that_goes_away_leaves_no_container_it_made_but_the_attached_on
     gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
 ) -> None:
     kept_name = ""
-    with RunningContainer(docker_engine, images["busybox"]) as named:
+    listed = f"sandbox-tools-test-mcp-named-{os.getpid()}"
+    with RunningContainer(docker_engine, images["busybox"], name=listed) as named:
         try:
-            client = Gateway(gateway_env, tmp_path / "stderr.log")
+            client = Gateway(gateway_env, tmp_path / "stderr.log", (listed,))
             try:
                 made = client.ok("sandbox_create", image=images["busybox"]).structuredContent
                 kept = client.ok("sandbox_create", image=images["busybox"], keep=True)
@@ -439,3 +471,108 @@ def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
     assert docker_engine.containers.list(all=True, filters=mine) == []
     said = log.read_text()
     assert "ended by a signal" in said and "closed 1 sandbox(es)" in said, said[-3000:]
+
+
+def test_sixteen_sandboxes_from_one_client_at_once_and_no_more(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    """One client makes MAX_SANDBOXES busybox sandboxes at once and runs a command in
+    each; the next is refused; the gateway's memory and threads stay bounded meanwhile;
+    a kept one, once closed, still counts until it is removed from the engine."""
+    client = Gateway(gateway_env, tmp_path / "stderr.log")
+    try:
+
+        async def make_and_use() -> str:
+            made = await client.session.call_tool("sandbox_create", {"image": images["busybox"]})
+            assert not made.isError and made.structuredContent is not None, made
+            sandbox = str(made.structuredContent["sandbox"])
+            said = await client.session.call_tool(
+                "bash", {"sandbox": sandbox, "input": "echo hello-$((6*7))\n"}
+            )
+            assert "hello-42" in text(said)
+            return sandbox
+
+        async def all_at_once() -> list[str]:
+            return list(await asyncio.gather(*(make_and_use() for _ in range(MAX_SANDBOXES))))
+
+        sandboxes = client.run(all_at_once(), timeout=600)
+        assert len(set(sandboxes)) == MAX_SANDBOXES
+        refused = client.call("sandbox_create", image=images["busybox"])
+        assert refused.isError and f"holds {MAX_SANDBOXES} sandboxes already" in text(refused)
+        status = Path(f"/proc/{_server_pid(client, docker_engine)}/status").read_text()
+        facts = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        rss_mib = int(facts["VmRSS"].split()[0]) / 1024
+        threads = int(facts["Threads"])
+        assert rss_mib < 400 and threads < 80, (rss_mib, threads)
+        print(f"{MAX_SANDBOXES} sandboxes: gateway RSS {rss_mib:.0f} MiB, {threads} threads")
+
+        # A kept container closed still counts; removed on the engine, it no longer does.
+        client.ok("sandbox_close", sandbox=sandboxes[0])
+        kept = client.ok("sandbox_create", image=images["busybox"], keep=True).structuredContent
+        assert kept is not None
+        client.ok("sandbox_close", sandbox=kept["sandbox"])
+        assert client.call("sandbox_create", image=images["busybox"]).isError
+        docker_engine.containers.get(kept["container"]).remove(force=True)
+        client.ok("sandbox_create", image=images["busybox"])
+    finally:
+        client.close()
+
+
+def _server_pid(client: Gateway, engine: Any) -> int:
+    """The gateway's pid, from the owner label of a container it made."""
+    listed = client.ok("sandbox_list").structuredContent
+    assert listed is not None
+    owner = engine.containers.get(listed["sandboxes"][0]["container"]).labels[MCP_OWNER_LABEL]
+    return int(owner.split("/")[1])
+
+
+def test_cleanup_removes_what_a_killed_gateway_left_but_not_the_kept_or_a_lookalike(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    """SIGKILL gives a gateway no time to remove its containers; `tools cleanup --mcp`
+    removes them afterwards, leaves the one made with keep, and leaves a user's container
+    whose image carries the gateway's labels (an image can carry any label)."""
+    lookalike_image = f"sandbox-tools-test/mcp-lookalike:{os.getpid()}"
+    base = docker_engine.containers.create(images["busybox"], ["true"])
+    lookalike = None
+    try:
+        labels = {MCP_GATEWAY_LABEL: "sbx-00000000", MCP_OWNER_LABEL: "x/1/1"}
+        base.commit(
+            lookalike_image,
+            changes=[f'LABEL {key}="{value}"' for key, value in labels.items()],
+        )
+        lookalike = docker_engine.containers.run(
+            lookalike_image, ["sleep", "infinity"], detach=True
+        )
+        client = Gateway(gateway_env, tmp_path / "stderr.log")
+        made = client.ok("sandbox_create", image=images["busybox"]).structuredContent
+        kept = client.ok("sandbox_create", image=images["busybox"], keep=True).structuredContent
+        assert made is not None and kept is not None
+        os.kill(_server_pid(client, docker_engine), signal.SIGKILL)
+        with contextlib.suppress(Exception):  # the server is gone: the client may say so
+            client.close()
+        assert docker_engine.containers.get(made["container"]).status == "running"
+        cleaned = subprocess.run(
+            [sys.executable, "-m", "sandbox_tools.cli", "cleanup", "--mcp"],
+            env=gateway_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cleaned.returncode == 0, cleaned.stderr
+        said = cleaned.stdout
+        assert f"{made['container']} ({made['sandbox']}): removed" in said, said
+        assert f"{kept['container']} ({kept['sandbox']}): stays: made with keep" in said, said
+        assert "its image carries the gateway's labels" in said, said
+        with pytest.raises(docker.errors.NotFound):
+            docker_engine.containers.get(made["container"])
+        assert docker_engine.containers.get(kept["container"]).status == "running"
+        lookalike.reload()
+        assert lookalike.status == "running"
+        docker_engine.containers.get(kept["container"]).remove(force=True)
+    finally:
+        if lookalike is not None:
+            lookalike.remove(force=True)
+        base.remove(force=True)
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_engine.images.remove(lookalike_image, force=True)

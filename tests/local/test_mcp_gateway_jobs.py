@@ -7,19 +7,33 @@ flight, and a close that drops it. No container: the answers are the runtime's o
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 
 import pytest
 
-from sandbox_tools.errors import RefusedToolCall
+from sandbox_tools.errors import RefusedToolCall, RuntimeTransportError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, start_exec_remote
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.mcp_gateway.jobs import Job
-from tests.support import InProcessRuntime
+from sandbox_tools.mcp_gateway.registry import (
+    MAX_BATCH_CHARS,
+    MAX_JOBS_PER_SANDBOX,
+    GatewaySandbox,
+    Sandboxes,
+)
+from sandbox_tools.protocol import MAX_JOBS_ENV
+from sandbox_tools.sandboxes.containers import ContainerPolicy
+from tests.support import InProcessRuntime, serve_runtime_in_process
 
 OPTIONS = ExecRemoteOptions(poll_interval=1.0)
 
 
-async def job_of(runtime: InProcessRuntime, command: str) -> Job:
-    return Job(await start_exec_remote(runtime.client, command, OPTIONS))
+async def job_of(
+    runtime: InProcessRuntime, command: str, max_batch_chars: int = MAX_BATCH_CHARS
+) -> Job:
+    return Job(
+        await start_exec_remote(runtime.client, command, OPTIONS), max_batch_chars=max_batch_chars
+    )
 
 
 async def test_output_comes_in_bounded_pieces_and_the_end_after_all_of_it(
@@ -76,3 +90,46 @@ async def test_closing_a_job_kills_it_and_a_reader_waiting_on_it_is_told(
         await reading
     checked = await start_exec_remote(runtime_in_process.client, f"kill -0 {job.pid}")
     assert (await checked.wait()).exit_code != 0  # the process is gone
+
+
+async def test_a_poll_larger_than_the_runtime_ever_sends_ends_the_job_and_is_not_kept(
+    runtime_in_process: InProcessRuntime,
+) -> None:
+    """A runtime that is not ours (an agent root in its sandbox can serve its own on the
+    socket) answered a poll with 60 MiB, which the host held per job without bound. The
+    host's bound here is set below what this real runtime sends, to stand for it."""
+    job = await job_of(runtime_in_process, "head -c 5000 /dev/zero | tr '\\0' x", 1000)
+    with pytest.raises(RuntimeTransportError, match="more than sandbox-tools' runtime ever"):
+        for _ in range(20):
+            await job.read(wait=5, budget=100)
+    assert job.done and not job._unread
+
+
+def _held(runtime: InProcessRuntime, sandbox_id: str) -> GatewaySandbox:
+    """A sandbox of the gateway over the in-process runtime (no container: the job
+    bounds are the host's, whatever the runtime keeps)."""
+    support: Any = type("Support", (), {"client": runtime.client})()
+    return GatewaySandbox(sandbox_id, cast(Any, None), support, "in-process", None)
+
+
+async def test_the_host_bounds_the_jobs_it_reads_whatever_the_runtime_allows() -> None:
+    async with serve_runtime_in_process({MAX_JOBS_ENV: "1000"}) as runtime:
+        sandboxes = Sandboxes(_no_engine, InjectionOptions(), ContainerPolicy())
+        held = _held(runtime, "sbx-jobs")
+        sandboxes._by_id[held.id] = held
+        options = ExecRemoteOptions(poll_interval=1.0)
+        started = await asyncio.gather(
+            *(
+                sandboxes.start_job(held, "sleep 1000", options)
+                for _ in range(MAX_JOBS_PER_SANDBOX + 5)
+            ),
+            return_exceptions=True,
+        )
+        refused = [r for r in started if isinstance(r, RefusedToolCall)]
+        assert len(held.jobs) == MAX_JOBS_PER_SANDBOX and len(refused) == 5
+        assert f"has {MAX_JOBS_PER_SANDBOX} jobs already" in refused[0].message
+        await asyncio.gather(*(job.close() for job in held.jobs.values()))
+
+
+def _no_engine() -> Any:
+    raise AssertionError("no engine here")

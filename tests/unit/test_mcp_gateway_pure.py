@@ -14,8 +14,9 @@ import pytest
 from sandbox_tools.injector.exec_remote import StderrChunk, StdoutChunk
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.mcp_gateway.jobs import take
-from sandbox_tools.mcp_gateway.registry import MAX_SANDBOXES, ContainerSpec, Sandboxes
+from sandbox_tools.mcp_gateway.registry import MAX_SANDBOXES, Sandboxes
 from sandbox_tools.mcp_gateway.schemas import input_schema, type_schema
+from sandbox_tools.mcp_gateway.spec import ContainerSpec
 from sandbox_tools.mcp_gateway.tools import (
     ANSWER_CHARS,
     RESULT_CHARS,
@@ -137,11 +138,11 @@ def test_output_is_shown_in_order_at_most_the_budget_and_the_rest_waits() -> Non
 
 
 def test_a_read_only_root_gets_a_place_for_the_runtime() -> None:
-    options = ContainerSpec(image="x", read_only=True).run_options()
+    options = ContainerSpec(image="x", read_only=True).run_options(4)
     assert options["tmpfs"] == {"/tmp": "exec"} and options["network_mode"] == "none"
-    given = ContainerSpec(image="x", read_only=True, tmpfs={"/work": "exec"}).run_options()
+    given = ContainerSpec(image="x", read_only=True, tmpfs={"/work": "exec"}).run_options(4)
     assert given["tmpfs"] == {"/work": "exec"}
-    assert "tmpfs" not in ContainerSpec(image="x").run_options()
+    assert "tmpfs" not in ContainerSpec(image="x").run_options(4)
 
 
 def _no_engine() -> Any:

@@ -14,7 +14,7 @@ from rich.markup import escape
 from sandbox_tools import __version__, settings
 from sandbox_tools.cli.build_cmd import build_command
 from sandbox_tools.cli.exec_remote_cmd import exec_remote_command
-from sandbox_tools.cli.invocation import Invocation
+from sandbox_tools.cli.invocation import Invocation, invocation
 from sandbox_tools.cli.manifest_cmd import manifest_app
 from sandbox_tools.cli.mcp_cmd import mcp_command
 from sandbox_tools.cli.output import (
@@ -97,6 +97,8 @@ app = _Tools(
 )
 
 
+# Commands that read no pyproject.toml (see the root callback).
+WITHOUT_PROJECT_FILE = frozenset({"mcp"})
 DEBUG_ENV = next(s.env for s in settings.SETTINGS if s.key == "debug")
 
 
@@ -147,12 +149,19 @@ def _root(
     configure(
         Verbosity.QUIET if quiet_flag else Verbosity.VERBOSE if verbose_flag else Verbosity.NORMAL
     )
-    resolved = settings.with_flags(settings.load_settings(), {"debug": debug or None})
+    # A command a client starts in whatever directory it opened (`mcp`: a cloned
+    # repository, say) reads no project file: the repository must not choose the
+    # runtime it injects, or keep the containers it makes.
+    project = ctx.invoked_subcommand not in WITHOUT_PROJECT_FILE
+    resolved = settings.with_flags(
+        settings.load_settings(read_project=project), {"debug": debug or None}
+    )
     ctx.obj = Invocation(resolved, echo=_echo_line if verbose_flag else None)
 
 
 @app.command("cleanup")
 def cleanup_command(
+    ctx: typer.Context,
     modal: Annotated[
         bool,
         typer.Option("--modal", help="Terminate leftover Modal sandboxes of ours.", metavar=""),
@@ -160,16 +169,38 @@ def cleanup_command(
     app_name: Annotated[
         str, typer.Option("--app", metavar="APP", help="Modal app the sandboxes run in.")
     ] = "sandbox-tools",
+    mcp: Annotated[
+        bool,
+        typer.Option(
+            "--mcp",
+            help="Remove the containers `tools mcp` servers of this host made and left "
+            "behind when killed (never kept ones, nor those of a server still running).",
+            metavar="",
+        ),
+    ] = False,
 ) -> None:
-    """Terminate sandboxes an interrupted run left behind."""
-    if not modal:
-        raise ConfigurationError("say what to clean up", remedy="tools cleanup --modal")
-    from sandbox_tools.sandboxes.modal import cleanup_leftovers
+    """Remove sandboxes an interrupted run left behind."""
+    if not modal and not mcp:
+        raise ConfigurationError(
+            "say what to clean up", remedy="tools cleanup --mcp, or tools cleanup --modal"
+        )
+    if mcp:
+        from sandbox_tools.mcp_gateway.cleanup import cleanup_leftovers as mcp_leftovers
+        from sandbox_tools.sandboxes.engines import docker_client
 
-    terminated = asyncio.run(cleanup_leftovers(app_name))
-    for sandbox_id in terminated:
-        console.print(f"terminated {sandbox_id}")
-    console.print(f"{len(terminated)} leftover Modal sandbox(es) terminated in app {app_name}")
+        client = docker_client(invocation(ctx).settings.engine_concurrency)
+        found = mcp_leftovers(
+            client, say=lambda one: console.print(f"{one.name} ({one.sandbox}): {one.verdict}")
+        )
+        removed = sum(one.removed for one in found)
+        console.print(f"{removed} leftover container(s) of MCP gateways removed")
+    if modal:
+        from sandbox_tools.sandboxes.modal import cleanup_leftovers
+
+        terminated = asyncio.run(cleanup_leftovers(app_name))
+        for sandbox_id in terminated:
+            console.print(f"terminated {sandbox_id}")
+        console.print(f"{len(terminated)} leftover Modal sandbox(es) terminated in app {app_name}")
 
 
 app.command("build")(build_command)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
 import typer
 
@@ -11,12 +12,25 @@ from sandbox_tools.cli.output import humans_to_stderr, quiet, verbose
 from sandbox_tools.errors import ConfigurationError
 
 
-def mcp_command(ctx: typer.Context) -> None:
+def mcp_command(
+    ctx: typer.Context,
+    attach: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attach",
+            metavar="NAME",
+            help="A running container sandbox_attach may use, by its exact name or full id "
+            "(repeat for more). No other container is ever touched.",
+        ),
+    ] = None,
+) -> None:
     """Serve containers as sandboxes to an MCP client (a coding agent) on stdio.
 
-    Containers made from local images or attached by name, each with bash, a file editor
-    and long-running jobs. Started by the client (its server configuration); ends when
-    the client closes stdin, removing the containers it made. See docs/MCP_GATEWAY.md.
+    Containers made from local images, or the running ones named with --attach, each
+    with bash, a file editor and long-running jobs. Started by the client (its server
+    configuration); ends when the client closes stdin, removing the containers it made.
+    Reads no pyproject.toml: settings come from the environment only. See
+    docs/MCP_GATEWAY.md.
     """
     try:
         import mcp  # noqa: F401  (the optional extra)
@@ -39,5 +53,6 @@ def mcp_command(ctx: typer.Context) -> None:
         # The sources under this command's settings, resolved once by the root callback.
         InjectionOptions(sources=default_sources(settings)),
         run.containers,
+        attachable=attach or (),
         log_level=level,
     )

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from sandbox_tools.errors import RefusedToolCall
+from sandbox_tools.errors import RefusedToolCall, RuntimeTransportError
 from sandbox_tools.injector.exec_remote import (
     Completed,
     ExecEvent,
@@ -74,8 +74,9 @@ class JobReport:
 class Job:
     """A job of one sandbox, from exec_start until its end and all its output were shown."""
 
-    def __init__(self, process: ExecRemoteProcess) -> None:
+    def __init__(self, process: ExecRemoteProcess, *, max_batch_chars: int) -> None:
         self.process = process
+        self.max_batch_chars = max_batch_chars
         self._batches: AsyncGenerator[list[ExecEvent], None] = process.batches()
         self._next: asyncio.Task[list[ExecEvent]] | None = None
         self._unread: deque[StdoutChunk | StderrChunk] = deque()
@@ -127,7 +128,21 @@ class Job:
                 self._unread.append(event)
 
     async def _next_batch(self) -> list[ExecEvent]:
-        return await anext(self._batches)
+        """The next poll's events, refused (and the job ended) if they carry more than
+        the runtime ever sends in one answer: then the runtime is not ours, and the host
+        does not hold what it sent."""
+        events = await anext(self._batches)
+        size = sum(len(e.data) for e in events if isinstance(e, (StdoutChunk, StderrChunk)))
+        if size > self.max_batch_chars:
+            del events
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.process.kill(), RELEASE_TIMEOUT)
+            raise RuntimeTransportError(
+                f"job {self.pid}: one poll brought {size:,} characters of output, more than "
+                f"sandbox-tools' runtime ever sends ({self.max_batch_chars:,}); the runtime "
+                "in this sandbox is not ours, so the job is dropped: close the sandbox"
+            )
+        return events
 
     async def kill(self, wait: float, budget: int) -> JobReport:
         """Kill the job's process group and report its end, with the output no answer

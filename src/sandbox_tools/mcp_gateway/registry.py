@@ -15,14 +15,19 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import docker.errors
 from docker import DockerClient
 
-from sandbox_tools.errors import ConfigurationError, RefusedToolCall, ToolError
+from sandbox_tools.errors import (
+    ConfigurationError,
+    RefusedToolCall,
+    RuntimeTransportError,
+    ToolError,
+)
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, start_exec_remote
 from sandbox_tools.injector.inject import Injector, ToolSupport
 from sandbox_tools.injector.options import InjectionOptions
@@ -33,9 +38,14 @@ from sandbox_tools.injector.tool_clients import (
     start_bash_session,
 )
 from sandbox_tools.mcp_gateway.jobs import Job
+from sandbox_tools.mcp_gateway.owner import gateway_owner
+from sandbox_tools.mcp_gateway.spec import ContainerSpec
+from sandbox_tools.runtime.limits import Limits
 from sandbox_tools.runtime.tools.bash_session.tool_types import InteractParams
 from sandbox_tools.sandboxes.containers import (
     MCP_GATEWAY_LABEL,
+    MCP_KEEP_LABEL,
+    MCP_OWNER_LABEL,
     ContainerPolicy,
     RunningContainer,
 )
@@ -43,9 +53,24 @@ from sandbox_tools.sandboxes.docker import DockerSandbox
 
 log = logging.getLogger(__name__)
 
-# Sandboxes one gateway holds at once (made and attached): each costs a container and
-# a runtime server; a client that needs more closes some first.
+# Sandboxes one gateway holds at once (made, attached, and made with keep and still on
+# the engine): each costs a container and a runtime server; a client that needs more
+# closes (or removes) some first.
 MAX_SANDBOXES = 16
+# Jobs the host reads at once, per sandbox (the runtime's own bound, kept by the host
+# too: a forged runtime keeps none) and over all sandboxes. Each holds at most one
+# poll's output on the host (MAX_BATCH_CHARS), so these bound the gateway's memory.
+MAX_JOBS_PER_SANDBOX = Limits().max_jobs
+MAX_JOBS = 64
+# Tool calls that reach a sandbox at once: each may hold one answer of the runtime
+# (a frame of up to 64 MiB from a forged one) until it is cut; more wait their turn.
+MAX_CALLS_IN_FLIGHT = 16
+# The most output one poll of a job brings: what the runtime sends at most. A larger
+# batch comes from a runtime that is not ours, and ends the job (jobs.py).
+MAX_BATCH_CHARS = Limits().exec_response_bytes
+# How long the engine may take to make and start a container before the call gives up
+# (the container, if it comes later, is removed then).
+CREATE_TIMEOUT = 120.0
 ID_PREFIX = "sbx-"
 CONTAINER_PREFIX = "sandbox-tools-mcp-"
 # Closing what the gateway started in a sandbox (a shell, the connection) is bounded.
@@ -53,41 +78,6 @@ CLOSE_TIMEOUT = 10.0
 # How long the end waits for containers the engine is still making (each request to the
 # engine has its own deadline; this bounds the wait for all of them).
 ENTER_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class ContainerSpec:
-    """How sandbox_create makes a container: the fields of the inspect `docker_sdk`
-    sandbox's config (DockerSdkConfig) a client may choose, as `docker run` options."""
-
-    image: str
-    user: str | None = None
-    read_only: bool = False
-    tmpfs: dict[str, str] | None = None
-    network_mode: str = "none"
-    working_dir: str | None = None
-    environment: dict[str, str] | None = None
-    mem_limit: str | None = None
-    pids_limit: int | None = None
-
-    def run_options(self) -> dict[str, Any]:
-        """The docker SDK's `containers.create` options (the image and command aside)."""
-        options: dict[str, Any] = {
-            "network_mode": self.network_mode,
-            "read_only": self.read_only,
-            "environment": dict(self.environment or {}),
-            "init": True,  # reaps orphans: what the agent leaves behind does not pile up
-        }
-        tmpfs = self.tmpfs
-        if self.read_only and not tmpfs:
-            # The runtime needs a writable place that allows execution to live in.
-            tmpfs = {"/tmp": "exec"}
-        if tmpfs:
-            options["tmpfs"] = dict(tmpfs)
-        for name in ("user", "working_dir", "mem_limit", "pids_limit"):
-            if getattr(self, name) is not None:
-                options[name] = getattr(self, name)
-        return options
 
 
 @dataclass(eq=False)
@@ -102,6 +92,7 @@ class GatewaySandbox:
     keep: bool = False  # made, and left running when closed (unless close says otherwise)
     user: str | None = None  # attached as this user (the runtime runs as it)
     jobs: dict[int, Job] = field(default_factory=dict)
+    jobs_starting: int = 0  # exec_start calls under way: they count against the bound
     session: str | None = None  # the one bash session, started by the first bash call
     shell_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     closing: bool = False  # sandbox_close or the disconnection took it: no more calls
@@ -147,7 +138,15 @@ class GatewaySandbox:
         )
 
     async def start_job(self, command: str, options: ExecRemoteOptions) -> Job:
-        job = Job(await start_exec_remote(self.support.client, command, options))
+        """A new job (the caller checked the bounds and holds a place for it)."""
+        process = await start_exec_remote(self.support.client, command, options)
+        job = Job(process, max_batch_chars=MAX_BATCH_CHARS)
+        if process.pid in self.jobs:  # only a runtime that is not ours says a pid twice
+            await job.close()
+            raise RuntimeTransportError(
+                f"the runtime in sandbox {self.id} gave pid {process.pid} to a second job "
+                "while the first is held: it is not sandbox-tools' runtime; close the sandbox"
+            )
         self.jobs[job.pid] = job
         return job
 
@@ -189,16 +188,28 @@ class Sandboxes:
         engine: Callable[[], DockerClient],
         injection: InjectionOptions,
         policy: ContainerPolicy,
+        *,
+        attachable: Iterable[str] = (),
     ) -> None:
         self._connect = engine
         self._engine: DockerClient | None = None
+        self._engine_cpus = 0
         self._injector = Injector(injection)
         self._policy = policy
+        # The containers sandbox_attach may use: exactly as the user named them when
+        # starting the server. Nothing else on the engine is ever looked up.
+        self.attachable = frozenset(attachable)
         self._by_id: dict[str, GatewaySandbox] = {}
         self._opening = 0  # creates and attaches under way: they count against the limit
-        # Containers being made, in the engine's threads: a call cancelled meanwhile (the
-        # client went away) leaves its container to the policy's tracker, emptied at the end.
+        self._jobs_starting = 0
+        # Containers made with keep and closed: they stay on the engine, and count
+        # against MAX_SANDBOXES until they are gone from it (by id: their sandbox id).
+        self._kept: dict[str, str] = {}
+        # Containers being made, in the engine's threads: a call cancelled or timed out
+        # meanwhile leaves its container to be removed when it comes (and to the
+        # policy's tracker, emptied at the end).
         self._entering: set[asyncio.Future[Any]] = set()
+        self.calls = asyncio.Semaphore(MAX_CALLS_IN_FLIGHT)
 
     def held(self) -> list[GatewaySandbox]:
         """Every sandbox, in the order they were made or attached."""
@@ -220,49 +231,69 @@ class Sandboxes:
         """The Docker engine, connected at the first call that needs it: the server
         answers initialize and tools/list without one."""
         if self._engine is None:
-            self._engine = await asyncio.to_thread(self._connect)
+            client = await asyncio.to_thread(self._connect)
+            info = await asyncio.to_thread(client.info)
+            self._engine_cpus = int(info.get("NCPU") or 1) if isinstance(info, dict) else 1
+            self._engine = client
         return self._engine
 
-    def _reserve(self) -> None:
-        if len(self._by_id) + self._opening >= MAX_SANDBOXES:
+    def _count(self) -> int:
+        return len(self._by_id) + self._opening + len(self._kept)
+
+    async def _reserve(self) -> None:
+        if self._count() >= MAX_SANDBOXES and self._kept:
+            await self._forget_kept_gone()
+        if self._count() >= MAX_SANDBOXES:
+            kept = (
+                f", {len(self._kept)} of them kept containers it made (each counts until it "
+                "is removed: docker rm -f NAME)"
+                if self._kept
+                else ""
+            )
             raise RefusedToolCall(
-                f"this server holds {MAX_SANDBOXES} sandboxes already, the most it keeps at "
-                "once; close one with sandbox_close first"
+                f"this server holds {MAX_SANDBOXES} sandboxes already{kept}, the most it keeps "
+                "at once; close one with sandbox_close first"
             )
         self._opening += 1
+
+    async def _forget_kept_gone(self) -> None:
+        """Kept containers the user removed meanwhile no longer count."""
+        client = await self.engine()
+        present = await asyncio.to_thread(
+            lambda: {
+                str(c.id)
+                for c in client.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})
+            }
+        )
+        for container_id in [c for c in self._kept if c not in present]:
+            del self._kept[container_id]
 
     async def create(self, spec: ContainerSpec, keep: bool) -> GatewaySandbox:
         """A new container of `spec`, labelled as ours, with the runtime injected; a
         container that cannot be made ready is removed again."""
-        self._reserve()
+        spec.check()
+        await self._reserve()
         try:
             client = await self.engine()
             await asyncio.to_thread(_image_on_engine, client, spec.image)
             token = secrets.token_hex(4)
             sandbox_id = f"{ID_PREFIX}{token}"
+            labels = {MCP_GATEWAY_LABEL: sandbox_id, MCP_OWNER_LABEL: gateway_owner()}
+            if keep:
+                labels[MCP_KEEP_LABEL] = "1"
             running = RunningContainer(
                 client,
                 spec.image,
                 policy=self._policy,
                 name=f"{CONTAINER_PREFIX}{token}",
-                labels={MCP_GATEWAY_LABEL: sandbox_id},
-                **spec.run_options(),
+                labels=labels,
+                **spec.run_options(self._engine_cpus),
             )
-            entering = asyncio.ensure_future(asyncio.to_thread(running.__enter__))
-            self._entering.add(entering)
-            entering.add_done_callback(self._entering.discard)
-            try:
-                await asyncio.shield(entering)  # made whatever becomes of this call
-            except ConfigurationError as exc:  # made, but it would not start: removed
-                raise RefusedToolCall(exc.message) from None
-            except docker.errors.DockerException as exc:
-                raise RefusedToolCall(
-                    f"the Docker engine refused a container of {spec.image}: {_said(exc)}"
-                ) from None
+            await self._enter(running, spec.image)
             try:
                 support = await self._injector.tool_support(running.sandbox)
             except BaseException:
-                await asyncio.to_thread(running.__exit__, None, None, None)
+                await asyncio.shield(asyncio.to_thread(running.__exit__, None, None, None))
                 raise
             made = GatewaySandbox(
                 sandbox_id, running.sandbox, support, spec.image, running, keep=keep
@@ -272,28 +303,63 @@ class Sandboxes:
         finally:
             self._opening -= 1
 
+    async def _enter(self, running: RunningContainer, image: str) -> None:
+        """Make and start the container in the engine's thread, for CREATE_TIMEOUT at
+        most; a call that gives up (timed out, or cancelled: the client went away)
+        leaves the container to be removed as soon as it is made."""
+        entering = asyncio.ensure_future(asyncio.to_thread(running.__enter__))
+        self._entering.add(entering)
+        entering.add_done_callback(self._entering.discard)
+        try:
+            await asyncio.wait_for(asyncio.shield(entering), CREATE_TIMEOUT)
+        except ConfigurationError as exc:  # made, but it would not start: removed
+            raise RefusedToolCall(exc.message) from None
+        except docker.errors.DockerException as exc:
+            raise RefusedToolCall(
+                f"the Docker engine refused a container of {image[:200]}: {_said(exc)}"
+            ) from None
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            entering.add_done_callback(lambda done: _remove_when_made(running, done))
+            if isinstance(exc, TimeoutError):
+                raise RefusedToolCall(
+                    f"the Docker engine did not make a container of {image[:200]} within "
+                    f"{CREATE_TIMEOUT:.0f} s; it is removed if it comes later"
+                ) from None
+            raise
+
     async def attach(self, container: str, user: str | None) -> tuple[GatewaySandbox, bool]:
         """The running container the client named, with the runtime injected (acting as
-        `user` if given); (the sandbox, whether it was attached already)."""
+        `user` if given); (the sandbox, whether it was attached already). Only a
+        container the user listed when starting the server (exactly as listed), and
+        never one that shares the host's namespaces, is privileged, or is another
+        gateway's: a model told by what it read to attach elsewhere reaches nothing."""
+        if container not in self.attachable:
+            raise RefusedToolCall(_not_attachable(container, self.attachable))
         for held in self._by_id.values():
             if container in (held.container_name, held.docker.container_id) and (held.user == user):
                 return held, True
-        if not container.strip():
-            raise RefusedToolCall("name the container to attach to: its name or id")
-        self._reserve()
+        await self._reserve()
         try:
             client = await self.engine()
             try:
                 sandbox = await asyncio.to_thread(DockerSandbox, container, client)
+            except docker.errors.NotFound:
+                raise RefusedToolCall(
+                    f"container {container!r} (one the user listed) is not on the engine: "
+                    "start it, or ask the user which container to use"
+                ) from None
             except docker.errors.DockerException as exc:
                 raise RefusedToolCall(
-                    f"cannot look up container {container[:200]!r}: {_said(exc)}"
+                    f"cannot look up container {container!r}: {_said(exc)}"
                 ) from None
+            problem = attach_problem(container, sandbox.container.attrs)
+            if problem is not None:
+                raise RefusedToolCall(problem)
             status = str(sandbox.container.status)
             if status != "running":
                 raise RefusedToolCall(
-                    f"container {container[:200]!r} is {status}, not running; start it "
-                    f"(docker start {sandbox.container.name}) and attach again"
+                    f"container {container!r} is {status}, not running; ask the user to "
+                    f"start it (docker start {container}), then attach again"
                 )
             support = await self._injector.tool_support(sandbox, user)
             image = _image_named(sandbox.container.attrs)
@@ -305,35 +371,69 @@ class Sandboxes:
         finally:
             self._opening -= 1
 
+    async def start_job(
+        self, held: GatewaySandbox, command: str, options: ExecRemoteOptions
+    ) -> Job:
+        """A job in `held`, within the host's own bounds on jobs (a runtime that is not
+        ours keeps none)."""
+        if len(held.jobs) + held.jobs_starting >= MAX_JOBS_PER_SANDBOX:
+            raise RefusedToolCall(
+                f"sandbox {held.id} has {MAX_JOBS_PER_SANDBOX} jobs already, the most it "
+                "runs at once; exec_kill one, or exec_poll a finished one to its end"
+            )
+        if sum(len(s.jobs) for s in self._by_id.values()) + self._jobs_starting >= MAX_JOBS:
+            raise RefusedToolCall(
+                f"this server reads {MAX_JOBS} jobs already over all sandboxes, the most it "
+                "holds at once; exec_kill one, or exec_poll a finished one to its end"
+            )
+        held.jobs_starting += 1
+        self._jobs_starting += 1
+        try:
+            return await held.start_job(command, options)
+        finally:
+            held.jobs_starting -= 1
+            self._jobs_starting -= 1
+
     async def close(self, sandbox_id: str, keep: bool | None = None) -> tuple[GatewaySandbox, bool]:
         """Forget a sandbox: a container the gateway made removed (first, so a client
-        that gives its server little time to end still finds it gone) unless kept
-        (`keep`, default: as it was made), else what the gateway started there ended;
-        (it, whether its container was removed). A container whose removal failed stays
-        listed (closing), for `remove_left_behind` to try again."""
+        that gives its server little time to end still finds it gone) unless it was made
+        with keep (and `keep` is not false), else what the gateway started there ended;
+        (it, whether its container was removed). Shielded: a client that cancels the
+        call does not leave it half done."""
         closing = self.get(sandbox_id)
+        if keep and closing.running is not None and not closing.keep:
+            raise RefusedToolCall(
+                f"sandbox {sandbox_id} was made without keep, so it is removed when closed; "
+                "a container to keep is made with sandbox_create keep=true"
+            )
         closing.closing = True
-        kept = keep if keep is not None else closing.keep
+        return await asyncio.shield(self._close(closing, keep))
+
+    async def _close(
+        self, closing: GatewaySandbox, keep: bool | None
+    ) -> tuple[GatewaySandbox, bool]:
+        kept = closing.keep if keep is None else keep
         # The settings' keep-containers (debugging) keeps every container, as elsewhere.
         remove = closing.running is not None and not kept and not self._policy.keep
         if remove:
             await asyncio.to_thread(self._policy.release, closing.docker.container)
         elif closing.running is not None:
             self._policy.tracker.discard(closing.docker.container)  # kept: no longer ours
-        del self._by_id[sandbox_id]
+            self._kept[closing.docker.container_id] = closing.id
+        del self._by_id[closing.id]
         await closing.release(self._injector, end_work=not remove)
         return closing, remove
 
     async def aclose(self) -> None:
         """The client is gone: every sandbox closed as it was made (kept ones stay), then
-        every other container the gateway made and holds no sandbox for (a create the
-        client's going away cancelled half-way) removed."""
-        if self._entering:
-            await asyncio.wait(set(self._entering), timeout=ENTER_TIMEOUT)
+        the containers still being made, and every other container the gateway made and
+        holds no sandbox for (a create cancelled half-way), removed."""
         await asyncio.gather(
             *(self.close(sandbox_id) for sandbox_id in list(self._by_id)),
             return_exceptions=True,
         )
+        if self._entering:
+            await asyncio.wait(set(self._entering), timeout=ENTER_TIMEOUT)
         await self._injector.aclose()
         if not self._policy.keep:
             await asyncio.to_thread(self._policy.tracker.remove_all)
@@ -348,6 +448,70 @@ class Sandboxes:
                 self._policy.tracker.discard(held.docker.container)
         self._by_id.clear()
         return self._policy.tracker.remove_all()
+
+
+def _remove_when_made(running: RunningContainer, entering: asyncio.Future[Any]) -> None:
+    """A container whose create call gave up: removed once the engine made it."""
+    if entering.cancelled() or entering.exception() is not None:
+        return  # never made, or removed by RunningContainer itself
+    with contextlib.suppress(RuntimeError):  # the loop is closing: the tracker has it
+        asyncio.get_running_loop().run_in_executor(None, running.__exit__, None, None, None)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _not_attachable(container: str, attachable: frozenset[str]) -> str:
+    """One refusal for every name the user did not list, whether or not a container of
+    that name exists: the answer tells nothing about the engine."""
+    listed = ", ".join(sorted(attachable)) if attachable else "none"
+    return (
+        f"container {container[:80]!r} is not one this server may attach to. The user "
+        f"lists those when starting it (tools mcp --attach NAME; listed: {listed}); "
+        "sandbox_create makes a new container instead"
+    )
+
+
+def attach_problem(named: str, attrs: Any) -> str | None:
+    """Why a container the user listed is still not attached to, or None. The name must
+    be its exact name or full id (the engine also resolves id prefixes); a container
+    that shares the host's namespaces or is privileged gives whoever acts in it the
+    host; another gateway's is that gateway's."""
+    attrs = attrs if isinstance(attrs, dict) else {}
+    name = str(attrs.get("Name") or "").removeprefix("/")
+    if named not in (name, attrs.get("Id")):
+        return (
+            f"container {named!r} (one the user listed) is not on the engine under that "
+            "exact name or id: start it, or ask the user which container to use"
+        )
+    host = _mapping(attrs.get("HostConfig"))
+    labels = _mapping(_mapping(attrs.get("Config")).get("Labels"))
+    shared = [
+        kind
+        for kind, key in (
+            ("network", "NetworkMode"),
+            ("pid", "PidMode"),
+            ("ipc", "IpcMode"),
+            ("user", "UsernsMode"),
+            ("uts", "UTSMode"),
+        )
+        if str(host.get(key) or "") == "host"
+    ]
+    if host.get("Privileged"):
+        shared.insert(0, "privileged")
+    if shared:
+        return (
+            f"container {named!r} is not isolated from the host ({', '.join(shared)}): "
+            "whoever acts in it can reach the host, so this server does not attach to it; "
+            "use a container without these, or sandbox_create"
+        )
+    if MCP_GATEWAY_LABEL in labels:
+        return (
+            f"container {named!r} was made by an MCP gateway (label {MCP_GATEWAY_LABEL}); "
+            "this server attaches only to the user's own containers"
+        )
+    return None
 
 
 def _image_on_engine(client: DockerClient, image: str) -> None:

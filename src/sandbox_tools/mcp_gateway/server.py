@@ -17,7 +17,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, cast
 
 from docker import DockerClient
@@ -143,12 +143,13 @@ def run_gateway(
     injection: InjectionOptions,
     policy: ContainerPolicy,
     *,
+    attachable: Iterable[str] = (),
     log_level: int = logging.INFO,
 ) -> None:
     """The `tools mcp` command's body: log to stderr (stdout carries the protocol alone),
     serve, and make sure no container this server made outlives it unkept."""
     _log_to_stderr(log_level)
-    sandboxes = Sandboxes(engine, injection, policy)
+    sandboxes = Sandboxes(engine, injection, policy, attachable=attachable)
     try:
         asyncio.run(serve_stdio(sandboxes))
     except KeyboardInterrupt:

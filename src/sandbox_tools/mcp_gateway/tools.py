@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,11 +27,17 @@ from sandbox_tools.injector.exec_remote import ExecRemoteOptions
 from sandbox_tools.injector.jsonrpc_client import bounded_text
 from sandbox_tools.injector.tool_clients import text_editor
 from sandbox_tools.mcp_gateway.jobs import JobReport
-from sandbox_tools.mcp_gateway.registry import ContainerSpec, GatewaySandbox, Sandboxes
+from sandbox_tools.mcp_gateway.registry import GatewaySandbox, Sandboxes
 from sandbox_tools.mcp_gateway.schemas import (
     argument_problem,
     input_schema,
     parse_problem,
+)
+from sandbox_tools.mcp_gateway.spec import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    DEFAULT_PIDS,
+    ContainerSpec,
 )
 from sandbox_tools.runtime.jsonrpc import InvalidParams, WireParams, env_map, string_map, wire
 from sandbox_tools.runtime.tools.bash_session.tool_types import (
@@ -58,6 +65,9 @@ ANSWER_CHARS = RESULT_CHARS + 4096
 # (the request runs on between exec_poll calls), and how long exec_kill waits for the end.
 JOB_POLL_SECONDS = 5.0
 KILL_WAIT_SECONDS = 10.0
+# The largest process and CPU counts a client may ask for.
+MAX_PIDS = 1 << 22
+MAX_CPUS = 1024.0
 SANDBOX_DOC = "The sandbox to act in: an id sandbox_create or sandbox_attach gave."
 
 
@@ -71,7 +81,26 @@ class Answer:
 
 
 def refusal(text: str) -> Answer:
-    return Answer(bounded_text(text, ANSWER_CHARS, "message"), is_error=True)
+    return Answer(printable(bounded_text(text, ANSWER_CHARS, "message")), is_error=True)
+
+
+# Terminal control sequences (colours, cursor moves, titles, hyperlinks), which a shell's
+# output carries and a client may show in the user's terminal as they are: dropped.
+_CONTROL_SEQUENCE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor, erase
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks, clipboard
+    r"|\x1b[@-Z\\-_]"  # the other two-character escapes
+)
+# Every other control character but tab and newline: shown as \xNN, never sent raw.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text from the sandbox as the client may show it: no terminal control sequence (an
+    agent could otherwise rewrite what the user's terminal shows, or set its clipboard)
+    and no other control character but tab and newline (CRLF becomes a newline)."""
+    text = _CONTROL_SEQUENCE.sub("", text.replace("\r\n", "\n"))
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -108,11 +137,21 @@ class CreateArguments(WireParams):
     environment: dict[str, str] | None = wire(
         default=None, read=env_map, doc="Environment variables: name -> value."
     )
-    mem_limit: str | None = wire(
-        default=None, doc='Memory limit, as docker takes it: "512m", "2g".'
+    mem_limit: str = wire(
+        default=DEFAULT_MEMORY, doc='Memory limit, as docker takes it: "512m", "4g".'
     )
-    pids_limit: int | None = wire(
-        default=None, minimum=1, doc="The most processes the container may run at once."
+    pids_limit: int = wire(
+        default=DEFAULT_PIDS,
+        minimum=1,
+        maximum=MAX_PIDS,
+        doc="The most processes the container may run at once.",
+    )
+    cpus: float | None = wire(
+        default=None,
+        minimum=0.01,
+        maximum=MAX_CPUS,
+        doc=f"CPUs the container may use (default: {DEFAULT_CPUS:g}, or fewer if the "
+        "engine has fewer).",
     )
     keep: bool = wire(
         default=False,
@@ -123,7 +162,10 @@ class CreateArguments(WireParams):
 
 @dataclass(frozen=True, kw_only=True)
 class AttachArguments(WireParams):
-    container: str = wire(doc="The running container's name or id, as `docker ps` shows it.")
+    container: str = wire(
+        doc="The running container's exact name or full id, one the user listed when "
+        "starting this server (tools mcp --attach NAME)."
+    )
     user: str | None = wire(
         default=None,
         doc="Act as this user (a name or uid[:gid]); needs a container whose default user "
@@ -136,9 +178,8 @@ class CloseArguments(WireParams):
     sandbox: str = wire(doc=SANDBOX_DOC)
     keep: bool | None = wire(
         default=None,
-        doc="For a container sandbox_create made: true leaves it running, false removes "
-        "it. Default: as sandbox_create's keep said. An attached container always keeps "
-        "running.",
+        doc="For a container sandbox_create made with keep: false removes it after all. "
+        "Default: as sandbox_create's keep said. An attached container always keeps running.",
     )
 
 
@@ -221,6 +262,7 @@ async def _create(sandboxes: Sandboxes, params: Any) -> Answer:
         environment=params.environment,
         mem_limit=params.mem_limit,
         pids_limit=params.pids_limit,
+        cpus=params.cpus,
     )
     made = await sandboxes.create(spec, keep=params.keep)
     ending = (
@@ -318,7 +360,7 @@ async def _exec_start(sandboxes: Sandboxes, params: Any) -> Answer:
         poll_interval=JOB_POLL_SECONDS,
         output_limit=RESULT_CHARS,  # the host's tail per stream (this gateway reads chunks)
     )
-    job = await held.start_job(params.command, options)
+    job = await sandboxes.start_job(held, params.command, options)
     text = (
         f"Started job {job.pid} in sandbox {held.id}. exec_poll with pid {job.pid} reads "
         "its output and says when it ended; exec_kill stops it."
@@ -484,7 +526,8 @@ async def call_tool(sandboxes: Sandboxes, name: str, arguments: Any) -> Answer:
     except InvalidParams as exc:
         return refusal(parse_problem(name, exc))
     try:
-        return await tool.run(sandboxes, params)
+        async with sandboxes.calls:
+            return await tool.run(sandboxes, params)
     except RefusedToolCall as exc:
         return refusal(exc.message)
     except ToolError as exc:  # the runtime's sentence for the model
@@ -507,7 +550,7 @@ async def call_tool(sandboxes: Sandboxes, name: str, arguments: Any) -> Answer:
 
 
 def _bounded(text: str) -> str:
-    return bounded_text(text, ANSWER_CHARS, "answer")
+    return printable(bounded_text(text, ANSWER_CHARS, "answer"))
 
 
 def _identity(held: GatewaySandbox) -> str:

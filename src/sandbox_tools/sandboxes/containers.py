@@ -37,6 +37,10 @@ OWNER_LABEL = "sandbox-tools.owner-pid"
 # client: the gateway removes only containers it made (or was told to keep), and what a
 # killed gateway left behind is findable by this label.
 MCP_GATEWAY_LABEL = "sandbox-tools.mcp-gateway"
+# The gateway process that made it (mcp_gateway/owner.py), and whether it was made to be
+# kept after its gateway ends: what `tools cleanup --mcp` reads.
+MCP_OWNER_LABEL = "sandbox-tools.mcp-gateway.owner"
+MCP_KEEP_LABEL = "sandbox-tools.mcp-gateway.keep"
 
 
 class ContainerTracker:
@@ -63,7 +67,7 @@ class ContainerTracker:
             self._live.clear()
         for container in live:
             with contextlib.suppress(Exception):
-                container.remove(force=True)
+                container.remove(force=True, v=True)
         return len(live)
 
 
@@ -104,7 +108,8 @@ class ContainerPolicy:
             self.echo(f"+ docker rm -f {container.short_id}")
         if not self.keep:
             with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+                # v: the anonymous volumes an image's VOLUME made go with it.
+                container.remove(force=True, v=True)
 
 
 def _owned(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,87 @@
+"""`tools cleanup --mcp`: the containers gateways made and left behind when killed.
+
+A gateway removes what it made when its client goes away, on SIGTERM and SIGHUP, and
+when its loop dies; a SIGKILL (a client that gives up waiting) leaves them running. Each
+is labelled with its sandbox id, its owner (owner.py) and, if made to be kept, the keep
+label. A container is removed here only if all of these hold: its owner ran on this
+host and is gone, it was not made to be kept, and the labels are its own, not its
+image's (an image can carry any label, and so make a user's container look like ours).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import docker.errors
+from docker import DockerClient
+
+from sandbox_tools.mcp_gateway.owner import Owner, owner_state
+from sandbox_tools.sandboxes.containers import (
+    MCP_GATEWAY_LABEL,
+    MCP_KEEP_LABEL,
+    MCP_OWNER_LABEL,
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    """One container with the gateway's label, and what cleanup makes of it."""
+
+    name: str
+    sandbox: str
+    verdict: str  # "removed", or why it stays
+    removed: bool
+
+
+def _labels(attrs: Any) -> dict[str, str]:
+    config = attrs.get("Config") if isinstance(attrs, dict) else None
+    labels = config.get("Labels") if isinstance(config, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def _verdict(labels: dict[str, str], image_labels: dict[str, str]) -> str | None:
+    """Why a labelled container stays, or None: it is a dead gateway's to remove."""
+    if any(key in image_labels for key in (MCP_GATEWAY_LABEL, MCP_OWNER_LABEL)):
+        return "stays: its image carries the gateway's labels, so they prove nothing"
+    if labels.get(MCP_KEEP_LABEL) == "1":
+        return "stays: made with keep"
+    owner = labels.get(MCP_OWNER_LABEL)
+    state = owner_state(owner) if owner else Owner.ELSEWHERE
+    if state is Owner.ALIVE:
+        return f"stays: its gateway ({owner}) still runs"
+    if state is Owner.ELSEWHERE:
+        return f"stays: made by a gateway on another host ({owner or 'unknown'})"
+    return None
+
+
+def cleanup_leftovers(
+    client: DockerClient, *, say: Callable[[Found], None] | None = None
+) -> list[Found]:
+    """Remove what killed gateways of this host left; every labelled container found,
+    with its verdict."""
+    found: list[Found] = []
+    listed = client.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})
+    for container in listed:
+        labels = _labels(container.attrs)
+        try:
+            image_labels = _labels(client.images.get(container.attrs["Image"]).attrs)
+        except (docker.errors.DockerException, KeyError):
+            image_labels = {}
+        verdict = _verdict(labels, image_labels)
+        if verdict is None:
+            try:
+                container.remove(force=True, v=True)
+                verdict, removed = "removed: its gateway is gone", True
+            except docker.errors.NotFound:
+                verdict, removed = "gone already", False
+            except docker.errors.APIError as exc:
+                verdict, removed = f"not removed: {exc.explanation or exc}", False
+        else:
+            removed = False
+        one = Found(str(container.name), labels.get(MCP_GATEWAY_LABEL, "?"), verdict, removed)
+        found.append(one)
+        if say is not None:
+            say(one)
+    return found

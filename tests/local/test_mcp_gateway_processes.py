@@ -1,0 +1,83 @@
+"""The gateway's owner label and its refusal of a project file, with real processes (no
+container): a gone gateway told from a live one by pid and start time, and `tools mcp`
+started in a repository whose pyproject.toml would stop any other command."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from sandbox_tools.mcp_gateway.owner import Owner, gateway_owner, owner_state
+from tests.support import SRC
+
+
+def test_an_owner_label_tells_a_live_gateway_from_a_gone_one() -> None:
+    assert owner_state(gateway_owner()) is Owner.ALIVE
+    host = socket.gethostname()
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert owner_state(f"{host}/{gone.stdout.strip()}/1") is Owner.GONE
+    pid = os.getpid()
+    assert owner_state(f"{host}/{pid}/1") is Owner.GONE  # the pid, but a later process
+    assert owner_state(f"another-host/{pid}/1") is Owner.ELSEWHERE
+    assert owner_state("garbage") is Owner.ELSEWHERE
+
+
+def test_tools_mcp_reads_no_project_file(tmp_path: Path) -> None:
+    """A repository's pyproject.toml whose table would stop any other command (an
+    unknown key) does not reach `tools mcp`: it answers initialize and lists its tools."""
+    (tmp_path / "pyproject.toml").write_text("[tool.sandbox-tools]\nno-such-key = 1\n")
+    env = {**os.environ, "PYTHONPATH": SRC}
+    refused = subprocess.run(
+        [sys.executable, "-m", "sandbox_tools.cli", "cleanup", "--mcp"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "no-such-key" in refused.stderr
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        server.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        server.stdin.flush()
+        answers = [json.loads(server.stdout.readline()) for _ in range(2)]
+        server.stdin.close()
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert [a["id"] for a in answers] == [1, 2]
+    assert "sandbox_create" in {tool["name"] for tool in answers[1]["result"]["tools"]}

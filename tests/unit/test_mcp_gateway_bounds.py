@@ -1,0 +1,171 @@
+"""What the gateway refuses or bounds before anything reaches the engine or the client:
+each case is an attack an attacker walk made (a container reached that the user never
+named, an option that wedged the engine, a repository choosing the runtime, terminal
+control sequences sent to the user's terminal, a label an image carries) and now fails."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_tools.errors import RefusedToolCall
+from sandbox_tools.injector.options import InjectionOptions
+from sandbox_tools.mcp_gateway.cleanup import _verdict
+from sandbox_tools.mcp_gateway.owner import gateway_owner
+from sandbox_tools.mcp_gateway.registry import Sandboxes, attach_problem
+from sandbox_tools.mcp_gateway.spec import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    DEFAULT_PIDS,
+    LOG_CONFIG,
+    ContainerSpec,
+)
+from sandbox_tools.mcp_gateway.tools import call_tool, printable
+from sandbox_tools.sandboxes.containers import (
+    MCP_GATEWAY_LABEL,
+    MCP_KEEP_LABEL,
+    MCP_OWNER_LABEL,
+    ContainerPolicy,
+)
+from sandbox_tools.settings import load_settings
+
+
+def _no_engine() -> Any:
+    raise AssertionError("this call must not reach the engine")
+
+
+def _sandboxes(attachable: tuple[str, ...] = ()) -> Sandboxes:
+    return Sandboxes(_no_engine, InjectionOptions(), ContainerPolicy(), attachable=attachable)
+
+
+@pytest.mark.parametrize(
+    "container", ["postgres", "3f2a", "a" * 64, "sandbox-tools-mcp-0000", "", "my-dev "]
+)
+async def test_attach_reaches_only_a_container_the_user_listed_and_says_the_same_for_all(
+    container: str,
+) -> None:
+    answer = await call_tool(_sandboxes(("my-dev",)), "sandbox_attach", {"container": container})
+    assert answer.is_error
+    shown = repr(container[:80])
+    assert answer.text == (
+        f"container {shown} is not one this server may attach to. The user lists those "
+        "when starting it (tools mcp --attach NAME; listed: my-dev); sandbox_create makes "
+        "a new container instead"
+    )
+
+
+def _attrs(name: str = "/dev", **host: Any) -> dict[str, Any]:
+    labels = host.pop("labels", {})
+    return {"Id": "f" * 64, "Name": name, "HostConfig": host, "Config": {"Labels": labels}}
+
+
+@pytest.mark.parametrize(
+    ("named", "attrs", "said"),
+    [
+        ("dev", _attrs(), None),
+        ("f" * 64, _attrs(), None),
+        ("fff", _attrs(), "not on the engine under that exact name or id"),
+        ("de", _attrs(), "not on the engine under that exact name or id"),
+        ("dev", _attrs(Privileged=True), "not isolated from the host (privileged)"),
+        ("dev", _attrs(NetworkMode="host"), "not isolated from the host (network)"),
+        ("dev", _attrs(PidMode="host", IpcMode="host"), "(pid, ipc)"),
+        ("dev", _attrs(labels={MCP_GATEWAY_LABEL: "sbx-1"}), "made by an MCP gateway"),
+    ],
+)
+def test_a_listed_container_is_attached_only_by_its_exact_name_and_only_if_isolated(
+    named: str, attrs: dict[str, Any], said: str | None
+) -> None:
+    problem = attach_problem(named, attrs)
+    assert (problem is None) if said is None else (problem is not None and said in problem)
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        (ContainerSpec(image="x", tmpfs={"/" + "a" * 45_000: "exec"}), "tmpfs path"),
+        (ContainerSpec(image="x", tmpfs={"/tmp": "exec\nsize=1g"}), "tmpfs options"),
+        (ContainerSpec(image="x", tmpfs={"/tmp,uid=0": ""}), "tmpfs path"),
+        (ContainerSpec(image="x", tmpfs={"/": ""}), "other than /"),
+        (ContainerSpec(image="x", tmpfs={f"/t{i}": "" for i in range(9)}), "at most 8 mounts"),
+        (ContainerSpec(image="x", environment={f"V{i}": "" for i in range(257)}), "256 var"),
+        (ContainerSpec(image="x", environment={"V": "x" * 70_000}), "characters in all"),
+        (ContainerSpec(image="x", working_dir="relative"), "working_dir"),
+        (ContainerSpec(image="x", working_dir="/" + "w" * 2000), "working_dir"),
+        (ContainerSpec(image="x" * 600), "image must be"),
+        (ContainerSpec(image="x", user="u" * 65), "user must be"),
+        (ContainerSpec(image="x", mem_limit="lots"), "mem_limit"),
+    ],
+)
+def test_an_option_no_engine_should_be_handed_is_refused_before_it_is(
+    spec: ContainerSpec, said: str
+) -> None:
+    with pytest.raises(RefusedToolCall, match="sandbox_create: ") as refused:
+        spec.check()
+    assert said in refused.value.message and len(refused.value.message) < 2000
+
+
+def test_every_container_gets_memory_process_cpu_and_log_bounds() -> None:
+    spec = ContainerSpec(image="x")
+    spec.check()
+    options = spec.run_options(engine_cpus=8)
+    assert options["mem_limit"] == DEFAULT_MEMORY and options["pids_limit"] == DEFAULT_PIDS
+    assert options["nano_cpus"] == int(DEFAULT_CPUS * 1e9)
+    assert options["log_config"] == LOG_CONFIG and options["init"] is True
+    assert spec.run_options(engine_cpus=1)["nano_cpus"] == 1_000_000_000
+    chosen = ContainerSpec(image="x", mem_limit="8g", pids_limit=50, cpus=0.5).run_options(8)
+    assert (chosen["mem_limit"], chosen["pids_limit"], chosen["nano_cpus"]) == (
+        "8g",
+        50,
+        500_000_000,
+    )
+
+
+async def test_the_bounds_reach_the_model_as_an_error_result() -> None:
+    answer = await call_tool(
+        _sandboxes(), "sandbox_create", {"image": "x", "tmpfs": {"/" + "a" * 45_000: ""}}
+    )
+    assert answer.is_error and "tmpfs path" in answer.text and len(answer.text) < 2000
+    answer = await call_tool(_sandboxes(), "sandbox_create", {"image": "x", "pids_limit": 0})
+    assert answer.is_error and "pids_limit" in answer.text
+
+
+def test_terminal_control_sequences_never_reach_the_client() -> None:
+    raw = (
+        "\x1b[31mred\x1b[0m\r\n"  # colour, CRLF
+        "\x1b]0;a new title\x07"  # window title
+        "\x1b]52;c;ZXZpbA==\x07"  # clipboard
+        "\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ "  # hyperlink
+        "over\rwrite\x00nul\x9bcsi\x7f"
+    )
+    shown = printable(raw)
+    assert shown == "red\nlink over\\x0dwrite\\x00nul\\x9bcsi\\x7f"
+    assert printable("tab\tand\nnewline stay") == "tab\tand\nnewline stay"
+
+
+def test_cleanup_removes_only_what_a_gone_gateway_of_this_host_made_unkept() -> None:
+    host = socket.gethostname()
+    dead = f"{host}/999999999/1"
+    ours = {MCP_GATEWAY_LABEL: "sbx-1", MCP_OWNER_LABEL: dead}
+    assert _verdict(ours, {}) is None
+    assert "keep" in str(_verdict({**ours, MCP_KEEP_LABEL: "1"}, {}))
+    assert "still runs" in str(_verdict({**ours, MCP_OWNER_LABEL: gateway_owner()}, {}))
+    assert "another host" in str(_verdict({**ours, MCP_OWNER_LABEL: f"x/{1}/1"}, {}))
+    assert "another host" in str(_verdict({MCP_GATEWAY_LABEL: "sbx-1"}, {}))
+    # An image can carry the labels: a user's container of it is never taken for ours.
+    assert "its image carries" in str(_verdict(ours, {MCP_GATEWAY_LABEL: "sbx-1"}))
+    assert "its image carries" in str(_verdict(ours, {MCP_OWNER_LABEL: dead}))
+
+
+def test_a_project_file_is_not_read_where_the_caller_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "pyproject.toml"
+    project.write_text('[tool.sandbox-tools]\nkeep-containers = true\ndist = "evil"\n')
+    assert load_settings({}, project).keep_containers
+    monkeypatch.chdir(tmp_path)
+    assert load_settings({}).dist is not None
+    clean = load_settings({}, read_project=False)
+    assert not clean.keep_containers and clean.dist is None
