@@ -196,3 +196,22 @@ def built_browser(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) 
         return cache[arch]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def browser_dist(
+    built_artifacts: Any, built_browser: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """One directory holding this host's runtime, its browser add-on and both build
+    records: what the `Dist` source of acquisition (injector/acquire.py) reads, so a
+    test's SANDBOX_TOOLS_DIST finds both builds of this session."""
+    from sandbox_tools.artifacts import write_build_records
+
+    arch = Arch.parse(os.uname().machine)
+    runtime, runtime_path = built_artifacts(arch)
+    browser, browser_path = built_browser(arch)
+    dist = tmp_path_factory.mktemp("runtime-and-browser-dist")
+    for path in (runtime_path, browser_path):
+        (dist / path.name).symlink_to(path)
+    write_build_records(dist, [runtime, browser])
+    return dist

@@ -205,26 +205,6 @@ def serve_offline_web() -> Any:
     return solve
 
 
-# -- the runtime and the add-on: this session's builds, as a local dist ------------------
-
-
-@pytest.fixture(scope="module")
-def browser_dist(
-    built_artifacts: Any, built_browser: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """One directory holding the runtime, the browser add-on and both build records:
-    what the `Dist` source of acquisition (injector/acquire.py) reads."""
-    from sandbox_tools.artifacts import write_build_records
-
-    runtime, runtime_path = built_artifacts(HOST_ARCH)
-    browser, browser_path = built_browser(HOST_ARCH)
-    dist = tmp_path_factory.mktemp("browser-suite-dist")
-    for path in (runtime_path, browser_path):
-        (dist / path.name).symlink_to(path)
-    write_build_records(dist, [runtime, browser])
-    return dist
-
-
 @pytest.fixture
 def image(python_image: str, browser_dist: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The Debian image with python3; acquisition finds the builds in `browser_dist`."""

@@ -14,6 +14,7 @@ own."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import contextlib
 import json
@@ -32,8 +33,9 @@ pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 import docker.errors
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, ImageContent, TextContent
 
+from sandbox_tools.mcp_gateway.browser import RUNTIME_TOOLS as RUNTIME_BROWSER_TOOLS
 from sandbox_tools.mcp_gateway.registry import MAX_SANDBOXES
 from sandbox_tools.mcp_gateway.spec import DEFAULT_CPUS, DEFAULT_PIDS, LOG_CONFIG
 from sandbox_tools.mcp_gateway.tools import ANSWER_CHARS, RESULT_CHARS
@@ -112,7 +114,8 @@ class Gateway:
 
 
 def text(result: CallToolResult) -> str:
-    (content,) = result.content
+    """The answer's text (a screenshot's image follows it)."""
+    content = result.content[0]
     assert isinstance(content, TextContent)
     return content.text
 
@@ -127,9 +130,9 @@ def images(docker_engine: Any) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def gateway_env(built_artifacts: Any) -> dict[str, str]:
-    _record, path = built_artifacts(arches_under_test()[0])
-    env = {**os.environ, "PYTHONPATH": SRC, "SANDBOX_TOOLS_DIST": str(path.parent)}
+def gateway_env(browser_dist: Path) -> dict[str, str]:
+    """The gateway's environment: this session's runtime and browser add-on builds."""
+    env = {**os.environ, "PYTHONPATH": SRC, "SANDBOX_TOOLS_DIST": str(browser_dist)}
     env.pop("SANDBOX_TOOLS_KEEP_CONTAINERS", None)
     return env
 
@@ -182,6 +185,7 @@ def test_the_tools_and_their_schemas_are_listed(gateway: Gateway) -> None:
         "exec_start",
         "exec_poll",
         "exec_kill",
+        *(tool.name for tool in RUNTIME_BROWSER_TOOLS),
     }
     bash = tools["bash"].inputSchema
     assert bash["required"] == ["sandbox"]
@@ -576,3 +580,119 @@ def test_cleanup_removes_what_a_killed_gateway_left_but_not_the_kept_or_a_lookal
         base.remove(force=True)
         with contextlib.suppress(docker.errors.ImageNotFound):
             docker_engine.images.remove(lookalike_image, force=True)
+
+
+def test_inspect_runs_a_react_agent_through_the_gateway(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    """A third-party client: inspect_ai's own `mcp_server_stdio` starts the gateway, and
+    its `react()` agent (mockllm, answering from what the tools said) makes a sandbox,
+    runs a command in it, reads the file it wrote, closes it and submits the result."""
+    from inspect_ai import Task, eval
+    from inspect_ai.agent import react
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ChatMessage, ChatMessageTool, ModelOutput, ModelUsage, get_model
+    from inspect_ai.scorer import includes
+    from inspect_ai.tool import mcp_server_stdio
+
+    model = "mockllm/model"
+
+    def said(message: ChatMessage) -> str:
+        return message.text if isinstance(message, ChatMessageTool) else ""
+
+    def agent(input: list[ChatMessage], *_: Any) -> ModelOutput:
+        """The next call, from the tool answers so far (the sandbox id among them)."""
+        answers = [said(m) for m in input if isinstance(m, ChatMessageTool)]
+        sandbox = next(
+            (word.rstrip(":.") for a in answers for word in a.split() if word.startswith("sbx-")),
+            "",
+        )
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("sandbox_create", {"image": images["busybox"], "user": "1000:1000"}),
+            ("bash", {"sandbox": sandbox, "input": "echo $((6*7)) > /tmp/answer; id -u\n"}),
+            ("text_editor", {"sandbox": sandbox, "command": "view", "path": "/tmp/answer"}),
+            ("sandbox_close", {"sandbox": sandbox}),
+        ]
+        if len(answers) < len(calls):
+            name, arguments = calls[len(answers)]
+            output = ModelOutput.for_tool_call(model, name, arguments)
+        else:
+            viewed = answers[2].split()
+            output = ModelOutput.for_tool_call(model, "submit", {"answer": viewed[-1]})
+        output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        return output
+
+    server = mcp_server_stdio(
+        name="sandbox-tools",
+        command=sys.executable,
+        args=["-m", "sandbox_tools.cli", "mcp"],
+        env=gateway_env,
+    )
+    task = Task(
+        dataset=[Sample(input="Compute 6*7 in a sandbox.", target="42")],
+        solver=react(tools=[server]),
+        scorer=includes(),
+    )
+    (log,) = eval(
+        task,
+        model=get_model(model, custom_outputs=agent),
+        log_dir=str(tmp_path / "logs"),
+        display="none",
+    )
+    assert log.status == "success", log.error
+    assert log.samples is not None
+    (sample,) = log.samples
+    assert sample.error is None, sample.error
+    answers = [m.text for m in sample.messages if isinstance(m, ChatMessageTool)]
+    assert all(not m.error for m in sample.messages if isinstance(m, ChatMessageTool))
+    assert "Created sandbox sbx-" in answers[0] and "1000" in answers[1], answers
+    assert "removed" in answers[3], answers
+    assert sample.scores is not None and next(iter(sample.scores.values())).value == "C"
+    made = answers[0].split("container ")[1].split()[0]
+    with pytest.raises(docker.errors.NotFound):
+        docker_engine.containers.get(made)
+
+
+PAGE = """<!doctype html><title>Greeter</title>
+<h1 id="out">Nobody yet</h1>
+<input aria-label="Name" id="name">
+<button onclick="document.getElementById('out').textContent =
+  'Hello, ' + document.getElementById('name').value">Greet</button>
+"""
+
+
+def element(tree: str, pattern: str) -> int:
+    """The id the page tree gives the first element matching `pattern`."""
+    import re
+
+    found = re.search(rf"\[(\d+)\] {pattern}", tree)
+    assert found, tree
+    return int(found.group(1))
+
+
+def test_the_sandboxes_browser_navigates_types_clicks_and_shows_a_screenshot(
+    gateway: Gateway, debian: str
+) -> None:
+    """The browser tools, relayed to the runtime's browser server in the sandbox (the
+    add-on installed by the first call): a page of the sandbox's own files, a field
+    typed into, a button clicked, the page changed by it, and a PNG of the viewport."""
+    gateway.ok("text_editor", sandbox=debian, command="create", path="/root/p.html", file_text=PAGE)
+    page = text(gateway.ok("browser_navigate", sandbox=debian, url="file:///root/p.html"))
+    assert "URL: file:///root/p.html" in page and "Nobody yet" in page, page
+    field = element(page, 'textbox "Name"')
+    gateway.ok("browser_type", sandbox=debian, element_id=field, text="Ada")
+    page = text(gateway.ok("browser_snapshot", sandbox=debian))
+    after = text(
+        gateway.ok("browser_click", sandbox=debian, element_id=element(page, 'button "Greet"'))
+    )
+    assert "Hello, Ada" in after, after
+    shot = gateway.ok("browser_screenshot", sandbox=debian)
+    images = [part for part in shot.content if isinstance(part, ImageContent)]
+    assert len(images) == 1 and images[0].mimeType == "image/png"
+    assert base64.b64decode(images[0].data).startswith(b"\x89PNG\r\n\x1a\n")
+    tabs = text(gateway.ok("browser_tabs", sandbox=debian, action="list"))
+    assert "Greeter" in tabs, tabs
+    missing = gateway.call("browser_click", sandbox=debian, element_id=99999)
+    assert missing.isError and "Traceback" not in text(missing)
+    offline = gateway.call("browser_navigate", sandbox=debian, url="http://192.0.2.1/")
+    assert offline.isError  # network none: nothing outside the sandbox is reached

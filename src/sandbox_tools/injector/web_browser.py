@@ -56,6 +56,8 @@ SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # The viewport's PNG is a few MB; the runtime refuses one over 16 MiB.
 MAX_SCREENSHOT_BYTES = 16 << 20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# The runtime's subcommand that serves its browser as MCP tools on stdio.
+BROWSER_MCP_COMMAND = "browser-mcp"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,12 @@ from inspect_ai.util import store
 
 from sandbox_tools import errors
 from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
-from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, new_browser_session
+from sandbox_tools.injector.web_browser import (
+    BROWSER_MCP_COMMAND,
+    BrowserPage,
+    BrowserSession,
+    new_browser_session,
+)
 from sandbox_tools.inspect.tools import (
     _Bound,
     _bound_for,
@@ -37,7 +42,6 @@ from sandbox_tools.protocol import ErrorReason
 from sandbox_tools.runtime.tools.web_browser.tool_types import SCROLL_DIRECTIONS, ScrollDirection
 
 _SESSION_KEY = "sandbox_tools:web_browser:"
-BROWSER_MCP_COMMAND = "browser-mcp"  # the runtime's subcommand that serves MCP on stdio
 # Inline images in a tree line (the runtime already shortens them; a page's own text may
 # still carry one) are cut there, as inspect's host does: base64 is noise to a model.
 # An inline image's data, cut from the end of a tree line: one pass over the text, no

@@ -37,6 +37,7 @@ from sandbox_tools.injector.tool_clients import (
     session_gone,
     start_bash_session,
 )
+from sandbox_tools.mcp_gateway.browser import SandboxBrowser
 from sandbox_tools.mcp_gateway.jobs import Job
 from sandbox_tools.mcp_gateway.owner import gateway_owner
 from sandbox_tools.mcp_gateway.spec import ContainerSpec
@@ -96,6 +97,14 @@ class GatewaySandbox:
     session: str | None = None  # the one bash session, started by the first bash call
     shell_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     closing: bool = False  # sandbox_close or the disconnection took it: no more calls
+    _browser: SandboxBrowser | None = field(default=None, repr=False)
+
+    @property
+    def browser(self) -> SandboxBrowser:
+        """The sandbox's one browser (its server started by the first browser call)."""
+        if self._browser is None:
+            self._browser = SandboxBrowser(self.support, self.user)
+        return self._browser
 
     @property
     def made(self) -> bool:
@@ -170,6 +179,8 @@ class GatewaySandbox:
         container itself is the caller's to remove."""
         await asyncio.gather(*(job.close(kill=end_work) for job in self.jobs.values()))
         self.jobs.clear()
+        if self._browser is not None:
+            await self._browser.close()
         if self.session is not None and end_work:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(

@@ -36,10 +36,11 @@ log = logging.getLogger(__name__)
 SERVER_NAME = "sandbox-tools"
 INSTRUCTIONS = (
     "Containers as sandboxes for your work: sandbox_create starts one from a local image "
-    "(or sandbox_attach uses a running container the user names), and its id goes to "
+    "(or sandbox_attach uses a running container the user listed), and its id goes to "
     "every other tool: bash for a persistent shell, text_editor for files, exec_start / "
-    "exec_poll / exec_kill for long-running commands. Containers made here are removed "
-    "when this session ends unless made with keep."
+    "exec_poll / exec_kill for long-running commands, browser_* for a headless browser "
+    "inside the sandbox (it reaches what the sandbox reaches). Containers made here are "
+    "removed when this session ends unless made with keep."
 )
 # Signals that end the server the way a closed stdin does, cleanup included.
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -65,8 +66,11 @@ def gateway_server(sandboxes: Sandboxes) -> Server[Any, Any]:
 
 
 def as_result(answer: Answer) -> types.CallToolResult:
+    images = [
+        types.ImageContent(type="image", data=png, mimeType="image/png") for png in answer.images
+    ]
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=answer.text)],
+        content=[types.TextContent(type="text", text=answer.text), *images],
         structuredContent=answer.structured,
         isError=answer.is_error,
     )

@@ -26,9 +26,13 @@ from sandbox_tools.errors import RefusedToolCall, SandboxToolsError, ToolError
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions
 from sandbox_tools.injector.jsonrpc_client import bounded_text
 from sandbox_tools.injector.tool_clients import text_editor
+from sandbox_tools.mcp_gateway.browser import DOCS as BROWSER_DOCS
+from sandbox_tools.mcp_gateway.browser import FIRST_CALL_NOTE, SESSION_FIELD, arguments_of
+from sandbox_tools.mcp_gateway.browser import RUNTIME_TOOLS as RUNTIME_BROWSER_TOOLS
 from sandbox_tools.mcp_gateway.jobs import JobReport
 from sandbox_tools.mcp_gateway.registry import GatewaySandbox, Sandboxes
 from sandbox_tools.mcp_gateway.schemas import (
+    SANDBOX_FIELD,
     argument_problem,
     input_schema,
     parse_problem,
@@ -39,7 +43,14 @@ from sandbox_tools.mcp_gateway.spec import (
     DEFAULT_PIDS,
     ContainerSpec,
 )
-from sandbox_tools.runtime.jsonrpc import InvalidParams, WireParams, env_map, string_map, wire
+from sandbox_tools.runtime.jsonrpc import (
+    InvalidParams,
+    WireParams,
+    env_map,
+    string_map,
+    wire,
+    wire_fields,
+)
 from sandbox_tools.runtime.tools.bash_session.tool_types import (
     DEFAULT_MAX_OUTPUT_BYTES,
     InteractParams,
@@ -78,6 +89,7 @@ class Answer:
     text: str
     structured: dict[str, Any] | None = None
     is_error: bool = False
+    images: tuple[str, ...] = ()  # base64 PNGs (a browser screenshot), after the text
 
 
 def refusal(text: str) -> Answer:
@@ -392,7 +404,31 @@ async def _exec_kill(sandboxes: Sandboxes, params: Any) -> Answer:
     return _job_answer(held, report)
 
 
+def _browser_tool(name: str) -> Run:
+    """A runtime browser tool, relayed to the sandbox's browser server with the
+    arguments its own dataclass parsed (less the sandbox and the session it holds)."""
+
+    async def run(sandboxes: Sandboxes, params: Any) -> Answer:
+        assert isinstance(params, WireParams)
+        held = sandboxes.get(params.sandbox)  # type: ignore[attr-defined]
+        arguments = {
+            key: value
+            for key, value in params.to_params().items()
+            if key not in (SANDBOX_FIELD, SESSION_FIELD)
+        }
+        answer = await held.browser.call(name, arguments, ANSWER_CHARS)
+        return Answer(_bounded(answer.text), is_error=answer.is_error, images=answer.images)
+
+    return run
+
+
 Run = Callable[[Sandboxes, Any], Awaitable[Answer]]
+
+
+def _browser_docs(params: type[WireParams] | None) -> dict[str, str]:
+    """The gateway's docs for those of a browser tool's fields the runtime left without."""
+    names = {f.name for f in wire_fields(params)} if params is not None else set()
+    return {name: doc for name, doc in BROWSER_DOCS.items() if name in names}
 
 
 @dataclass(frozen=True)
@@ -505,6 +541,17 @@ TOOLS = [
         filled={"ack_seq": 0},
         docs={"pid": PID_DOC},
     ),
+]
+TOOLS += [
+    GatewayTool(
+        tool.name,
+        tool.description + FIRST_CALL_NOTE,
+        arguments_of(tool, SANDBOX_DOC),
+        _browser_tool(tool.name),
+        filled={SESSION_FIELD: ""},
+        docs=_browser_docs(tool.params),
+    )
+    for tool in RUNTIME_BROWSER_TOOLS
 ]
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
 SCHEMAS = {  # made once, at import: a field without a doc fails here, not at a call
