@@ -696,3 +696,42 @@ def test_the_sandboxes_browser_navigates_types_clicks_and_shows_a_screenshot(
     assert missing.isError and "Traceback" not in text(missing)
     offline = gateway.call("browser_navigate", sandbox=debian, url="http://192.0.2.1/")
     assert offline.isError  # network none: nothing outside the sandbox is reached
+
+
+def test_the_documented_python_client_runs_as_written_offline(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    """docs/MCP_GATEWAY.md's Python example, as written, in a fresh interpreter: the
+    console script `sandbox-tools` on PATH (here a shim to this checkout) and the
+    `busybox:offline` image it names (this session's busybox image, tagged so)."""
+    from tests.docs.blocks import ROOT, code_blocks
+
+    (block,) = [
+        b
+        for b in code_blocks([ROOT / "docs" / "MCP_GATEWAY.md"])
+        if b.kind == "python" and "echo hello from uid $(id -u)" in b.source
+    ]
+    docker_engine.images.get(images["busybox"]).tag("busybox", "offline")
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    shim = shims / "sandbox-tools"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m sandbox_tools.cli "$@"\n')
+    shim.chmod(0o755)
+    script = tmp_path / "example.py"
+    script.write_text(block.source)
+    before = made_by_gateways(docker_engine)
+    env = {**gateway_env, "PATH": f"{shims}{os.pathsep}{gateway_env.get('PATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "hello from uid 1000" in done.stdout, done.stdout
+    eventually(
+        lambda: made_by_gateways(docker_engine) <= before,
+        "the example's container is removed when its client closes",
+    )
+
+
+def made_by_gateways(engine: Any) -> set[str]:
+    """The ids of every container on the engine with the gateway's label."""
+    return {c.id for c in engine.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})}

@@ -12,12 +12,15 @@ still removes the containers it made, from outside the loop, before the process 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
 import logging
 import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 from docker import DockerClient
@@ -46,6 +49,8 @@ INSTRUCTIONS = (
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 # The longest line read from the client: a message past it ends the connection.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# The streamable HTTP transport's one endpoint.
+HTTP_PATH = "/mcp"
 
 
 def gateway_server(sandboxes: Sandboxes) -> Server[Any, Any]:
@@ -142,12 +147,98 @@ async def _stdin_on_the_loop() -> _Lines | None:
     return _Lines(reader)
 
 
+@dataclass(frozen=True)
+class HttpListener:
+    """Where `tools mcp --http` listens (loopback only) and the secret a client must
+    send as `Authorization: Bearer <token>`."""
+
+    port: int
+    token: str
+
+
+async def serve_http(sandboxes: Sandboxes, listener: HttpListener) -> None:
+    """Serve MCP's streamable HTTP on 127.0.0.1 until SIGINT or SIGTERM; then close every
+    sandbox. Every client with the token shares the server's sandboxes: they live until
+    the server ends (or sandbox_close), not per HTTP session. A request without the
+    token, or with another Host or Origin than this loopback address (DNS rebinding: a web
+    page the user opens must not reach the server), is refused before the SDK sees it."""
+    import uvicorn
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = [f"127.0.0.1:{listener.port}", f"localhost:{listener.port}"]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{host}" for host in hosts],
+    )
+    manager = StreamableHTTPSessionManager(
+        app=gateway_server(sandboxes), security_settings=security
+    )
+    expected = f"Bearer {listener.token}".encode()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"authorization", b"")
+        if scope.get("path") not in (HTTP_PATH, HTTP_PATH + "/"):
+            await _plain(send, 404, f"not found: the MCP endpoint is {HTTP_PATH}")
+        elif not hmac.compare_digest(given, expected):
+            await _plain(send, 401, "send Authorization: Bearer <the token file's content>")
+        else:
+            await manager.handle_request(scope, receive, send)
+
+    class Web(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn's own handlers raise the signal again once it stopped, which would
+            # end the process before the sandboxes are closed: the gateway's end it.
+            yield
+
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=listener.port, log_level="warning", lifespan="off"
+    )
+    web = Web(config)
+    loop = asyncio.get_running_loop()
+    for signum in (*ENDING_SIGNALS, signal.SIGINT):
+        loop.add_signal_handler(signum, setattr, web, "should_exit", True)
+    try:
+        async with manager.run():
+            log.info("serving MCP on http://127.0.0.1:%d%s", listener.port, HTTP_PATH)
+            await web.serve()
+        log.info("ended by a signal")
+    finally:
+        for signum in (*ENDING_SIGNALS, signal.SIGINT):
+            loop.add_signal_handler(signum, log.info, "ending already: cleaning up")
+        try:
+            count, started = len(sandboxes.held()), loop.time()
+            await sandboxes.aclose()
+            log.info("closed %d sandbox(es) in %.1f s", count, loop.time() - started)
+        finally:
+            for signum in (*ENDING_SIGNALS, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+
+
+async def _plain(send: Any, status: int, text: str) -> None:
+    body = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body))],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 def run_gateway(
     engine: Callable[[], DockerClient],
     injection: InjectionOptions,
     policy: ContainerPolicy,
     *,
     attachable: Iterable[str] = (),
+    http: HttpListener | None = None,
     log_level: int = logging.INFO,
 ) -> None:
     """The `tools mcp` command's body: log to stderr (stdout carries the protocol alone),
@@ -155,7 +246,7 @@ def run_gateway(
     _log_to_stderr(log_level)
     sandboxes = Sandboxes(engine, injection, policy, attachable=attachable)
     try:
-        asyncio.run(serve_stdio(sandboxes))
+        asyncio.run(serve_stdio(sandboxes) if http is None else serve_http(sandboxes, http))
     except KeyboardInterrupt:
         log.info("interrupted")
     finally:
@@ -170,3 +261,14 @@ def _log_to_stderr(level: int) -> None:
     root = logging.getLogger("sandbox_tools")
     root.addHandler(handler)
     root.setLevel(level)
+    root.propagate = False  # the SDK configures the root logger too: each line once
+    logging.getLogger("mcp.server.streamable_http").addFilter(_client_went_away)
+
+
+def _client_went_away(record: logging.LogRecord) -> bool:
+    """Drop the SDK's error for a client that closed its event stream (it disconnected,
+    as clients do), which it logs with a traceback; keep every other record."""
+    closed = record.exc_info is not None and type(record.exc_info[1]).__name__ == (
+        "ClosedResourceError"
+    )
+    return not (closed and record.getMessage().startswith("Error in standalone SSE writer"))
