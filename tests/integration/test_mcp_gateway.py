@@ -275,6 +275,26 @@ def test_a_job_is_polled_to_its_end_and_another_killed(gateway: Gateway, debian:
     gone = gateway.call("exec_poll", sandbox=debian, pid=pid)
     assert gone.isError and f"has no job with pid {pid}" in text(gone)
 
+    # A client that asks for progress sees each piece of output as it comes.
+    ticker = gateway.ok(
+        "exec_start", sandbox=debian, command="for i in 1 2 3; do echo tick $i; sleep 0.5; done"
+    )
+    assert ticker.structuredContent is not None
+    heard: list[str] = []
+
+    async def hear(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+
+    streamed = gateway.run(
+        gateway.session.call_tool(
+            "exec_poll",
+            {"sandbox": debian, "pid": ticker.structuredContent["pid"], "wait_ms": 20000},
+            progress_callback=hear,
+        )
+    )
+    assert not streamed.isError and "completed with exit code 0" in text(streamed)
+    assert len(heard) >= 2 and "".join(heard) == "tick 1\ntick 2\ntick 3\n", heard
+
     sleeper = gateway.ok("exec_start", sandbox=debian, command="echo started; sleep 1000")
     assert sleeper.structuredContent is not None
     pid = sleeper.structuredContent["pid"]

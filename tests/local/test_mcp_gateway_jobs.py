@@ -133,3 +133,18 @@ async def test_the_host_bounds_the_jobs_it_reads_whatever_the_runtime_allows() -
 
 def _no_engine() -> Any:
     raise AssertionError("no engine here")
+
+
+async def test_a_streamed_poll_reports_each_piece_as_it_comes_and_answers_with_all(
+    runtime_in_process: InProcessRuntime,
+) -> None:
+    job = await job_of(runtime_in_process, "for i in 1 2 3; do echo line $i; sleep 0.4; done")
+    pieces: list[str] = []
+
+    async def progress(text: str) -> None:
+        pieces.append(text)
+
+    report = await job.stream(wait=20, budget=1000, progress=progress)
+    assert len(pieces) >= 2, pieces  # the lines came apart in time, and so did the news
+    assert "".join(pieces) == report.taken.stdout == "line 1\nline 2\nline 3\n"
+    assert report.completed is not None and report.state == "completed"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
 from sandbox_tools.errors import RefusedToolCall, RuntimeTransportError
@@ -101,6 +101,30 @@ class Job:
             await self._fetch(wait)
         taken = take(self._unread, budget)
         return JobReport(self.pid, taken, self._completed if not self._unread else None)
+
+    async def stream(
+        self, wait: float, budget: int, progress: Callable[[str], Awaitable[None]]
+    ) -> JobReport:
+        """Like `read`, but for the whole `wait` (or until the job ends, or `budget`
+        characters were shown): each piece of output goes to `progress` as it comes, and
+        the answer holds all of them, so a client that shows no progress loses nothing."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        stdout: list[str] = []
+        stderr: list[str] = []
+        left = budget
+        while True:
+            report = await self.read(max(0.0, deadline - loop.time()), left)
+            taken = report.taken
+            if taken.stdout or taken.stderr:
+                await progress(taken.stdout + taken.stderr)
+                stdout.append(taken.stdout)
+                stderr.append(taken.stderr)
+                left -= len(taken.stdout) + len(taken.stderr)
+            if report.completed is not None or left <= 0 or loop.time() >= deadline:
+                break
+        shown = Taken("".join(stdout), "".join(stderr), report.taken.waiting)
+        return JobReport(self.pid, shown, report.completed)
 
     async def _fetch(self, wait: float) -> None:
         if self._next is None:

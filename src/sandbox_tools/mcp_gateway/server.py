@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import itertools
 import logging
 import os
 import signal
@@ -31,7 +32,7 @@ from mcp.server.stdio import stdio_server
 from sandbox_tools import __version__
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.mcp_gateway.registry import Sandboxes
-from sandbox_tools.mcp_gateway.tools import TOOLS, Answer, call_tool
+from sandbox_tools.mcp_gateway.tools import TOOLS, Answer, Progress, call_tool
 from sandbox_tools.sandboxes.containers import ContainerPolicy
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,31 @@ def gateway_server(sandboxes: Sandboxes) -> Server[Any, Any]:
         return types.ServerResult(listed)
 
     async def call(request: types.CallToolRequest) -> types.ServerResult:
-        answer = await call_tool(sandboxes, request.params.name, request.params.arguments)
+        answer = await call_tool(
+            sandboxes, request.params.name, request.params.arguments, _progress(server)
+        )
         return types.ServerResult(as_result(answer))
 
     server.request_handlers[types.ListToolsRequest] = list_tools
     server.request_handlers[types.CallToolRequest] = call
     return server
+
+
+def _progress(server: Server[Any, Any]) -> Progress | None:
+    """Progress notifications for the request being served, if its client asked for them
+    (a progress token in the request's _meta); None otherwise."""
+    context = server.request_context
+    token = context.meta.progressToken if context.meta is not None else None
+    if token is None:
+        return None
+    count = itertools.count(1)
+
+    async def notify(message: str) -> None:
+        await context.session.send_progress_notification(
+            token, next(count), message=message, related_request_id=str(context.request_id)
+        )
+
+    return notify
 
 
 def as_result(answer: Answer) -> types.CallToolResult:

@@ -82,6 +82,11 @@ MAX_CPUS = 1024.0
 SANDBOX_DOC = "The sandbox to act in: an id sandbox_create or sandbox_attach gave."
 
 
+# Where a tool may report what happens before it answers (MCP progress notifications,
+# when the client asked for them): each call with a message for the user's eyes.
+Progress = Callable[[str], Awaitable[None]]
+
+
 @dataclass(frozen=True)
 class Answer:
     """A tool's result: text for the model, and optionally the same facts as JSON."""
@@ -262,7 +267,7 @@ POLL_DOCS = {
 # -- the tools ----------------------------------------------------------------------------
 
 
-async def _create(sandboxes: Sandboxes, params: Any) -> Answer:
+async def _create(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     assert isinstance(params, CreateArguments)
     spec = ContainerSpec(
         image=params.image,
@@ -291,7 +296,7 @@ async def _create(sandboxes: Sandboxes, params: Any) -> Answer:
     return Answer(text, _facts(made))
 
 
-async def _attach(sandboxes: Sandboxes, params: Any) -> Answer:
+async def _attach(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     assert isinstance(params, AttachArguments)
     held, before = await sandboxes.attach(params.container, params.user)
     if before:
@@ -305,7 +310,7 @@ async def _attach(sandboxes: Sandboxes, params: Any) -> Answer:
     return Answer(text, _facts(held))
 
 
-async def _list(sandboxes: Sandboxes, params: Any) -> Answer:
+async def _list(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     held = sandboxes.held()
     if not held:
         return Answer(
@@ -324,7 +329,7 @@ async def _list(sandboxes: Sandboxes, params: Any) -> Answer:
     return Answer("\n".join(lines), {"sandboxes": facts})
 
 
-async def _close(sandboxes: Sandboxes, params: Any) -> Answer:
+async def _close(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     assert isinstance(params, CloseArguments)
     closed, removed = await sandboxes.close(params.sandbox, params.keep)
     name = closed.container_name
@@ -340,13 +345,13 @@ async def _close(sandboxes: Sandboxes, params: Any) -> Answer:
     return Answer(text, {"sandbox": closed.id, "container": name, "removed": removed})
 
 
-async def _bash(sandboxes: Sandboxes, params: Any) -> Answer:
+async def _bash(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     assert isinstance(params, BashArguments)
     output = await sandboxes.get(params.sandbox).type_into_shell(params)
     return Answer(_bounded(output) or "(no output)")
 
 
-async def _text_editor(sandboxes: Sandboxes, params: Any) -> Answer:
+async def _text_editor(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     assert isinstance(params, EditArguments)
     held = sandboxes.get(params.sandbox)
     answer = await text_editor(
@@ -362,7 +367,7 @@ async def _text_editor(sandboxes: Sandboxes, params: Any) -> Answer:
     return Answer(_bounded(answer))
 
 
-async def _exec_start(sandboxes: Sandboxes, params: Any) -> Answer:
+async def _exec_start(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     assert isinstance(params, StartArguments)
     held = sandboxes.get(params.sandbox)
     options = ExecRemoteOptions(
@@ -380,19 +385,32 @@ async def _exec_start(sandboxes: Sandboxes, params: Any) -> Answer:
     return Answer(text, {"sandbox": held.id, "pid": job.pid})
 
 
-async def _exec_poll(sandboxes: Sandboxes, params: Any) -> Answer:
+async def _exec_poll(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     assert isinstance(params, PollArguments)
     held = sandboxes.get(params.sandbox)
     job = held.job(params.pid)
     async with job.lock:
         try:
-            report = await job.read(params.wait_ms / 1000, RESULT_CHARS)
+            if progress is None:
+                report = await job.read(params.wait_ms / 1000, RESULT_CHARS)
+            else:
+                streamed = _shown_as_progress(progress)
+                report = await job.stream(params.wait_ms / 1000, RESULT_CHARS, streamed)
         finally:
             held.forget_if_done(job)
     return _job_answer(held, report)
 
 
-async def _exec_kill(sandboxes: Sandboxes, params: Any) -> Answer:
+def _shown_as_progress(progress: Progress) -> Progress:
+    """Output as a progress message shows it: bounded and printable, as answers are."""
+
+    async def show(text: str) -> None:
+        await progress(_bounded(text))
+
+    return show
+
+
+async def _exec_kill(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     assert isinstance(params, KillArguments)
     held = sandboxes.get(params.sandbox)
     job = held.job(params.pid)
@@ -408,7 +426,7 @@ def _browser_tool(name: str) -> Run:
     """A runtime browser tool, relayed to the sandbox's browser server with the
     arguments its own dataclass parsed (less the sandbox and the session it holds)."""
 
-    async def run(sandboxes: Sandboxes, params: Any) -> Answer:
+    async def run(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
         assert isinstance(params, WireParams)
         held = sandboxes.get(params.sandbox)  # type: ignore[attr-defined]
         arguments = {
@@ -422,7 +440,7 @@ def _browser_tool(name: str) -> Run:
     return run
 
 
-Run = Callable[[Sandboxes, Any], Awaitable[Answer]]
+Run = Callable[[Sandboxes, Any, "Progress | None"], Awaitable[Answer]]
 
 
 def _browser_docs(params: type[WireParams] | None) -> dict[str, str]:
@@ -559,8 +577,11 @@ SCHEMAS = {  # made once, at import: a field without a doc fails here, not at a 
 }
 
 
-async def call_tool(sandboxes: Sandboxes, name: str, arguments: Any) -> Answer:
-    """One `tools/call`: every failure is an answer the model can act on."""
+async def call_tool(
+    sandboxes: Sandboxes, name: str, arguments: Any, progress: Progress | None = None
+) -> Answer:
+    """One `tools/call`: every failure is an answer the model can act on. `progress`:
+    where a tool may report before it answers (exec_poll streams the job's output)."""
     tool = TOOLS_BY_NAME.get(name)
     if tool is None:
         return refusal(f"there is no tool {name[:80]!r}; the tools are {', '.join(TOOLS_BY_NAME)}")
@@ -574,7 +595,7 @@ async def call_tool(sandboxes: Sandboxes, name: str, arguments: Any) -> Answer:
         return refusal(parse_problem(name, exc))
     try:
         async with sandboxes.calls:
-            return await tool.run(sandboxes, params)
+            return await tool.run(sandboxes, params, progress)
     except RefusedToolCall as exc:
         return refusal(exc.message)
     except ToolError as exc:  # the runtime's sentence for the model
