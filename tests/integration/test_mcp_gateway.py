@@ -207,7 +207,7 @@ def test_a_debian_sandbox_is_a_persistent_shell_as_root(
     host = container.attrs["HostConfig"]
     assert host["Memory"] == 2 * 1024**3 and host["PidsLimit"] == DEFAULT_PIDS
     assert 0 < host["NanoCpus"] <= DEFAULT_CPUS * 1e9
-    assert host["LogConfig"] == LOG_CONFIG
+    assert host["LogConfig"] == {"Type": LOG_CONFIG["type"], "Config": LOG_CONFIG["config"]}
     assert "0" in text(gateway.ok("bash", sandbox=debian, input="cd /tmp && X=42 && id -u\n"))
     assert "42 /tmp" in text(gateway.ok("bash", sandbox=debian, input="echo $X $PWD\n"))
     assert 'PRETTY_NAME="Debian' in text(
@@ -362,7 +362,7 @@ def test_what_a_client_gets_wrong_is_an_error_result_it_can_act_on(
     unknown = gateway.call("bash", sandbox="sbx-00000000", input="ls\n")
     assert unknown.isError and "there is no sandbox 'sbx-00000000'" in text(unknown)
     missing = gateway.call("sandbox_attach", container=MISSING)
-    assert missing.isError and "is not on the engine" in text(missing)
+    assert missing.isError and f"no container {MISSING!r} on the Docker engine" in text(missing)
     unlisted = gateway.call("sandbox_attach", container=debian_container(gateway))
     assert unlisted.isError and "not one this server may attach to" in text(unlisted)
     no_image = gateway.call("sandbox_create", image="sandbox-tools-test/never-built:1")
@@ -735,7 +735,13 @@ def test_the_documented_python_client_runs_as_written_offline(
     shims = tmp_path / "bin"
     shims.mkdir()
     shim = shims / "sandbox-tools"
-    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m sandbox_tools.cli "$@"\n')
+    # An installation with its runtime: the SDK's client gives the server only a few
+    # variables of its own (HOME, PATH, ...), so the shim carries this session's build.
+    shim.write_text(
+        "#!/bin/sh\n"
+        f"export PYTHONPATH={SRC} SANDBOX_TOOLS_DIST={gateway_env['SANDBOX_TOOLS_DIST']}\n"
+        f'exec {sys.executable} -m sandbox_tools.cli "$@"\n'
+    )
     shim.chmod(0o755)
     script = tmp_path / "example.py"
     script.write_text(block.source)

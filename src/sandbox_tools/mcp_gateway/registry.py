@@ -352,13 +352,8 @@ class Sandboxes:
         await self._reserve()
         try:
             client = await self.engine()
-            try:
+            try:  # a name not on the engine is the library's error, naming it
                 sandbox = await asyncio.to_thread(DockerSandbox, container, client)
-            except docker.errors.NotFound:
-                raise RefusedToolCall(
-                    f"container {container!r} (one the user listed) is not on the engine: "
-                    "start it, or ask the user which container to use"
-                ) from None
             except docker.errors.DockerException as exc:
                 raise RefusedToolCall(
                     f"cannot look up container {container!r}: {_said(exc)}"
