@@ -718,6 +718,40 @@ def test_the_sandboxes_browser_navigates_types_clicks_and_shows_a_screenshot(
     assert offline.isError  # network none: nothing outside the sandbox is reached
 
 
+def test_the_browser_works_in_busybox_as_uid_1000_read_only_without_network(
+    gateway: Gateway, images: dict[str, str]
+) -> None:
+    """The same browser where the image has no libc and the agent is not root: the
+    add-on brings its own, unpacked into the sandbox's writable tmpfs."""
+    made = gateway.ok(
+        "sandbox_create",
+        image=images["busybox"],
+        user="1000:1000",
+        read_only=True,
+        tmpfs={"/tmp": "exec,size=1g"},
+        environment={"HOME": "/tmp"},
+    ).structuredContent
+    assert made is not None
+    sandbox = made["sandbox"]
+    try:
+        gateway.ok(
+            "text_editor", sandbox=sandbox, command="create", path="/tmp/p.html", file_text=PAGE
+        )
+        page = text(gateway.ok("browser_navigate", sandbox=sandbox, url="file:///tmp/p.html"))
+        assert "Nobody yet" in page, page
+        field = element(page, 'textbox "Name"')
+        typed = text(
+            gateway.ok("browser_type", sandbox=sandbox, element_id=field, text="Bo", submit=True)
+        )
+        button = element(typed, 'button "Greet"')
+        assert "Hello, Bo" in text(gateway.ok("browser_click", sandbox=sandbox, element_id=button))
+        ps = text(gateway.ok("bash", sandbox=sandbox, input="ps -o user,args\n"))
+        assert "chrom" in ps.lower(), ps  # the browser runs here...
+        assert not any(line.startswith("root") for line in ps.splitlines()), ps  # ...not as root
+    finally:
+        gateway.ok("sandbox_close", sandbox=sandbox)
+
+
 def test_the_documented_python_client_runs_as_written_offline(
     gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
 ) -> None:
