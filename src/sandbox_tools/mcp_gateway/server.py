@@ -118,17 +118,7 @@ async def serve_stdio(sandboxes: Sandboxes) -> None:
     except asyncio.CancelledError:
         log.info("ended by a signal")
     finally:
-        # Ending already: a client that signals the server after closing stdin (the SDK's
-        # stdio client does, 2 s later) must not cut the cleanup short.
-        for signum in ENDING_SIGNALS:
-            loop.add_signal_handler(signum, log.info, "ending already: cleaning up")
-        try:
-            count, started = len(sandboxes.held()), loop.time()
-            await sandboxes.aclose()
-            log.info("closed %d sandbox(es) in %.1f s", count, loop.time() - started)
-        finally:
-            for signum in ENDING_SIGNALS:
-                loop.remove_signal_handler(signum)
+        await _close_all(sandboxes, ENDING_SIGNALS)
 
 
 class _Lines:
@@ -229,15 +219,22 @@ async def serve_http(sandboxes: Sandboxes, listener: HttpListener) -> None:
             await web.serve()
         log.info("ended by a signal")
     finally:
-        for signum in (*ENDING_SIGNALS, signal.SIGINT):
-            loop.add_signal_handler(signum, log.info, "ending already: cleaning up")
-        try:
-            count, started = len(sandboxes.held()), loop.time()
-            await sandboxes.aclose()
-            log.info("closed %d sandbox(es) in %.1f s", count, loop.time() - started)
-        finally:
-            for signum in (*ENDING_SIGNALS, signal.SIGINT):
-                loop.remove_signal_handler(signum)
+        await _close_all(sandboxes, (*ENDING_SIGNALS, signal.SIGINT))
+
+
+async def _close_all(sandboxes: Sandboxes, signals: tuple[int, ...]) -> None:
+    """Close every sandbox as the server ends. Ending already: a signal now (the SDK's
+    stdio client sends SIGTERM 2 s after closing stdin) is logged and cuts nothing short."""
+    loop = asyncio.get_running_loop()
+    for signum in signals:
+        loop.add_signal_handler(signum, log.info, "ending already: cleaning up")
+    try:
+        count, started = len(sandboxes.held()), loop.time()
+        await sandboxes.aclose()
+        log.info("closed %d sandbox(es) in %.1f s", count, loop.time() - started)
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
 
 
 async def _plain(send: Any, status: int, text: str) -> None:
