@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -435,37 +436,22 @@ def test_a_client_that_goes_away_leaves_no_container_it_made_but_the_attached_on
     assert "Traceback" not in log, log[-3000:]
 
 
-def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
-    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
-) -> None:
-    """SIGTERM ends the server as a closed stdin does, even while the client is silent
-    and a create is half-way: every container it made is removed (found by the owner
-    label, which names the server's pid)."""
-    log = tmp_path / "stderr.log"
-    with log.open("w") as errlog:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=errlog,
-            env=gateway_env,
-        )
-    assert server.stdin is not None and server.stdout is not None
+class RawServer:
+    """`tools mcp` spoken to in raw JSON lines, for what the SDK's client does not do on
+    command: a request cancelled at a chosen moment, a client that falls silent."""
 
-    def send(message: dict[str, Any]) -> None:
-        assert server.stdin is not None
-        server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-        server.stdin.flush()
-
-    def create(request_id: int) -> None:
-        arguments = {"image": images["busybox"]}
-        params = {"name": "sandbox_create", "arguments": arguments}
-        send({"id": request_id, "method": "tools/call", "params": params})
-
-    try:
-        send(
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        with log.open("w") as errlog:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errlog,
+                env=env,
+            )
+        self.send(
             {
-                "id": 1,
+                "id": 0,
                 "method": "initialize",
                 "params": {
                     "protocolVersion": "2025-06-18",
@@ -474,27 +460,120 @@ def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
                 },
             }
         )
-        assert json.loads(server.stdout.readline())["id"] == 1
-        send({"method": "notifications/initialized"})
-        create(2)
-        made = json.loads(server.stdout.readline())["result"]
+        assert self.answer()["id"] == 0
+        self.send({"method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        answered: dict[str, Any] = json.loads(self.process.stdout.readline())
+        return answered
+
+    def call(self, request_id: int, tool: str, **arguments: Any) -> None:
+        params = {"name": tool, "arguments": arguments}
+        self.send({"id": request_id, "method": "tools/call", "params": params})
+
+    def cancel(self, request_id: int) -> None:
+        self.send({"method": "notifications/cancelled", "params": {"requestId": request_id}})
+
+    def mine(self) -> dict[str, str]:
+        """The engine's filter for the containers this server made."""
+        return {"label": f"{OWNER_LABEL}={self.process.pid}"}
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    """SIGTERM ends the server as a closed stdin does, even while the client is silent
+    and a create is half-way: every container it made is removed (found by the owner
+    label, which names the server's pid)."""
+    log = tmp_path / "stderr.log"
+    server = RawServer(gateway_env, log)
+    try:
+        server.call(2, "sandbox_create", image=images["busybox"])
+        made = server.answer()["result"]
         assert not made["isError"], made
-        create(3)  # answered never: the signal comes first
-        mine = {"label": f"{OWNER_LABEL}={server.pid}"}
+        server.call(3, "sandbox_create", image=images["busybox"])  # answered never
         eventually(
-            lambda: len(docker_engine.containers.list(all=True, filters=mine)) == 2,
+            lambda: len(docker_engine.containers.list(all=True, filters=server.mine())) == 2,
             "the second container is being made",
             timeout=60,
         )
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 0
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=60) == 0
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    assert docker_engine.containers.list(all=True, filters=mine) == []
+        server.end()
+    assert docker_engine.containers.list(all=True, filters=server.mine()) == []
     said = log.read_text()
     assert "ended by a signal" in said and "closed 1 sandbox(es)" in said, said[-3000:]
+
+
+def test_a_cancelled_create_or_close_leaves_no_container_and_no_half_closed_sandbox(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    """A client that cancels sandbox_create while the container is made, or sandbox_close
+    while it is removed: no container is left that sandbox_list does not show (and the
+    bound of 16 does not count), and a closed sandbox is not left "being closed"."""
+    server = RawServer(gateway_env, tmp_path / "stderr.log")
+    answers: dict[int, dict[str, Any]] = {}
+
+    def answer_to(request_id: int) -> dict[str, Any]:
+        while request_id not in answers:  # a cancelled request may have answered first
+            answered = server.answer()
+            answers[answered["id"]] = answered
+        return answers[request_id]
+
+    def listed() -> dict[str, str]:
+        server.call(100 + len(answers), "sandbox_list")
+        facts = answer_to(100 + len(answers))["result"]["structuredContent"]
+        return {each["container"]: each["sandbox"] for each in facts["sandboxes"]}
+
+    def containers() -> set[str]:
+        return {c.name for c in docker_engine.containers.list(all=True, filters=server.mine())}
+
+    try:
+        for request_id, delay in ((2, 0.15), (3, 1.2)):
+            server.call(request_id, "sandbox_create", image=images["busybox"])
+            time.sleep(delay)
+            server.cancel(request_id)
+        server.call(4, "sandbox_create", image=images["busybox"])
+        closing = answer_to(4)["result"]["structuredContent"]
+        server.call(5, "sandbox_close", sandbox=closing["sandbox"])
+        time.sleep(0.05)
+        server.cancel(5)
+        probes = iter(range(300, 400))
+
+        def settled() -> bool:
+            """The close went on to its end, or never began; nothing in between."""
+            probe = next(probes)
+            server.call(probe, "bash", sandbox=closing["sandbox"], input="echo still here\n")
+            said = answer_to(probe)["result"]["content"][0]["text"]
+            if "is being closed" in said:
+                return False
+            gone = "there is no sandbox" in said and closing["container"] not in containers()
+            return gone or "still here" in said
+
+        eventually(settled, "the cancelled close ended or never began", timeout=60)
+        eventually(
+            lambda: containers() == set(listed()),
+            "every container the server made is one of its listed sandboxes",
+            timeout=60,
+        )
+        for number, sandbox in enumerate(listed().values()):
+            server.call(200 + number, "sandbox_close", sandbox=sandbox)
+            assert not answer_to(200 + number)["result"]["isError"]
+        assert containers() == set() and listed() == {}
+    finally:
+        server.end()
 
 
 def test_sixteen_sandboxes_from_one_client_at_once_and_no_more(
