@@ -655,6 +655,15 @@ def test_cleanup_removes_what_a_killed_gateway_left_but_not_the_kept_or_a_lookal
         with contextlib.suppress(Exception):  # the server is gone: the client may say so
             client.close()
         assert docker_engine.containers.get(made["container"]).status == "running"
+        listed = subprocess.run(
+            [sys.executable, "-m", "sandbox_tools.cli", "cleanup", "--mcp", "--dry-run"],
+            env=gateway_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert f"{made['container']} ({made['sandbox']}): would be removed" in listed.stdout
+        assert docker_engine.containers.get(made["container"]).status == "running"
         cleaned = subprocess.run(
             [sys.executable, "-m", "sandbox_tools.cli", "cleanup", "--mcp"],
             env=gateway_env,

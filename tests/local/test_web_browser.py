@@ -409,7 +409,7 @@ async def test_after_a_failed_navigation_the_session_stays_on_its_page(
         port = 6000  # X11's: a port Chromium refuses to open
     failed = await browse(browser, session, f"http://127.0.0.1:{port}/")
     assert failed["error"] is not None and "ERR_" in failed["error"]
-    assert "web_back returns to the page before" in failed["error"], failed["error"]
+    assert "going back returns to the page before" in failed["error"], failed["error"]
     shot = await browser.screenshot(params)
     assert shot["png_base64"]
     assert (await browser.refresh(params))["web_url"] is not None

@@ -169,3 +169,11 @@ def test_a_project_file_is_not_read_where_the_caller_says_so(
     assert load_settings({}).dist is not None
     clean = load_settings({}, read_project=False)
     assert not clean.keep_containers and clean.dist is None
+
+
+async def test_sandbox_list_shows_the_containers_the_user_listed_for_attach() -> None:
+    answer = await call_tool(_sandboxes(("my-dev", "db")), "sandbox_list", {})
+    assert answer.structured == {"sandboxes": [], "attachable": ["db", "my-dev"]}
+    assert "(pass the name exactly as shown): db, my-dev" in answer.text
+    none = await call_tool(_sandboxes(), "sandbox_list", {})
+    assert "The user listed no containers for sandbox_attach." in none.text

@@ -189,7 +189,7 @@ async def test_a_huge_argument_is_not_echoed_back_whole(sandboxes: Sandboxes) ->
 
 async def test_no_sandboxes_is_an_answer_not_an_error(sandboxes: Sandboxes) -> None:
     answer = await call_tool(sandboxes, "sandbox_list", {})
-    assert not answer.is_error and answer.structured == {"sandboxes": []}
+    assert not answer.is_error and answer.structured == {"sandboxes": [], "attachable": []}
 
 
 def test_the_answer_bound_leaves_room_for_the_runtimes_notes() -> None:

@@ -178,6 +178,12 @@ def cleanup_command(
             metavar="",
         ),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="With --mcp: list what would go, remove nothing.", metavar=""
+        ),
+    ] = False,
 ) -> None:
     """Remove sandboxes an interrupted run left behind."""
     if not modal and not mcp:
@@ -190,10 +196,13 @@ def cleanup_command(
 
         client = docker_client(invocation(ctx).settings.engine_concurrency)
         found = mcp_leftovers(
-            client, say=lambda one: console.print(f"{one.name} ({one.sandbox}): {one.verdict}")
+            client,
+            dry_run=dry_run,
+            say=lambda one: console.print(f"{one.name} ({one.sandbox}): {one.verdict}"),
         )
-        removed = sum(one.removed for one in found)
-        console.print(f"{removed} leftover container(s) of MCP gateways removed")
+        if not dry_run:
+            removed = sum(one.removed for one in found)
+            console.print(f"{removed} leftover container(s) of MCP gateways removed")
     if modal:
         from sandbox_tools.sandboxes.modal import cleanup_leftovers
 

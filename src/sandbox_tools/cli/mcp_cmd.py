@@ -46,13 +46,15 @@ def mcp_command(
         ),
     ] = None,
 ) -> None:
-    """Serve containers as sandboxes to an MCP client (a coding agent) on stdio.
+    """Serve containers as sandboxes to an MCP client (a coding agent), on stdio or HTTP.
 
-    Containers made from local images, or the running ones named with --attach, each
-    with bash, a file editor and long-running jobs. Started by the client (its server
-    configuration); ends when the client closes stdin, removing the containers it made.
-    Reads no pyproject.toml: settings come from the environment only. See
-    docs/MCP_GATEWAY.md.
+    Containers made from local images, or running ones listed with --attach.
+
+    Each gets bash, a file editor, long-running jobs and a headless browser.
+
+    Made containers go when the client disconnects (stdio) or the server ends (HTTP).
+
+    Reads no pyproject.toml: settings come from the environment. See docs/MCP_GATEWAY.md.
     """
     try:
         import mcp  # noqa: F401  (the optional extra)

@@ -142,12 +142,14 @@ class SandboxBrowser:
             ) from None
         return relayed(result, text_limit)
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """End the browser's server (its session closed, then its process), `timeout`
+        seconds at most before the task holding it is cancelled."""
         holder, self._holder, self._session = self._holder, None, None
         self._stop.set()
         if holder is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(holder), CLOSE_TIMEOUT)
+                await asyncio.wait_for(asyncio.shield(holder), timeout)
             if not holder.done():
                 holder.cancel()
                 await asyncio.wait({holder}, timeout=CLOSE_TIMEOUT)

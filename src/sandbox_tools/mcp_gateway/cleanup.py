@@ -57,10 +57,10 @@ def _verdict(labels: dict[str, str], image_labels: dict[str, str]) -> str | None
 
 
 def cleanup_leftovers(
-    client: DockerClient, *, say: Callable[[Found], None] | None = None
+    client: DockerClient, *, dry_run: bool = False, say: Callable[[Found], None] | None = None
 ) -> list[Found]:
-    """Remove what killed gateways of this host left; every labelled container found,
-    with its verdict."""
+    """Remove what killed gateways of this host left (`dry_run`: only say what would
+    go); every labelled container found, with its verdict."""
     found: list[Found] = []
     listed = client.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})
     for container in listed:
@@ -70,7 +70,9 @@ def cleanup_leftovers(
         except (docker.errors.DockerException, KeyError):
             image_labels = {}
         verdict = _verdict(labels, image_labels)
-        if verdict is None:
+        if verdict is None and dry_run:
+            verdict, removed = "would be removed: its gateway is gone", False
+        elif verdict is None:
             try:
                 container.remove(force=True, v=True)
                 verdict, removed = "removed: its gateway is gone", True

@@ -76,6 +76,8 @@ ID_PREFIX = "sbx-"
 CONTAINER_PREFIX = "sandbox-tools-mcp-"
 # Closing what the gateway started in a sandbox (a shell, the connection) is bounded.
 CLOSE_TIMEOUT = 10.0
+# How long removing a sandbox's container waits for its browser to close first.
+BROWSER_CLOSE_TIMEOUT = 2.0
 # How long the end waits for containers the engine is still making (each request to the
 # engine has its own deadline; this bounds the wait for all of them).
 ENTER_TIMEOUT = 60.0
@@ -146,6 +148,11 @@ class GatewaySandbox:
             restart=params.restart,
         )
 
+    async def close_browser(self, timeout: float) -> None:
+        if self._browser is not None:
+            browser, self._browser = self._browser, None
+            await browser.close(timeout)
+
     async def start_job(self, command: str, options: ExecRemoteOptions) -> Job:
         """A new job (the caller checked the bounds and holds a place for it)."""
         process = await start_exec_remote(self.support.client, command, options)
@@ -179,8 +186,7 @@ class GatewaySandbox:
         container itself is the caller's to remove."""
         await asyncio.gather(*(job.close(kill=end_work) for job in self.jobs.values()))
         self.jobs.clear()
-        if self._browser is not None:
-            await self._browser.close()
+        await self.close_browser(CLOSE_TIMEOUT)
         if self.session is not None and end_work:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
@@ -201,8 +207,12 @@ class Sandboxes:
         policy: ContainerPolicy,
         *,
         attachable: Iterable[str] = (),
+        ends_with: str = "this client's disconnection",
     ) -> None:
         self._connect = engine
+        # What ends the sandboxes besides sandbox_close (as the answers say it): the
+        # client's disconnection on stdio, the server's end over HTTP.
+        self.ends_with = ends_with
         self._engine: DockerClient | None = None
         self._engine_cpus = 0
         self._injector = Injector(injection)
@@ -421,6 +431,9 @@ class Sandboxes:
         kept = closing.keep if keep is None else keep
         # The settings' keep-containers (debugging) keeps every container, as elsewhere.
         remove = closing.running is not None and not kept and not self._policy.keep
+        # The browser first, while its server still answers (bounded: removal waits at
+        # most BROWSER_CLOSE_TIMEOUT for it), so that its end is an end, not a lost channel.
+        await closing.close_browser(BROWSER_CLOSE_TIMEOUT)
         if remove:
             await asyncio.to_thread(self._policy.release, closing.docker.container)
         elif closing.running is not None:

@@ -261,7 +261,8 @@ def run_gateway(
     """The `tools mcp` command's body: log to stderr (stdout carries the protocol alone),
     serve, and make sure no container this server made outlives it unkept."""
     _log_to_stderr(log_level)
-    sandboxes = Sandboxes(engine, injection, policy, attachable=attachable)
+    ends_with = "this client's disconnection" if http is None else "the server's end"
+    sandboxes = Sandboxes(engine, injection, policy, attachable=attachable, ends_with=ends_with)
     try:
         asyncio.run(serve_stdio(sandboxes) if http is None else serve_http(sandboxes, http))
     except KeyboardInterrupt:

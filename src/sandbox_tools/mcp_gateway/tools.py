@@ -180,8 +180,8 @@ class CreateArguments(WireParams):
 @dataclass(frozen=True, kw_only=True)
 class AttachArguments(WireParams):
     container: str = wire(
-        doc="The running container's exact name or full id, one the user listed when "
-        "starting this server (tools mcp --attach NAME)."
+        doc="A running container the user listed when starting this server, exactly as "
+        "listed (sandbox_list shows them)."
     )
     user: str | None = wire(
         default=None,
@@ -283,9 +283,9 @@ async def _create(sandboxes: Sandboxes, params: Any, progress: Progress | None) 
     )
     made = await sandboxes.create(spec, keep=params.keep)
     ending = (
-        "It stays running after sandbox_close and after this client disconnects (keep)."
+        f"It stays running after sandbox_close and after {sandboxes.ends_with} (keep)."
         if made.keep
-        else "sandbox_close removes it, as does this client's disconnection."
+        else f"sandbox_close removes it, as does {sandboxes.ends_with}."
     )
     root = " read-only root," if params.read_only else ""
     text = (
@@ -312,11 +312,16 @@ async def _attach(sandboxes: Sandboxes, params: Any, progress: Progress | None) 
 
 async def _list(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
     held = sandboxes.held()
+    attachable = sorted(sandboxes.attachable)
+    listed = (
+        "Containers the user listed for sandbox_attach (pass the name exactly as shown): "
+        + ", ".join(attachable)
+        if attachable
+        else "The user listed no containers for sandbox_attach."
+    )
     if not held:
-        return Answer(
-            "No sandboxes yet: sandbox_create makes one, sandbox_attach uses a running container.",
-            {"sandboxes": []},
-        )
+        text = f"No sandboxes yet: sandbox_create makes one.\n{listed}"
+        return Answer(text, {"sandboxes": [], "attachable": attachable})
     statuses = await asyncio.gather(*(asyncio.to_thread(_status, each) for each in held))
     lines, facts = [], []
     for each, status in zip(held, statuses, strict=True):
@@ -326,7 +331,8 @@ async def _list(sandboxes: Sandboxes, params: Any, progress: Progress | None) ->
             f"{_identity(each)}, {len(each.jobs)} job(s)"
         )
         facts.append({**_facts(each), "status": status, "jobs": sorted(each.jobs)})
-    return Answer("\n".join(lines), {"sandboxes": facts})
+    lines.append(listed)
+    return Answer("\n".join(lines), {"sandboxes": facts, "attachable": attachable})
 
 
 async def _close(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
@@ -493,7 +499,8 @@ TOOLS = [
     GatewayTool(
         "sandbox_list",
         "List this server's sandboxes: id, container, image, whether it was made here or "
-        "attached, its status, and its running jobs.",
+        "attached, its status, and its running jobs; and the containers the user listed "
+        "for sandbox_attach.",
         None,
         _list,
     ),

@@ -201,8 +201,8 @@ class WebBrowserController:
                 await self._wait_for_load(session, before, required=False)
                 raise PageError(
                     f"cannot open {url}: {reply['errorText']}. Check the address (the "
-                    "browser also refuses some ports, such as 6000); web_back returns to "
-                    "the page before, web_go opens another"
+                    "browser also refuses some ports, such as 6000); going back returns to "
+                    "the page before, or open another address"
                 )
             await self._wait_for_load(session, before, required=True)
 
