@@ -24,6 +24,7 @@ pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from sandbox_tools.mcp_gateway.server import HEAD_TIMEOUT
 from tests.support import SRC
 
 TOKEN = "t0ken-" + "x" * 40
@@ -103,6 +104,41 @@ def test_only_a_client_with_the_token_and_this_host_reaches_the_tools(
     assert server.wait(timeout=60) == 0
     said = log.read_text()
     assert "closed 0 sandbox(es)" in said and "Traceback" not in said, said[-3000:]
+
+
+def test_connections_that_never_send_a_request_are_bounded_and_closed(
+    served: tuple[int, subprocess.Popen[bytes], Path],
+) -> None:
+    """Any local user can open connections to the port: 600 that never send a request
+    head (the attacker walk's 1,500 used up the server's file descriptors, and logged a
+    traceback for every accept that failed). Past MAX_HTTP_CONNECTIONS they are closed
+    at once, the rest after HEAD_TIMEOUT; then the client with the token is served."""
+    port, server, log = served
+    idle = []
+    for _ in range(600):
+        connection = socket.create_connection(("127.0.0.1", port))
+        connection.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends
+        idle.append(connection)
+    try:
+        deadline = time.monotonic() + HEAD_TIMEOUT + 20
+        closed = 0
+        for connection in idle:  # each ends with EOF (or a reset) from the server
+            connection.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                closed += connection.recv(1024) == b""
+            except ConnectionResetError:
+                closed += 1
+            except TimeoutError:
+                pass
+        assert closed == len(idle)
+    finally:
+        for connection in idle:
+            connection.close()
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {TOKEN}"}
+    answer = httpx.post(f"http://127.0.0.1:{port}/mcp", json=hello, headers=headers)
+    assert answer.status_code != 401 and server.poll() is None
+    assert log.stat().st_size < 100_000, log.read_text()[-3000:]
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,18 @@ control sequences sent to the user's terminal, a label an image carries) and now
 
 from __future__ import annotations
 
+import base64
 import socket
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import types
 
-from sandbox_tools.errors import RefusedToolCall
+from sandbox_tools.errors import RefusedToolCall, RuntimeTransportError
 from sandbox_tools.injector.options import InjectionOptions
+from sandbox_tools.mcp_gateway.browser import relayed
 from sandbox_tools.mcp_gateway.cleanup import _verdict
 from sandbox_tools.mcp_gateway.owner import gateway_owner
 from sandbox_tools.mcp_gateway.registry import Sandboxes, attach_problem
@@ -62,6 +66,10 @@ def _attrs(name: str = "/dev", **host: Any) -> dict[str, Any]:
     return {"Id": "f" * 64, "Name": name, "HostConfig": host, "Config": {"Labels": labels}}
 
 
+def _mounted(source: str) -> dict[str, Any]:
+    return {**_attrs(), "Mounts": [{"Type": "bind", "Source": source, "Destination": "/x"}]}
+
+
 @pytest.mark.parametrize(
     ("named", "attrs", "said"),
     [
@@ -70,8 +78,22 @@ def _attrs(name: str = "/dev", **host: Any) -> dict[str, Any]:
         ("fff", _attrs(), "not on the engine under that exact name or id"),
         ("de", _attrs(), "not on the engine under that exact name or id"),
         ("dev", _attrs(Privileged=True), "not isolated from the host (privileged)"),
-        ("dev", _attrs(NetworkMode="host"), "not isolated from the host (network)"),
-        ("dev", _attrs(PidMode="host", IpcMode="host"), "(pid, ipc)"),
+        ("dev", _attrs(NetworkMode="host"), "(the host's network namespace)"),
+        ("dev", _attrs(PidMode="host", IpcMode="host"), "pid namespace; the host's ipc"),
+        # Through another container that shares the host's (the attacker walk's chain).
+        ("dev", _attrs(NetworkMode="container:a", PidMode="container:a"), "another contai"),
+        ("dev", _attrs(CgroupnsMode="host"), None),  # a cgroup v1 engine's default
+        ("dev", _attrs(CapAdd=["SYS_ADMIN", "SYS_PTRACE"]), "capability SYS_ADMIN"),
+        ("dev", _attrs(CapAdd=["CAP_DAC_READ_SEARCH"]), "capability DAC_READ_SEARCH"),
+        ("dev", _attrs(CapAdd=["SYS_PTRACE", "NET_ADMIN"]), None),  # its own namespaces
+        ("dev", _attrs(Devices=[{"PathOnHost": "/dev/sda"}]), "host devices"),
+        ("dev", _attrs(SecurityOpt=["seccomp=unconfined"]), "seccomp=unconfined"),
+        ("dev", _attrs(SecurityOpt=["apparmor:unconfined"]), "apparmor:unconfined"),
+        ("dev", _mounted("/var/run/docker.sock"), "the host's /var/run/docker.sock mounted"),
+        ("dev", _mounted("/run/user/1000/podman/podman.sock"), "podman.sock mounted"),
+        ("dev", _mounted("/"), "the host's / mounted"),
+        ("dev", _mounted("/var/run/"), "the host's /var/run mounted"),
+        ("dev", _mounted("/home/me/project"), None),  # a project directory is fine
         ("dev", _attrs(labels={MCP_GATEWAY_LABEL: "sbx-1"}), "made by an MCP gateway"),
     ],
 )
@@ -157,6 +179,10 @@ def test_cleanup_removes_only_what_a_gone_gateway_of_this_host_made_unkept() -> 
     # An image can carry the labels: a user's container of it is never taken for ours.
     assert "its image carries" in str(_verdict(ours, {MCP_GATEWAY_LABEL: "sbx-1"}))
     assert "its image carries" in str(_verdict(ours, {MCP_OWNER_LABEL: dead}))
+    # An image that says "keep" does not keep a container of it out of the cleanup
+    # unseen: it is named as the image's, not taken for a kept one.
+    keeps = _verdict({**ours, MCP_KEEP_LABEL: "1"}, {MCP_KEEP_LABEL: "1"})
+    assert "its image carries" in str(keeps)
 
 
 def test_a_project_file_is_not_read_where_the_caller_says_so(
@@ -177,3 +203,25 @@ async def test_sandbox_list_shows_the_containers_the_user_listed_for_attach() ->
     assert "(pass the name exactly as shown): db, my-dev" in answer.text
     none = await call_tool(_sandboxes(), "sandbox_list", {})
     assert "The user listed no containers for sandbox_attach." in none.text
+
+
+def _png(width: int, height: int) -> str:
+    """A PNG's signature and header chunk, declaring its size (what the check reads)."""
+    header = struct.pack(">II", width, height) + bytes([8, 6, 0, 0, 0])
+    chunk = struct.pack(">I", len(header)) + b"IHDR" + header + b"\0\0\0\0"
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk).decode()
+
+
+def test_a_browser_answer_passes_one_image_of_a_screenshots_size_at_most() -> None:
+    """A runtime that is not ours answered a screenshot with 8 images, each a small PNG
+    declaring 60000x60000 pixels (14 GB once the client decodes it)."""
+    shot = types.ImageContent(type="image", data=_png(1280, 1080), mimeType="image/png")
+    many = types.CallToolResult(content=[shot] * 8)
+    passed = relayed(many, 1000)
+    assert passed.images == (shot.data,) and passed.text.count("not passed on") == 7
+    bomb = types.ImageContent(type="image", data=_png(60000, 60000), mimeType="image/png")
+    with pytest.raises(RuntimeTransportError, match="60000x60000 image"):
+        relayed(types.CallToolResult(content=[bomb]), 1000)
+    jpeg = types.ImageContent(type="image", data=shot.data, mimeType="image/jpeg")
+    with pytest.raises(RuntimeTransportError, match="not a PNG"):
+        relayed(types.CallToolResult(content=[jpeg]), 1000)

@@ -19,6 +19,7 @@ import base64
 import binascii
 import contextlib
 import logging
+import struct
 from dataclasses import dataclass, make_dataclass
 from datetime import timedelta
 from typing import Any
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 # starts the browser; a page load has the runtime's 30 s. The host waits for both.
 CALL_TIMEOUT = 300.0
 CLOSE_TIMEOUT = 10.0
+# Images one answer passes on (a screenshot is one), and the most pixels a side each may
+# declare: the client decodes them on the host, and a small PNG can declare gigabytes.
+MAX_IMAGES = 1
+MAX_IMAGE_SIDE = 8192
 # The field the runtime's server holds itself, one session per connection.
 SESSION_FIELD = "session_name"
 # What the model reads about fields the runtime leaves without a doc.
@@ -164,7 +169,7 @@ def relayed(result: types.CallToolResult, text_limit: int) -> Relayed:
     for part in result.content[:16]:
         if isinstance(part, types.TextContent):
             texts.append(part.text[: text_limit + 1])
-        elif isinstance(part, types.ImageContent):
+        elif isinstance(part, types.ImageContent) and len(images) < MAX_IMAGES:
             images.append(_png(part))
         else:
             texts.append(f"[a {part.type} part, not passed on]")
@@ -178,6 +183,12 @@ def _png(part: types.ImageContent) -> str:
         decoded = base64.b64decode(part.data, validate=True)
     except (binascii.Error, ValueError):
         raise RuntimeTransportError("the browser sent an image that is not base64") from None
-    if not decoded.startswith(PNG_SIGNATURE):
+    if not decoded.startswith(PNG_SIGNATURE) or decoded[12:16] != b"IHDR":
         raise RuntimeTransportError("the browser sent an image that is not a PNG")
+    width, height = struct.unpack(">II", decoded[16:24])
+    if not (0 < width <= MAX_IMAGE_SIDE and 0 < height <= MAX_IMAGE_SIDE):
+        raise RuntimeTransportError(
+            f"the browser sent a {width}x{height} image, larger than a screenshot is "
+            f"({MAX_IMAGE_SIDE} pixels a side at most): not passed on"
+        )
     return part.data

@@ -43,7 +43,7 @@ def _labels(attrs: Any) -> dict[str, str]:
 
 def _verdict(labels: dict[str, str], image_labels: dict[str, str]) -> str | None:
     """Why a labelled container stays, or None: it is a dead gateway's to remove."""
-    if any(key in image_labels for key in (MCP_GATEWAY_LABEL, MCP_OWNER_LABEL)):
+    if any(key in image_labels for key in (MCP_GATEWAY_LABEL, MCP_OWNER_LABEL, MCP_KEEP_LABEL)):
         return "stays: its image carries the gateway's labels, so they prove nothing"
     if labels.get(MCP_KEEP_LABEL) == "1":
         return "stays: made with keep"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from sandbox_tools.injector.tool_clients import (
     start_bash_session,
 )
 from sandbox_tools.mcp_gateway.browser import SandboxBrowser
+from sandbox_tools.mcp_gateway.isolation import host_reach
 from sandbox_tools.mcp_gateway.jobs import Job
 from sandbox_tools.mcp_gateway.owner import gateway_owner
 from sandbox_tools.mcp_gateway.spec import ContainerSpec
@@ -47,6 +49,7 @@ from sandbox_tools.sandboxes.containers import (
     MCP_GATEWAY_LABEL,
     MCP_KEEP_LABEL,
     MCP_OWNER_LABEL,
+    OWNER_LABEL,
     ContainerPolicy,
     RunningContainer,
 )
@@ -96,6 +99,7 @@ class GatewaySandbox:
     user: str | None = None  # attached as this user (the runtime runs as it)
     jobs: dict[int, Job] = field(default_factory=dict)
     jobs_starting: int = 0  # exec_start calls under way: they count against the bound
+    disk_bounded: bool = False  # its writable layer has a size (the engine can do it)
     session: str | None = None  # the one bash session, started by the first bash call
     shell_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     closing: bool = False  # sandbox_close or the disconnection took it: no more calls
@@ -215,6 +219,7 @@ class Sandboxes:
         self.ends_with = ends_with
         self._engine: DockerClient | None = None
         self._engine_cpus = 0
+        self._disk_bounded: bool | None = None  # asked of the engine at the first create
         self._injector = Injector(injection)
         self._policy = policy
         # The containers sandbox_attach may use: exactly as the user named them when
@@ -302,13 +307,16 @@ class Sandboxes:
             labels = {MCP_GATEWAY_LABEL: sandbox_id, MCP_OWNER_LABEL: gateway_owner()}
             if keep:
                 labels[MCP_KEEP_LABEL] = "1"
+            options = spec.run_options(self._engine_cpus)
+            if await self._disk_bounds(client, spec.image):
+                options["storage_opt"] = {"size": spec.disk_limit}
             running = RunningContainer(
                 client,
                 spec.image,
                 policy=self._policy,
                 name=f"{CONTAINER_PREFIX}{token}",
                 labels=labels,
-                **spec.run_options(self._engine_cpus),
+                **options,
             )
             await self._enter(running, spec.image)
             try:
@@ -317,12 +325,31 @@ class Sandboxes:
                 await asyncio.shield(asyncio.to_thread(running.__exit__, None, None, None))
                 raise
             made = GatewaySandbox(
-                sandbox_id, running.sandbox, support, spec.image, running, keep=keep
+                sandbox_id,
+                running.sandbox,
+                support,
+                spec.image,
+                running,
+                keep=keep,
+                disk_bounded="storage_opt" in options,
             )
             self._by_id[sandbox_id] = made
             return made
         finally:
             self._opening -= 1
+
+    async def _disk_bounds(self, client: DockerClient, image: str) -> bool:
+        """Whether the engine bounds a container's writable layer (`--storage-opt
+        size`: overlay2 on xfs with project quotas, btrfs, zfs, devicemapper), asked
+        once with a container made and removed unstarted."""
+        if self._disk_bounded is None:
+            self._disk_bounded = await asyncio.to_thread(_bounds_disk, client, image)
+            if not self._disk_bounded:
+                log.warning(
+                    "this engine's storage driver cannot bound a container's disk "
+                    "(--storage-opt size): sandboxes' writable layers are unbounded"
+                )
+        return self._disk_bounded
 
     async def _enter(self, running: RunningContainer, image: str) -> None:
         """Make and start the container in the engine's thread, for CREATE_TIMEOUT at
@@ -495,8 +522,8 @@ def _not_attachable(container: str, attachable: frozenset[str]) -> str:
 def attach_problem(named: str, attrs: Any) -> str | None:
     """Why a container the user listed is still not attached to, or None. The name must
     be its exact name or full id (the engine also resolves id prefixes); a container
-    that shares the host's namespaces or is privileged gives whoever acts in it the
-    host; another gateway's is that gateway's."""
+    that reaches the host (isolation.py) gives whoever acts in it the host; another
+    gateway's is that gateway's."""
     attrs = attrs if isinstance(attrs, dict) else {}
     name = str(attrs.get("Name") or "").removeprefix("/")
     if named not in (name, attrs.get("Id")):
@@ -504,24 +531,11 @@ def attach_problem(named: str, attrs: Any) -> str | None:
             f"container {named!r} (one the user listed) is not on the engine under that "
             "exact name or id: start it, or ask the user which container to use"
         )
-    host = _mapping(attrs.get("HostConfig"))
     labels = _mapping(_mapping(attrs.get("Config")).get("Labels"))
-    shared = [
-        kind
-        for kind, key in (
-            ("network", "NetworkMode"),
-            ("pid", "PidMode"),
-            ("ipc", "IpcMode"),
-            ("user", "UsernsMode"),
-            ("uts", "UTSMode"),
-        )
-        if str(host.get(key) or "") == "host"
-    ]
-    if host.get("Privileged"):
-        shared.insert(0, "privileged")
-    if shared:
+    reach = host_reach(attrs)
+    if reach:
         return (
-            f"container {named!r} is not isolated from the host ({', '.join(shared)}): "
+            f"container {named!r} is not isolated from the host ({'; '.join(reach)}): "
             "whoever acts in it can reach the host, so this server does not attach to it; "
             "use a container without these, or sandbox_create"
         )
@@ -531,6 +545,18 @@ def attach_problem(named: str, attrs: Any) -> str | None:
             "this server attaches only to the user's own containers"
         )
     return None
+
+
+def _bounds_disk(client: DockerClient, image: str) -> bool:
+    try:
+        probe = client.containers.create(
+            image, ["true"], storage_opt={"size": "1g"}, labels={OWNER_LABEL: str(os.getpid())}
+        )
+    except docker.errors.APIError:
+        return False  # "--storage-opt is supported only for overlay over xfs ...", and kin
+    with contextlib.suppress(docker.errors.DockerException):
+        probe.remove(force=True)
+    return True
 
 
 def _image_on_engine(client: DockerClient, image: str) -> None:

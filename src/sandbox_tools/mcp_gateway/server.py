@@ -17,6 +17,7 @@ import hmac
 import itertools
 import logging
 import os
+import resource
 import signal
 import stat
 import sys
@@ -50,8 +51,12 @@ INSTRUCTIONS = (
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 # The longest line read from the client: a message past it ends the connection.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-# The streamable HTTP transport's one endpoint.
+# The streamable HTTP transport's one endpoint, and what one client of it may hold: its
+# connections (past them, a new one is closed at once) and the time a connection may
+# take to send a request's head.
 HTTP_PATH = "/mcp"
+MAX_HTTP_CONNECTIONS = 256
+HEAD_TIMEOUT = 10.0
 
 
 def gateway_server(sandboxes: Sandboxes) -> Server[Any, Any]:
@@ -207,8 +212,15 @@ async def serve_http(sandboxes: Sandboxes, listener: HttpListener) -> None:
             yield
 
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=listener.port, log_level="warning", lifespan="off"
+        app,
+        host="127.0.0.1",
+        port=listener.port,
+        log_level="warning",
+        lifespan="off",
+        http=_guarded_protocol(),
+        limit_concurrency=MAX_HTTP_CONNECTIONS,
     )
+    _more_descriptors()
     web = Web(config)
     loop = asyncio.get_running_loop()
     for signum in (*ENDING_SIGNALS, signal.SIGINT):
@@ -235,6 +247,43 @@ async def _close_all(sandboxes: Sandboxes, signals: tuple[int, ...]) -> None:
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)
+
+
+def _guarded_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol with two bounds it lacks: a connection that has not
+    sent a whole request head within HEAD_TIMEOUT is closed, and one past
+    MAX_HTTP_CONNECTIONS is closed at once. Any local user can open connections to a
+    loopback port; without these, a few thousand idle ones used up the server's file
+    descriptors (and every accept that failed logged a traceback)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Guarded(H11Protocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > MAX_HTTP_CONNECTIONS:
+                transport.close()
+                return
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT, self._head_overdue)
+
+        def _head_overdue(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            timer = getattr(self, "_head_timer", None)
+            if timer is not None:
+                timer.cancel()
+            super().connection_lost(exc)
+
+    return Guarded
+
+
+def _more_descriptors() -> None:
+    """Raise the soft limit of open files to the hard one: the connection bound, not
+    the process's default of 1,024, is what limits the HTTP transport."""
+    with contextlib.suppress(ValueError, OSError):
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 async def _plain(send: Any, status: int, text: str) -> None:

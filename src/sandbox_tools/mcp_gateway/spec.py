@@ -28,6 +28,7 @@ MAX_ENV_CHARS = 64 * 1024  # names and values together
 DEFAULT_MEMORY = "2g"
 DEFAULT_PIDS = 1024
 DEFAULT_CPUS = 2.0  # at most the engine's own count
+DEFAULT_DISK = "10g"  # the writable layer, where the engine's storage driver can bound it
 # The container's log (what `sleep infinity` and the init print: next to nothing) is
 # bounded all the same: an agent writing to PID 1's stdout must not fill the host's disk.
 LOG_CONFIG = {"type": "json-file", "config": {"max-size": "10m", "max-file": "1"}}
@@ -52,6 +53,7 @@ class ContainerSpec:
     mem_limit: str = DEFAULT_MEMORY
     pids_limit: int = DEFAULT_PIDS
     cpus: float | None = None  # None: DEFAULT_CPUS, or the engine's count if fewer
+    disk_limit: str = DEFAULT_DISK  # where the engine can bound the writable layer
 
     def check(self) -> None:
         """Refuse what no engine should be handed, with the bound that was passed."""
@@ -86,8 +88,10 @@ class ContainerSpec:
             found.append(f"environment takes at most {MAX_ENV_VARS} variables")
         if sum(len(k) + len(v) for k, v in environment.items()) > MAX_ENV_CHARS:
             found.append(f"environment takes at most {MAX_ENV_CHARS:,} characters in all")
-        if not _MEMORY.fullmatch(self.mem_limit):
-            found.append(f'mem_limit {self.mem_limit[:40]!r} must be a size such as "512m" or "4g"')
+        for name in ("mem_limit", "disk_limit"):
+            value = getattr(self, name)
+            if not _MEMORY.fullmatch(value):
+                found.append(f'{name} {value[:40]!r} must be a size such as "512m" or "4g"')
         return found
 
     def run_options(self, engine_cpus: int) -> dict[str, Any]:

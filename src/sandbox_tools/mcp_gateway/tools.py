@@ -39,6 +39,7 @@ from sandbox_tools.mcp_gateway.schemas import (
 )
 from sandbox_tools.mcp_gateway.spec import (
     DEFAULT_CPUS,
+    DEFAULT_DISK,
     DEFAULT_MEMORY,
     DEFAULT_PIDS,
     ContainerSpec,
@@ -163,6 +164,11 @@ class CreateArguments(WireParams):
         maximum=MAX_PIDS,
         doc="The most processes the container may run at once.",
     )
+    disk_limit: str = wire(
+        default=DEFAULT_DISK,
+        doc='The most the container may write to its own file system, e.g. "10g" (where '
+        "the engine can bound it; the answer says when it cannot).",
+    )
     cpus: float | None = wire(
         default=None,
         minimum=0.01,
@@ -280,6 +286,7 @@ async def _create(sandboxes: Sandboxes, params: Any, progress: Progress | None) 
         mem_limit=params.mem_limit,
         pids_limit=params.pids_limit,
         cpus=params.cpus,
+        disk_limit=params.disk_limit,
     )
     made = await sandboxes.create(spec, keep=params.keep)
     ending = (
@@ -288,6 +295,11 @@ async def _create(sandboxes: Sandboxes, params: Any, progress: Progress | None) 
         else f"sandbox_close removes it, as does {sandboxes.ends_with}."
     )
     root = " read-only root," if params.read_only else ""
+    if not made.disk_bounded:
+        ending += (
+            " Its disk is not bounded: this engine's storage driver cannot (tmpfs mounts "
+            "with a size, and a read-only root, bound what it writes)."
+        )
     text = (
         f"Created sandbox {made.id}: container {made.container_name} of {made.image} "
         f"({_identity(made)},{root} network {params.network_mode}). Pass "
