@@ -81,3 +81,42 @@ def test_tools_mcp_reads_no_project_file(tmp_path: Path) -> None:
             server.wait()
     assert [a["id"] for a in answers] == [1, 2]
     assert "sandbox_create" in {tool["name"] for tool in answers[1]["result"]["tools"]}
+
+
+def test_a_lone_surrogate_in_a_request_is_answered_not_left_waiting(tmp_path: Path) -> None:
+    """JSON can escape a lone surrogate, which no text holds; the SDK answered such a
+    request with an error without its id, and the client waited until its timeout."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": SRC},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    hello = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    }
+    call = {"name": "bash", "arguments": {"sandbox": "sbx-\ud800", "input": "ls\n"}}
+    try:
+        for message in (
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
+        ):
+            server.stdin.write(json.dumps(message) + "\n")  # ensure_ascii: "\ud800" escaped
+        server.stdin.flush()
+        answers = [json.loads(server.stdout.readline()) for _ in range(2)]
+        server.stdin.close()
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert answers[1]["id"] == 2, answers
+    result = answers[1]["result"]
+    assert result["isError"] and "there is no sandbox 'sbx-\ufffd'" in result["content"][0]["text"]

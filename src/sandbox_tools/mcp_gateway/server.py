@@ -15,8 +15,10 @@ import asyncio
 import contextlib
 import hmac
 import itertools
+import json
 import logging
 import os
+import re
 import resource
 import signal
 import stat
@@ -145,7 +147,36 @@ class _Lines:
             raise StopAsyncIteration from None
         if not line:
             raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+        return without_lone_surrogates(line.decode("utf-8", errors="replace"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(line: str) -> str:
+    """A message whose strings hold a lone surrogate (JSON can escape one; no text can
+    hold it) with each replaced by U+FFFD. The SDK answered such a request with an error
+    that carries no id, so its client waited for an answer until its own timeout."""
+    if "\\ud" not in line.lower():
+        return line
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return line  # not JSON: the SDK says so
+    try:
+        return json.dumps(_replaced(message))
+    except RecursionError:
+        return line
+
+
+def _replaced(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_replaced(item) for item in value]
+    if isinstance(value, dict):
+        return {_replaced(key): _replaced(item) for key, item in value.items()}
+    return value
 
 
 async def _stdin_on_the_loop() -> _Lines | None:
