@@ -225,3 +225,33 @@ def test_a_browser_answer_passes_one_image_of_a_screenshots_size_at_most() -> No
     jpeg = types.ImageContent(type="image", data=shot.data, mimeType="image/jpeg")
     with pytest.raises(RuntimeTransportError, match="not a PNG"):
         relayed(types.CallToolResult(content=[jpeg]), 1000)
+
+
+def _volume(name: str) -> dict[str, Any]:
+    return {**_attrs(), "Mounts": [{"Type": "volume", "Name": name, "Destination": "/v"}]}
+
+
+@pytest.mark.parametrize(
+    ("attrs", "devices", "said"),
+    [
+        # The second attacker walk: each of these gave the agent the host's engine or disks.
+        (_volume("rootvol"), {"rootvol": "/"}, "the host's / mounted"),  # o=bind,device=/
+        (_volume("data"), {}, None),  # an ordinary named volume
+        (_mounted("/tmp/link-to-root"), {}, "the host's /tmp/link-to-root mounted"),
+        (_mounted("/run/docker"), {}, "the host's /run/docker mounted"),
+        (_mounted("/run/user/1000"), {}, "the host's /run/user/1000 mounted"),
+        (_mounted("/var/lib/docker/overlay2"), {}, "overlay2 mounted"),
+        (_mounted("/var"), {}, "the host's /var mounted"),  # holds /var/lib/docker
+        (_mounted("/home/me/project/"), {}, None),
+        (_attrs(SecurityOpt=["systempaths=unconfined"]), {}, "systempaths=unconfined"),
+        (_attrs(MaskedPaths=[]), {}, "no masked /proc paths"),
+        (_attrs(MaskedPaths=["/proc/kcore"]), {}, None),
+        (_attrs(DeviceCgroupRules=["b *:* rmw"]), {}, "device cgroup rules"),
+    ],
+)
+def test_a_mount_or_option_that_reaches_the_host_by_another_name_is_refused(
+    attrs: dict[str, Any], devices: dict[str, str], said: str | None
+) -> None:
+    links = {"/tmp/link-to-root": "/"}  # as a local engine's host resolves it
+    problem = attach_problem("dev", attrs, devices, lambda path: links.get(path, path))
+    assert (problem is None) if said is None else (problem is not None and said in problem)

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -395,7 +395,9 @@ class Sandboxes:
                 raise RefusedToolCall(
                     f"cannot look up container {container!r}: {_said(exc)}"
                 ) from None
-            problem = attach_problem(container, sandbox.container.attrs)
+            attrs = sandbox.container.attrs
+            devices = await asyncio.to_thread(_volume_devices, client, attrs)
+            problem = attach_problem(container, attrs, devices, _host_paths(client))
             if problem is not None:
                 raise RefusedToolCall(problem)
             status = str(sandbox.container.status)
@@ -519,7 +521,38 @@ def _not_attachable(container: str, attachable: frozenset[str]) -> str:
     )
 
 
-def attach_problem(named: str, attrs: Any) -> str | None:
+def _volume_devices(client: DockerClient, attrs: Any) -> dict[str, str]:
+    """The host path each of the container's named volumes binds, for those that do (a
+    local volume made with `o=bind`); a volume the engine cannot describe counts as
+    binding `/`, so that it is refused rather than trusted."""
+    devices: dict[str, str] = {}
+    for mount in _mapping(attrs).get("Mounts") or []:
+        if not isinstance(mount, dict) or mount.get("Type") != "volume":
+            continue
+        name = str(mount.get("Name") or "")
+        try:
+            options = _mapping(client.volumes.get(name).attrs.get("Options"))
+        except docker.errors.DockerException:
+            devices[name] = "/"
+            continue
+        if "bind" in str(options.get("o") or "").split(",") and options.get("device"):
+            devices[name] = str(options["device"])
+    return devices
+
+
+def _host_paths(client: DockerClient) -> Callable[[str], str]:
+    """How a mount's source is read: its symbolic links followed where the engine is
+    this host's (a Unix socket), as written where it is not."""
+    local = str(getattr(client.api, "base_url", "")).startswith("http+docker://")
+    return os.path.realpath if local else (lambda path: path)
+
+
+def attach_problem(
+    named: str,
+    attrs: Any,
+    volume_devices: Mapping[str, str] | None = None,
+    resolve: Callable[[str], str] = lambda path: path,
+) -> str | None:
     """Why a container the user listed is still not attached to, or None. The name must
     be its exact name or full id (the engine also resolves id prefixes); a container
     that reaches the host (isolation.py) gives whoever acts in it the host; another
@@ -532,7 +565,7 @@ def attach_problem(named: str, attrs: Any) -> str | None:
             "exact name or id: start it, or ask the user which container to use"
         )
     labels = _mapping(_mapping(attrs.get("Config")).get("Labels"))
-    reach = host_reach(attrs)
+    reach = host_reach(attrs, volume_devices, resolve)
     if reach:
         return (
             f"container {named!r} is not isolated from the host ({'; '.join(reach)}): "
