@@ -17,10 +17,12 @@ from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.mcp_gateway.jobs import Job
 from sandbox_tools.mcp_gateway.registry import (
     MAX_BATCH_CHARS,
+    MAX_CALLS_IN_FLIGHT,
     MAX_JOBS_PER_SANDBOX,
     GatewaySandbox,
     Sandboxes,
 )
+from sandbox_tools.mcp_gateway.tools import call_tool
 from sandbox_tools.protocol import MAX_JOBS_ENV
 from sandbox_tools.sandboxes.containers import ContainerPolicy
 from tests.support import InProcessRuntime, serve_runtime_in_process
@@ -148,3 +150,38 @@ async def test_a_streamed_poll_reports_each_piece_as_it_comes_and_answers_with_a
     assert len(pieces) >= 2, pieces  # the lines came apart in time, and so did the news
     assert "".join(pieces) == report.taken.stdout == "line 1\nline 2\nline 3\n"
     assert report.completed is not None and report.state == "completed"
+
+
+class _Wedged:
+    """A sandbox's browser whose server never answers (the second attacker walk's forged
+    browser-mcp), standing in for the relay."""
+
+    async def call(self, name: str, arguments: dict[str, Any], text_limit: int) -> Any:
+        await asyncio.Event().wait()
+
+    async def close(self, timeout: float = 0) -> None:
+        return None
+
+
+async def test_a_sandbox_whose_calls_never_end_holds_up_no_other_sandbox(
+    runtime_in_process: InProcessRuntime,
+) -> None:
+    sandboxes = Sandboxes(_no_engine, InjectionOptions(), ContainerPolicy())
+    wedged, healthy = _held(runtime_in_process, "sbx-wedged"), _held(runtime_in_process, "sbx-ok")
+    wedged._browser = cast(Any, _Wedged())
+    for held in (wedged, healthy):
+        sandboxes._by_id[held.id] = held
+    stuck = [
+        asyncio.create_task(call_tool(sandboxes, "browser_snapshot", {"sandbox": wedged.id}))
+        for _ in range(MAX_CALLS_IN_FLIGHT)
+    ]
+    await asyncio.sleep(0.2)
+    started = await asyncio.wait_for(
+        call_tool(sandboxes, "exec_start", {"sandbox": healthy.id, "command": "echo ok"}), 10
+    )
+    assert not started.is_error, started.text
+    assert not any(task.done() for task in stuck)  # still waiting on the wedged one
+    for task in stuck:
+        task.cancel()
+    await asyncio.gather(*stuck, return_exceptions=True)
+    await asyncio.gather(*(job.close() for job in healthy.jobs.values()))

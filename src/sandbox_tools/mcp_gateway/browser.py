@@ -43,9 +43,12 @@ __all__ = ["RUNTIME_TOOLS", "SandboxBrowser", "arguments_of"]
 
 log = logging.getLogger(__name__)
 
-# The first call installs the add-on (about 100 MB sent, unpacked in the sandbox) and
-# starts the browser; a page load has the runtime's 30 s. The host waits for both.
-CALL_TIMEOUT = 300.0
+# A browser call: the browser's start and a page's load have the runtime's 30 s each;
+# the host waits for both and the transport, and no longer (a server that does not
+# answer is not ours: the call fails, and the next one starts the server again).
+CALL_TIMEOUT = 120.0
+# The server answering `initialize` (the add-on is installed before, on its own bounds).
+START_TIMEOUT = 30.0
 CLOSE_TIMEOUT = 10.0
 # Images one answer passes on (a screenshot is one), and the most pixels a side each may
 # declare: the client decodes them on the host, and a small PNG can declare gigabytes.
@@ -121,10 +124,14 @@ class SandboxBrowser:
             await ensure_browser(self._support)
             server = StdioServerParameters(command=self._support.exe, args=[BROWSER_MCP_COMMAND])
             async with (
-                sandbox_mcp_client(self._support, server, user=self._user) as (read, write),
-                ClientSession(read, write) as session,
+                sandbox_mcp_client(
+                    self._support, server, user=self._user, request_timeout=CALL_TIMEOUT
+                ) as (read, write),
+                ClientSession(
+                    read, write, read_timeout_seconds=timedelta(seconds=CALL_TIMEOUT)
+                ) as session,
             ):
-                await session.initialize()
+                await asyncio.wait_for(session.initialize(), START_TIMEOUT)
                 ready.set_result(session)
                 await self._stop.wait()
         except BaseException as exc:
@@ -134,7 +141,16 @@ class SandboxBrowser:
                 log.warning("the browser server of a sandbox ended: %s", exc)
 
     async def call(self, name: str, arguments: dict[str, Any], text_limit: int) -> Relayed:
-        session = await self._started()
+        try:
+            session = await self._started()
+        except (RuntimeTransportError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            await self.close()
+            raise RuntimeTransportError(
+                f"{name}: the browser in this sandbox did not start ({_said(exc)}); the next "
+                "browser call tries again"
+            ) from None
         try:
             result = await session.call_tool(
                 name, arguments, read_timeout_seconds=timedelta(seconds=CALL_TIMEOUT)
@@ -160,6 +176,17 @@ class SandboxBrowser:
                 await asyncio.wait({holder}, timeout=CLOSE_TIMEOUT)
 
 
+def _said(exc: BaseException) -> str:
+    """An exception as one short phrase (a group: its first member)."""
+    members = getattr(exc, "exceptions", None)  # an exception group (3.10: anyio's)
+    while isinstance(members, tuple | list) and members:
+        exc = members[0]
+        members = getattr(exc, "exceptions", None)
+    if isinstance(exc, TimeoutError):
+        return "it did not answer in time"
+    return f"{type(exc).__name__}: {str(exc)[:300]}" if str(exc) else type(exc).__name__
+
+
 def relayed(result: types.CallToolResult, text_limit: int) -> Relayed:
     """A browser result as the gateway passes it on: text parts joined and cut to
     `text_limit` (the caller cuts at a line and makes it printable), images kept only
@@ -183,7 +210,7 @@ def _png(part: types.ImageContent) -> str:
         decoded = base64.b64decode(part.data, validate=True)
     except (binascii.Error, ValueError):
         raise RuntimeTransportError("the browser sent an image that is not base64") from None
-    if not decoded.startswith(PNG_SIGNATURE) or decoded[12:16] != b"IHDR":
+    if len(decoded) < 24 or not decoded.startswith(PNG_SIGNATURE) or decoded[12:16] != b"IHDR":
         raise RuntimeTransportError("the browser sent an image that is not a PNG")
     width, height = struct.unpack(">II", decoded[16:24])
     if not (0 < width <= MAX_IMAGE_SIDE and 0 < height <= MAX_IMAGE_SIDE):

@@ -66,9 +66,12 @@ MAX_SANDBOXES = 16
 # poll's output on the host (MAX_BATCH_CHARS), so these bound the gateway's memory.
 MAX_JOBS_PER_SANDBOX = Limits().max_jobs
 MAX_JOBS = 64
-# Tool calls that reach a sandbox at once: each may hold one answer of the runtime
-# (a frame of up to 64 MiB from a forged one) until it is cut; more wait their turn.
-MAX_CALLS_IN_FLIGHT = 16
+# Tool calls that reach sandboxes at once, per sandbox and in all: each may hold one
+# answer of the runtime (a frame of up to 64 MiB from a forged one) until it is cut;
+# more wait their turn. Per sandbox first, so that a sandbox whose runtime never
+# answers holds up its own calls only; the sandbox_* tools wait for neither.
+MAX_CALLS_PER_SANDBOX = 8
+MAX_CALLS_IN_FLIGHT = 32
 # The most output one poll of a job brings: what the runtime sends at most. A larger
 # batch comes from a runtime that is not ours, and ends the job (jobs.py).
 MAX_BATCH_CHARS = Limits().exec_response_bytes
@@ -100,6 +103,9 @@ class GatewaySandbox:
     jobs: dict[int, Job] = field(default_factory=dict)
     jobs_starting: int = 0  # exec_start calls under way: they count against the bound
     disk_bounded: bool = False  # its writable layer has a size (the engine can do it)
+    calls: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(MAX_CALLS_PER_SANDBOX), repr=False
+    )
     session: str | None = None  # the one bash session, started by the first bash call
     shell_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     closing: bool = False  # sandbox_close or the disconnection took it: no more calls

@@ -613,7 +613,11 @@ async def call_tool(
     except InvalidParams as exc:
         return refusal(parse_problem(name, exc))
     try:
-        async with sandboxes.calls:
+        sandbox_id = getattr(params, SANDBOX_FIELD, None)
+        if not isinstance(sandbox_id, str) or name == "sandbox_close":
+            return await tool.run(sandboxes, params, progress)
+        held = sandboxes.get(sandbox_id)
+        async with held.calls, sandboxes.calls:
             return await tool.run(sandboxes, params, progress)
     except RefusedToolCall as exc:
         return refusal(exc.message)
