@@ -637,7 +637,7 @@ def _server_pid(client: Gateway, engine: Any) -> int:
     listed = client.ok("sandbox_list").structuredContent
     assert listed is not None
     owner = engine.containers.get(listed["sandboxes"][0]["container"]).labels[MCP_OWNER_LABEL]
-    return int(owner.split("/")[1])
+    return int(owner.split("/")[2])  # host/pid namespace/pid/start time
 
 
 def test_cleanup_removes_what_a_killed_gateway_left_but_not_the_kept_or_a_lookalike(
@@ -655,8 +655,11 @@ def test_cleanup_removes_what_a_killed_gateway_left_but_not_the_kept_or_a_lookal
             lookalike_image,
             changes=[f'LABEL {key}="{value}"' for key, value in labels.items()],
         )
-        lookalike = docker_engine.containers.run(
-            lookalike_image, ["sleep", "infinity"], detach=True
+        lookalike = docker_engine.containers.run(  # even named as a gateway names them
+            lookalike_image,
+            ["sleep", "infinity"],
+            detach=True,
+            name=f"sandbox-tools-mcp-lookalike-{os.getpid()}",
         )
         client = Gateway(gateway_env, tmp_path / "stderr.log")
         made = client.ok("sandbox_create", image=images["busybox"]).structuredContent

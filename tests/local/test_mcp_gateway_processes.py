@@ -17,18 +17,22 @@ from tests.support import SRC
 
 def test_an_owner_label_tells_a_live_gateway_from_a_gone_one() -> None:
     assert owner_state(gateway_owner()) is Owner.ALIVE
-    host = socket.gethostname()
+    host, namespace, _pid, _start = gateway_owner().split("/")
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert owner_state(f"{host}/{gone.stdout.strip()}/1") is Owner.GONE
+    assert owner_state(f"{host}/{namespace}/{gone.stdout.strip()}/1") is Owner.GONE
     pid = os.getpid()
-    assert owner_state(f"{host}/{pid}/1") is Owner.GONE  # the pid, but a later process
-    assert owner_state(f"another-host/{pid}/1") is Owner.ELSEWHERE
+    assert owner_state(f"{host}/{namespace}/{pid}/1") is Owner.GONE  # a later process
+    assert owner_state(f"another-host/{namespace}/{pid}/1") is Owner.ELSEWHERE
+    # Another pid namespace (a gateway in a container with this host's name): its pids
+    # are not this namespace's, so it is never judged gone from here.
+    assert owner_state(f"{host}/4026531999/{gone.stdout.strip()}/1") is Owner.ELSEWHERE
     assert owner_state("garbage") is Owner.ELSEWHERE
+    assert socket.gethostname() == host
 
 
 def test_tools_mcp_reads_no_project_file(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ control sequences sent to the user's terminal, a label an image carries) and now
 from __future__ import annotations
 
 import base64
-import socket
 import struct
 from pathlib import Path
 from typing import Any
@@ -168,21 +167,28 @@ def test_terminal_control_sequences_never_reach_the_client() -> None:
 
 
 def test_cleanup_removes_only_what_a_gone_gateway_of_this_host_made_unkept() -> None:
-    host = socket.gethostname()
-    dead = f"{host}/999999999/1"
+    here = gateway_owner().split("/")
+    dead = "/".join([*here[:2], "999999999", "1"])  # this host and namespace, no such pid
     ours = {MCP_GATEWAY_LABEL: "sbx-1", MCP_OWNER_LABEL: dead}
-    assert _verdict(ours, {}) is None
-    assert "keep" in str(_verdict({**ours, MCP_KEEP_LABEL: "1"}, {}))
-    assert "still runs" in str(_verdict({**ours, MCP_OWNER_LABEL: gateway_owner()}, {}))
-    assert "another host" in str(_verdict({**ours, MCP_OWNER_LABEL: f"x/{1}/1"}, {}))
-    assert "another host" in str(_verdict({MCP_GATEWAY_LABEL: "sbx-1"}, {}))
-    # An image can carry the labels: a user's container of it is never taken for ours.
-    assert "its image carries" in str(_verdict(ours, {MCP_GATEWAY_LABEL: "sbx-1"}))
-    assert "its image carries" in str(_verdict(ours, {MCP_OWNER_LABEL: dead}))
-    # An image that says "keep" does not keep a container of it out of the cleanup
-    # unseen: it is named as the image's, not taken for a kept one.
-    keeps = _verdict({**ours, MCP_KEEP_LABEL: "1"}, {MCP_KEEP_LABEL: "1"})
+    name = "sandbox-tools-mcp-00000001"
+    assert _verdict(name, ours, {}) is None
+    assert "keep" in str(_verdict(name, {**ours, MCP_KEEP_LABEL: "1"}, {}))
+    assert "still runs" in str(_verdict(name, {**ours, MCP_OWNER_LABEL: gateway_owner()}, {}))
+    elsewhere = "/".join(["another-host", *here[1:]])
+    assert "another host" in str(_verdict(name, {**ours, MCP_OWNER_LABEL: elsewhere}, {}))
+    other_namespace = "/".join([here[0], "4026531999", *here[2:]])
+    assert "another pid namespace" in str(
+        _verdict(name, {**ours, MCP_OWNER_LABEL: other_namespace}, {})
+    )
+    assert "another host" in str(_verdict(name, {MCP_GATEWAY_LABEL: "sbx-1"}, {}))
+    # An image can carry the labels: a user's container of it is never taken for ours,
+    # nor once the image is gone (then it cannot be told), nor under another name.
+    assert "its image carries" in str(_verdict(name, ours, {MCP_GATEWAY_LABEL: "sbx-1"}))
+    assert "its image carries" in str(_verdict(name, ours, {MCP_OWNER_LABEL: dead}))
+    keeps = _verdict(name, {**ours, MCP_KEEP_LABEL: "1"}, {MCP_KEEP_LABEL: "1"})
     assert "its image carries" in str(keeps)
+    assert "its image is gone" in str(_verdict(name, ours, None))
+    assert "names its containers" in str(_verdict("my-database", ours, {}))
 
 
 def test_a_project_file_is_not_read_where_the_caller_says_so(

@@ -3,9 +3,10 @@
 A gateway removes what it made when its client goes away, on SIGTERM and SIGHUP, and
 when its loop dies; a SIGKILL (a client that gives up waiting) leaves them running. Each
 is labelled with its sandbox id, its owner (owner.py) and, if made to be kept, the keep
-label. A container is removed here only if all of these hold: its owner ran on this
-host and is gone, it was not made to be kept, and the labels are its own, not its
-image's (an image can carry any label, and so make a user's container look like ours).
+label. A container is removed here only if all of these hold: it has a gateway's name, its
+owner ran on this host (in this pid namespace) and is gone, it was not made to be kept,
+and the labels are its own, not its image's (an image can carry any label, and so make
+a user's container look like ours; once the image is gone, that cannot be told).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import docker.errors
 from docker import DockerClient
 
 from sandbox_tools.mcp_gateway.owner import Owner, owner_state
+from sandbox_tools.mcp_gateway.spec import CONTAINER_PREFIX
 from sandbox_tools.sandboxes.containers import (
     MCP_GATEWAY_LABEL,
     MCP_KEEP_LABEL,
@@ -41,8 +43,12 @@ def _labels(attrs: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
-def _verdict(labels: dict[str, str], image_labels: dict[str, str]) -> str | None:
+def _verdict(name: str, labels: dict[str, str], image_labels: dict[str, str] | None) -> str | None:
     """Why a labelled container stays, or None: it is a dead gateway's to remove."""
+    if not name.startswith(CONTAINER_PREFIX):
+        return f"stays: a gateway names its containers {CONTAINER_PREFIX}<id>"
+    if image_labels is None:
+        return "stays: its image is gone, so its labels cannot be told from the image's"
     if any(key in image_labels for key in (MCP_GATEWAY_LABEL, MCP_OWNER_LABEL, MCP_KEEP_LABEL)):
         return "stays: its image carries the gateway's labels, so they prove nothing"
     if labels.get(MCP_KEEP_LABEL) == "1":
@@ -52,7 +58,10 @@ def _verdict(labels: dict[str, str], image_labels: dict[str, str]) -> str | None
     if state is Owner.ALIVE:
         return f"stays: its gateway ({owner}) still runs"
     if state is Owner.ELSEWHERE:
-        return f"stays: made by a gateway on another host ({owner or 'unknown'})"
+        return (
+            "stays: made by a gateway on another host or in another pid namespace "
+            f"({owner or 'unknown'})"
+        )
     return None
 
 
@@ -66,10 +75,12 @@ def cleanup_leftovers(
     for container in listed:
         labels = _labels(container.attrs)
         try:
-            image_labels = _labels(client.images.get(container.attrs["Image"]).attrs)
+            image_labels: dict[str, str] | None = _labels(
+                client.images.get(container.attrs["Image"]).attrs
+            )
         except (docker.errors.DockerException, KeyError):
-            image_labels = {}
-        verdict = _verdict(labels, image_labels)
+            image_labels = None  # gone: whether it carried the labels cannot be told
+        verdict = _verdict(str(container.name), labels, image_labels)
         if verdict is None and dry_run:
             verdict, removed = "would be removed: its gateway is gone", False
         elif verdict is None:

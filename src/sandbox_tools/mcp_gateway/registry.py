@@ -42,7 +42,7 @@ from sandbox_tools.mcp_gateway.browser import SandboxBrowser
 from sandbox_tools.mcp_gateway.isolation import host_reach
 from sandbox_tools.mcp_gateway.jobs import Job
 from sandbox_tools.mcp_gateway.owner import gateway_owner
-from sandbox_tools.mcp_gateway.spec import ContainerSpec
+from sandbox_tools.mcp_gateway.spec import CONTAINER_PREFIX, ContainerSpec
 from sandbox_tools.runtime.limits import Limits
 from sandbox_tools.runtime.tools.bash_session.tool_types import InteractParams
 from sandbox_tools.sandboxes.containers import (
@@ -79,7 +79,6 @@ MAX_BATCH_CHARS = Limits().exec_response_bytes
 # (the container, if it comes later, is removed then).
 CREATE_TIMEOUT = 120.0
 ID_PREFIX = "sbx-"
-CONTAINER_PREFIX = "sandbox-tools-mcp-"
 # Closing what the gateway started in a sandbox (a shell, the connection) is bounded.
 CLOSE_TIMEOUT = 10.0
 # How long removing a sandbox's container waits for its browser to close first.

@@ -15,6 +15,8 @@ from typing import Any
 
 from sandbox_tools.errors import RefusedToolCall
 
+# The name of every container a gateway makes: this, then its sandbox id's token.
+CONTAINER_PREFIX = "sandbox-tools-mcp-"
 # What a client may ask for at most. Generous for real use, small enough that no engine
 # or runtime chokes on it.
 MAX_IMAGE_CHARS = 512
