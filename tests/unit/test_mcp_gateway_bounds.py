@@ -26,7 +26,13 @@ from sandbox_tools.mcp_gateway.spec import (
     LOG_CONFIG,
     ContainerSpec,
 )
-from sandbox_tools.mcp_gateway.tools import call_tool, printable
+from sandbox_tools.mcp_gateway.tools import (
+    ANSWER_CHARS,
+    _ProgressOut,
+    call_tool,
+    printable,
+    refusal,
+)
 from sandbox_tools.sandboxes.containers import (
     MCP_GATEWAY_LABEL,
     MCP_KEEP_LABEL,
@@ -261,3 +267,23 @@ def test_a_mount_or_option_that_reaches_the_host_by_another_name_is_refused(
     links = {"/tmp/link-to-root": "/"}  # as a local engine's host resolves it
     problem = attach_problem("dev", attrs, devices, lambda path: links.get(path, path))
     assert (problem is None) if said is None else (problem is not None and said in problem)
+
+
+def test_control_characters_shown_as_text_still_fit_the_answers_bound() -> None:
+    """Each control character is shown as four (\\xNN): 99,000 of them came back as
+    400,091 characters when the text was cut before it was made printable."""
+    answer = refusal("\x01" * 99_000)
+    assert len(answer.text) <= ANSWER_CHARS + 200 and answer.text.startswith("\\x01")
+
+
+async def test_progress_messages_are_joined_to_a_few_a_second() -> None:
+    sent: list[str] = []
+
+    async def progress(message: str) -> None:
+        sent.append(message)
+
+    out = _ProgressOut(progress)
+    for _ in range(1000):  # a job printing a byte at a time, faster than the interval
+        await out("x")
+    await out.flush()
+    assert len(sent) <= 3 and "".join(sent) == "x" * 1000

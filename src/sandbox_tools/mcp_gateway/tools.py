@@ -77,6 +77,8 @@ ANSWER_CHARS = RESULT_CHARS + 4096
 # (the request runs on between exec_poll calls), and how long exec_kill waits for the end.
 JOB_POLL_SECONDS = 5.0
 KILL_WAIT_SECONDS = 10.0
+# The least time between two progress messages of one exec_poll.
+PROGRESS_INTERVAL = 0.1
 # The largest process and CPU counts a client may ask for.
 MAX_PIDS = 1 << 22
 MAX_CPUS = 1024.0
@@ -99,7 +101,15 @@ class Answer:
 
 
 def refusal(text: str) -> Answer:
-    return Answer(printable(bounded_text(text, ANSWER_CHARS, "message")), is_error=True)
+    return Answer(shown(text, "message"), is_error=True)
+
+
+def shown(text: str, what: str) -> str:
+    """Text from the sandbox as an answer carries it: made printable first (which makes
+    it longer: each control character becomes four), then cut to ANSWER_CHARS. Only
+    what could still be shown is made printable (a forged 64 MiB is not copied 4 times
+    over), so the count of what was cut is then at least the one given."""
+    return bounded_text(printable(text[: 4 * ANSWER_CHARS + 1]), ANSWER_CHARS, what)
 
 
 # Terminal control sequences (colours, cursor moves, titles, hyperlinks), which a shell's
@@ -412,20 +422,35 @@ async def _exec_poll(sandboxes: Sandboxes, params: Any, progress: Progress | Non
             if progress is None:
                 report = await job.read(params.wait_ms / 1000, RESULT_CHARS)
             else:
-                streamed = _shown_as_progress(progress)
+                streamed = _ProgressOut(progress)
                 report = await job.stream(params.wait_ms / 1000, RESULT_CHARS, streamed)
+                await streamed.flush()
         finally:
             held.forget_if_done(job)
     return _job_answer(held, report)
 
 
-def _shown_as_progress(progress: Progress) -> Progress:
-    """Output as a progress message shows it: bounded and printable, as answers are."""
+class _ProgressOut:
+    """A job's output as progress messages: bounded and printable, as answers are, and
+    at most one message per PROGRESS_INTERVAL (what came meanwhile is joined), so a job
+    printing a byte a millisecond sends tens of messages a second, not a thousand."""
 
-    async def show(text: str) -> None:
-        await progress(_bounded(text))
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._pending = ""
+        self._last = 0.0
 
-    return show
+    async def __call__(self, text: str) -> None:
+        self._pending += text
+        now = asyncio.get_running_loop().time()
+        if now - self._last >= PROGRESS_INTERVAL:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, ""
+            self._last = asyncio.get_running_loop().time()
+            await self._progress(_bounded(pending))
 
 
 async def _exec_kill(sandboxes: Sandboxes, params: Any, progress: Progress | None) -> Answer:
@@ -641,7 +666,7 @@ async def call_tool(
 
 
 def _bounded(text: str) -> str:
-    return printable(bounded_text(text, ANSWER_CHARS, "answer"))
+    return shown(text, "answer")
 
 
 def _identity(held: GatewaySandbox) -> str:
