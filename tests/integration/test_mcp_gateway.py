@@ -637,7 +637,7 @@ def _server_pid(client: Gateway, engine: Any) -> int:
     listed = client.ok("sandbox_list").structuredContent
     assert listed is not None
     owner = engine.containers.get(listed["sandboxes"][0]["container"]).labels[MCP_OWNER_LABEL]
-    return int(owner.split("/")[2])  # host/pid namespace/pid/start time
+    return int(owner.split("/")[3])  # host/boot id/pid namespace/pid/start time
 
 
 def test_cleanup_removes_what_a_killed_gateway_left_but_not_the_kept_or_a_lookalike(

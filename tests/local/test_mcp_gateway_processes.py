@@ -17,20 +17,22 @@ from tests.support import SRC
 
 def test_an_owner_label_tells_a_live_gateway_from_a_gone_one() -> None:
     assert owner_state(gateway_owner()) is Owner.ALIVE
-    host, namespace, _pid, _start = gateway_owner().split("/")
+    host, boot, namespace, _pid, _start = gateway_owner().split("/")
+    here = f"{host}/{boot}/{namespace}"
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
         text=True,
         check=True,
-    )
-    assert owner_state(f"{host}/{namespace}/{gone.stdout.strip()}/1") is Owner.GONE
+    ).stdout.strip()
+    assert owner_state(f"{here}/{gone}/1") is Owner.GONE
     pid = os.getpid()
-    assert owner_state(f"{host}/{namespace}/{pid}/1") is Owner.GONE  # a later process
-    assert owner_state(f"another-host/{namespace}/{pid}/1") is Owner.ELSEWHERE
-    # Another pid namespace (a gateway in a container with this host's name): its pids
-    # are not this namespace's, so it is never judged gone from here.
-    assert owner_state(f"{host}/4026531999/{gone.stdout.strip()}/1") is Owner.ELSEWHERE
+    assert owner_state(f"{here}/{pid}/1") is Owner.GONE  # this pid, but a later process
+    assert owner_state(f"another-host/{boot}/{namespace}/{pid}/1") is Owner.ELSEWHERE
+    # Another pid namespace (a gateway in a container with this host's name), or another
+    # machine with this host's name sharing the engine (another boot id): never gone.
+    assert owner_state(f"{host}/{boot}/4026531999/{gone}/1") is Owner.ELSEWHERE
+    assert owner_state(f"{host}/{'0' * 8}-0000/{namespace}/{gone}/1") is Owner.ELSEWHERE
     assert owner_state("garbage") is Owner.ELSEWHERE
     assert socket.gethostname() == host
 

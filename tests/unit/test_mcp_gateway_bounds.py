@@ -17,6 +17,7 @@ from sandbox_tools.errors import RefusedToolCall, RuntimeTransportError
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.mcp_gateway.browser import relayed
 from sandbox_tools.mcp_gateway.cleanup import _verdict
+from sandbox_tools.mcp_gateway.isolation import DEFAULT_MASKED, DEFAULT_READ_ONLY, Volume
 from sandbox_tools.mcp_gateway.owner import gateway_owner
 from sandbox_tools.mcp_gateway.registry import Sandboxes, attach_problem
 from sandbox_tools.mcp_gateway.spec import (
@@ -67,12 +68,22 @@ async def test_attach_reaches_only_a_container_the_user_listed_and_says_the_same
 
 
 def _attrs(name: str = "/dev", **host: Any) -> dict[str, Any]:
+    """A container as the engine describes it, with the engine's default masks."""
     labels = host.pop("labels", {})
+    host = {
+        "MaskedPaths": sorted(DEFAULT_MASKED),
+        "ReadonlyPaths": sorted(DEFAULT_READ_ONLY),
+        **host,
+    }
     return {"Id": "f" * 64, "Name": name, "HostConfig": host, "Config": {"Labels": labels}}
 
 
 def _mounted(source: str) -> dict[str, Any]:
     return {**_attrs(), "Mounts": [{"Type": "bind", "Source": source, "Destination": "/x"}]}
+
+
+def _volume(name: str) -> dict[str, Any]:
+    return {**_attrs(), "Mounts": [{"Type": "volume", "Name": name, "Destination": "/v"}]}
 
 
 @pytest.mark.parametrize(
@@ -85,20 +96,24 @@ def _mounted(source: str) -> dict[str, Any]:
         ("dev", _attrs(Privileged=True), "not isolated from the host (privileged)"),
         ("dev", _attrs(NetworkMode="host"), "(the host's network namespace)"),
         ("dev", _attrs(PidMode="host", IpcMode="host"), "pid namespace; the host's ipc"),
-        # Through another container that shares the host's (the attacker walk's chain).
         ("dev", _attrs(NetworkMode="container:a", PidMode="container:a"), "another contai"),
         ("dev", _attrs(CgroupnsMode="host"), None),  # a cgroup v1 engine's default
         ("dev", _attrs(CapAdd=["SYS_ADMIN", "SYS_PTRACE"]), "capability SYS_ADMIN"),
         ("dev", _attrs(CapAdd=["CAP_DAC_READ_SEARCH"]), "capability DAC_READ_SEARCH"),
         ("dev", _attrs(CapAdd=["SYS_PTRACE", "NET_ADMIN"]), None),  # its own namespaces
         ("dev", _attrs(Devices=[{"PathOnHost": "/dev/sda"}]), "host devices"),
+        ("dev", _attrs(DeviceCgroupRules=["b *:* rmw"]), "device cgroup rules"),
         ("dev", _attrs(SecurityOpt=["seccomp=unconfined"]), "seccomp=unconfined"),
+        # A profile that allows everything is unconfined by another name.
+        ("dev", _attrs(SecurityOpt=['seccomp={"defaultAction":"SCMP_ACT_ALLOW"}']), "seccomp"),
         ("dev", _attrs(SecurityOpt=["apparmor:unconfined"]), "apparmor:unconfined"),
-        ("dev", _mounted("/var/run/docker.sock"), "the host's /var/run/docker.sock mounted"),
-        ("dev", _mounted("/run/user/1000/podman/podman.sock"), "podman.sock mounted"),
-        ("dev", _mounted("/"), "the host's / mounted"),
-        ("dev", _mounted("/var/run/"), "the host's /var/run mounted"),
-        ("dev", _mounted("/home/me/project"), None),  # a project directory is fine
+        ("dev", _attrs(SecurityOpt=["apparmor=docker-default"]), None),
+        ("dev", _attrs(SecurityOpt=["no-new-privileges"]), None),
+        ("dev", _attrs(SecurityOpt=["systempaths=unconfined"]), "systempaths"),
+        ("dev", _attrs(MaskedPaths=[]), "masks or makes read-only left open"),
+        # The third attacker walk: /proc/sys writable, core_pattern run as root.
+        ("dev", _attrs(ReadonlyPaths=[]), "masks or makes read-only left open"),
+        ("dev", {**_attrs(), "HostConfig": {}}, "masks or makes read-only left open"),
         ("dev", _attrs(labels={MCP_GATEWAY_LABEL: "sbx-1"}), "made by an MCP gateway"),
     ],
 )
@@ -107,6 +122,47 @@ def test_a_listed_container_is_attached_only_by_its_exact_name_and_only_if_isola
 ) -> None:
     problem = attach_problem(named, attrs)
     assert (problem is None) if said is None else (problem is not None and said in problem)
+
+
+PLAIN = Volume("local", {})
+LINKS = {"/tmp/link-to-root": "/"}  # as a local engine's host resolves it
+
+
+@pytest.mark.parametrize(
+    ("attrs", "volumes", "trusted", "said"),
+    [
+        # Listed with --attach: no bind mount, no volume but the engine's plain storage.
+        (_mounted("/home/me/project"), {}, False, "a bind mount of the host's /home/me/p"),
+        (_mounted("/usr"), {}, False, "a bind mount of the host's /usr"),  # walk 3's list
+        (_volume("data"), {"data": PLAIN}, False, None),
+        (_volume("data"), {}, False, "volume data (driver ?"),  # not described: refused
+        (_volume("rb"), {"rb": Volume("local", {"o": "rbind", "device": "/"})}, False, "vo"),
+        (_volume("blk"), {"blk": Volume("local", {"type": "ext4", "device": "/dev/vda"})},
+         False, "volume blk"),
+        (_volume("pr"), {"pr": Volume("local", {"type": "proc", "device": "proc"})}, False,
+         "volume pr"),
+        (_volume("nfs"), {"nfs": Volume("nfs-plugin", {})}, False, "driver nfs-plugin"),
+        # Listed with --attach-with-mounts: the user's call, but never the host itself.
+        (_mounted("/home/me/project"), {}, True, None),
+        (_mounted("/var/run/docker.sock"), {}, True, "the host's /var/run/docker.sock"),
+        (_mounted("/"), {}, True, "the host's / mounted"),
+        (_mounted("/tmp/link-to-root"), {}, True, "the host's /tmp/link-to-root mounted"),
+        (_mounted("/run/docker"), {}, True, "the host's /run/docker mounted"),
+        (_mounted("/var/lib/docker/overlay2"), {}, True, "overlay2 mounted"),
+        (_mounted("/var"), {}, True, "the host's /var mounted"),
+        (_volume("rb"), {"rb": Volume("local", {"o": "rbind", "device": "/"})}, True,
+         "the host's / mounted"),
+    ],
+)  # fmt: skip
+def test_mounts_are_refused_unless_trusted_and_the_host_itself_even_then(
+    attrs: dict[str, Any], volumes: dict[str, Volume], trusted: bool, said: str | None
+) -> None:
+    problem = attach_problem(
+        "dev", attrs, volumes, mounts_trusted=trusted, resolve=lambda p: LINKS.get(p, p)
+    )
+    assert (problem is None) if said is None else (problem is not None and said in problem)
+    if problem is not None and not trusted and "mount" in problem:
+        assert "--attach-with-mounts" in problem
 
 
 @pytest.mark.parametrize(
@@ -174,7 +230,7 @@ def test_terminal_control_sequences_never_reach_the_client() -> None:
 
 def test_cleanup_removes_only_what_a_gone_gateway_of_this_host_made_unkept() -> None:
     here = gateway_owner().split("/")
-    dead = "/".join([*here[:2], "999999999", "1"])  # this host and namespace, no such pid
+    dead = "/".join([*here[:3], "999999999", "1"])  # this host, boot and namespace; no pid
     ours = {MCP_GATEWAY_LABEL: "sbx-1", MCP_OWNER_LABEL: dead}
     name = "sandbox-tools-mcp-00000001"
     assert _verdict(name, ours, {}) is None
@@ -182,7 +238,7 @@ def test_cleanup_removes_only_what_a_gone_gateway_of_this_host_made_unkept() -> 
     assert "still runs" in str(_verdict(name, {**ours, MCP_OWNER_LABEL: gateway_owner()}, {}))
     elsewhere = "/".join(["another-host", *here[1:]])
     assert "another host" in str(_verdict(name, {**ours, MCP_OWNER_LABEL: elsewhere}, {}))
-    other_namespace = "/".join([here[0], "4026531999", *here[2:]])
+    other_namespace = "/".join([*here[:2], "4026531999", *here[3:]])
     assert "another pid namespace" in str(
         _verdict(name, {**ours, MCP_OWNER_LABEL: other_namespace}, {})
     )
@@ -237,36 +293,6 @@ def test_a_browser_answer_passes_one_image_of_a_screenshots_size_at_most() -> No
     jpeg = types.ImageContent(type="image", data=shot.data, mimeType="image/jpeg")
     with pytest.raises(RuntimeTransportError, match="not a PNG"):
         relayed(types.CallToolResult(content=[jpeg]), 1000)
-
-
-def _volume(name: str) -> dict[str, Any]:
-    return {**_attrs(), "Mounts": [{"Type": "volume", "Name": name, "Destination": "/v"}]}
-
-
-@pytest.mark.parametrize(
-    ("attrs", "devices", "said"),
-    [
-        # The second attacker walk: each of these gave the agent the host's engine or disks.
-        (_volume("rootvol"), {"rootvol": "/"}, "the host's / mounted"),  # o=bind,device=/
-        (_volume("data"), {}, None),  # an ordinary named volume
-        (_mounted("/tmp/link-to-root"), {}, "the host's /tmp/link-to-root mounted"),
-        (_mounted("/run/docker"), {}, "the host's /run/docker mounted"),
-        (_mounted("/run/user/1000"), {}, "the host's /run/user/1000 mounted"),
-        (_mounted("/var/lib/docker/overlay2"), {}, "overlay2 mounted"),
-        (_mounted("/var"), {}, "the host's /var mounted"),  # holds /var/lib/docker
-        (_mounted("/home/me/project/"), {}, None),
-        (_attrs(SecurityOpt=["systempaths=unconfined"]), {}, "systempaths=unconfined"),
-        (_attrs(MaskedPaths=[]), {}, "no masked /proc paths"),
-        (_attrs(MaskedPaths=["/proc/kcore"]), {}, None),
-        (_attrs(DeviceCgroupRules=["b *:* rmw"]), {}, "device cgroup rules"),
-    ],
-)
-def test_a_mount_or_option_that_reaches_the_host_by_another_name_is_refused(
-    attrs: dict[str, Any], devices: dict[str, str], said: str | None
-) -> None:
-    links = {"/tmp/link-to-root": "/"}  # as a local engine's host resolves it
-    problem = attach_problem("dev", attrs, devices, lambda path: links.get(path, path))
-    assert (problem is None) if said is None else (problem is not None and said in problem)
 
 
 def test_control_characters_shown_as_text_still_fit_the_answers_bound() -> None:

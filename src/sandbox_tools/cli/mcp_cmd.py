@@ -25,6 +25,15 @@ def mcp_command(
             "(repeat for more). No other container is ever touched.",
         ),
     ] = None,
+    attach_with_mounts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attach-with-mounts",
+            metavar="NAME",
+            help="As --attach, for a container whose bind mounts and volumes the agent may "
+            "read and change (a project directory): attach refuses mounts otherwise.",
+        ),
+    ] = None,
     http: Annotated[
         int | None,
         typer.Option(
@@ -83,6 +92,7 @@ def mcp_command(
         InjectionOptions(sources=default_sources(settings)),
         run.containers,
         attachable=attach or (),
+        mounts_trusted=attach_with_mounts or (),
         http=listener,
         log_level=level,
     )

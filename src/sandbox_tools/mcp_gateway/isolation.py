@@ -1,15 +1,21 @@
 """Whether a container the user listed keeps whoever acts in it away from the host.
 
-`sandbox_attach` gives the agent a shell in the container; a container that shares a
-namespace with the host (directly, or through another container's), holds the engine's
-socket or the host's root, has capabilities or devices that reach past its namespaces,
-or runs without seccomp or AppArmor, hands the agent the host. The engine's own
-description of the container (`docker inspect`) is read, nothing else: pure.
+`sandbox_attach` gives the agent a shell in the container. What reaches the host is
+refused: privileges; a namespace shared with the host or another container; capabilities
+or devices that reach past the container's namespaces; seccomp or AppArmor other than
+the engine's defaults; `/proc` paths the engine masks or makes read-only by default left
+open; and, unless the user trusts the container's mounts (`--attach-with-mounts`), any
+bind mount or volume that is not the engine's own plain storage (a volume can bind a
+host path, a device, or the host's procfs under another name). A list of dangerous host
+paths cannot be complete (`/usr`, a crontab, a symbolic link swapped after the mount),
+so mounts are the user's call, with the engine's sockets and `/` refused even then.
+The engine's own description of the container (`docker inspect`) is read: pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 # Namespaces a container may share, by the engine's key: "host" shares the host's, and
@@ -80,16 +86,43 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+# What the engine masks and makes read-only in /proc and /sys by default: a container
+# with less has written to the host's kernel settings (core_pattern: code run as root).
+DEFAULT_MASKED = frozenset(
+    {"/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+     "/proc/scsi", "/sys/firmware"}
+)  # fmt: skip
+DEFAULT_READ_ONLY = frozenset(
+    {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A named volume as the engine describes it: its driver and driver options."""
+
+    driver: str
+    options: Mapping[str, str]
+
+    @property
+    def plain(self) -> bool:
+        """The engine's own storage: the local driver, no options (no bind, no device,
+        no file system of the host's)."""
+        return self.driver == "local" and not self.options
+
+
 def host_reach(
     attrs: Any,
-    volume_devices: Mapping[str, str] | None = None,
+    volumes: Mapping[str, Volume] | None = None,
+    *,
+    mounts_trusted: bool = False,
     resolve: Callable[[str], str] = lambda path: path,
 ) -> list[str]:
     """What in the container's description reaches the host, one phrase each; empty if
-    nothing does. `volume_devices`: the host path each named volume binds (a local
-    volume made with `o=bind,device=...` is a bind mount by another name); `resolve`:
-    a host path with its symbolic links followed (where the engine shares this host's
-    files), since the engine records a mount's source as it was written."""
+    nothing does. `volumes`: the named volumes it mounts, as the engine describes them
+    (one it could not describe is not plain); `mounts_trusted`: the user accepted its
+    bind mounts and volumes (then only `/` and the engines' sockets, followed through
+    `resolve`, are refused)."""
     host = _mapping(_mapping(attrs).get("HostConfig"))
     found: list[str] = []
     if host.get("Privileged"):
@@ -108,26 +141,40 @@ def host_reach(
     if _list(host.get("DeviceCgroupRules")):
         found.append("device cgroup rules (host devices)")
     for option in _list(host.get("SecurityOpt")):
-        text = str(option).replace(":", "=")
-        if text in (
-            "seccomp=unconfined",
-            "apparmor=unconfined",
-            "label=disable",
-            "systempaths=unconfined",
+        text = str(option).replace(":", "=", 1)
+        if text.startswith(("seccomp=", "systempaths=", "label=disable")) or (
+            text.startswith("apparmor=") and text != "apparmor=docker-default"
         ):
-            found.append(f"security option {option}")
-    if "MaskedPaths" in host and not _list(host.get("MaskedPaths")):
-        found.append("no masked /proc paths")
-    devices = volume_devices or {}
-    for mount in _list(_mapping(attrs).get("Mounts")):
-        mount = _mapping(mount)
-        if mount.get("Type") == "bind":
+            found.append(f"security option {str(option)[:80]} (not the engine's default)")
+    masked = {str(p) for p in _list(host.get("MaskedPaths"))}
+    read_only = {str(p) for p in _list(host.get("ReadonlyPaths"))}
+    if not masked >= DEFAULT_MASKED or not read_only >= DEFAULT_READ_ONLY:
+        found.append("/proc or /sys paths the engine masks or makes read-only left open")
+    known = volumes or {}
+    for each in _list(_mapping(attrs).get("Mounts")):
+        mount = _mapping(each)
+        kind, name = str(mount.get("Type") or ""), str(mount.get("Name") or "")
+        if kind == "bind":
             source = str(mount.get("Source") or "")
-        elif mount.get("Type") == "volume":
-            source = devices.get(str(mount.get("Name") or ""), "")
+        elif kind == "volume":
+            volume = known.get(name, Volume("?", {"?": "?"}))
+            if volume.plain:
+                continue
+            source = str(volume.options.get("device") or "")
+            if not mounts_trusted:
+                found.append(f"volume {name[:60]} (driver {volume.driver}, with options)")
+                continue
         else:
-            continue
-        if source and (reaches_host(source) or reaches_host(resolve(source))):
-            shown = source.rstrip("/") or "/"
+            continue  # tmpfs: memory of its own
+        shown = source.rstrip("/") or "/"
+        if not mounts_trusted and kind == "bind":
+            found.append(f"a bind mount of the host's {shown}")
+        elif source and (_always_host(source) or _always_host(resolve(source))):
             found.append(f"the host's {shown} mounted")
     return found
+
+
+def _always_host(path: str) -> bool:
+    """A mount no trust makes safe: `/` and the engines' sockets and their directories."""
+    normal = "/" + path.strip("/") if path.strip("/") else "/"
+    return normal == "/" or normal.endswith(ENGINE_SOCKETS) or reaches_host(normal)

@@ -1,11 +1,14 @@
 """Which gateway process made a container, so `tools cleanup --mcp` can tell what a
 killed gateway left behind from what a live one still uses.
 
-The owner is "<host name>/<pid namespace>/<pid>/<start time>": the pid alone could be a
-later process's once the gateway is gone (the start time tells them apart); a gateway in
-another pid namespace (a container with the host's name) is not seen by its pid; and an
-engine reached over DOCKER_HOST may hold containers of gateways on other hosts. A
-gateway in another namespace or on another host is never judged gone.
+The owner is "<host name>/<boot id>/<pid namespace>/<pid>/<start time>": the pid alone
+could be a later process's once the gateway is gone (the start time tells them apart); a
+gateway in another pid namespace (a container with the host's name) is not seen by its
+pid; and an engine reached over DOCKER_HOST may hold containers of gateways on other
+hosts, which may share a host name (`localhost`) and whose first pid namespace has the
+same number as every kernel's: the boot id (random at each boot) tells those apart. A
+gateway in another namespace, on another host, or from before this host's last boot is
+never judged gone.
 """
 
 from __future__ import annotations
@@ -43,21 +46,33 @@ def _pid_namespace() -> str:
     return link.removeprefix("pid:[").removesuffix("]")
 
 
+def _boot_id() -> str:
+    """This boot of this machine's kernel (random at each boot), or "?"."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return boot.read().strip() or "?"
+    except OSError:
+        return "?"
+
+
 def gateway_owner() -> str:
     """This process, as the owner label writes it."""
     pid = os.getpid()
-    return f"{socket.gethostname()}/{_pid_namespace()}/{pid}/{_start_time(pid) or '0'}"
+    started = _start_time(pid) or "0"
+    return f"{socket.gethostname()}/{_boot_id()}/{_pid_namespace()}/{pid}/{started}"
 
 
 def owner_state(label: str) -> Owner:
     """Whether the gateway an owner label names still runs (on this host, in this pid
     namespace)."""
     parts = label.split("/")
-    if len(parts) != 4:
+    if len(parts) != 5:
         return Owner.ELSEWHERE
-    host, namespace, pid_text, started = parts
-    here = _pid_namespace()
-    if host != socket.gethostname() or namespace != here or here == "?":
+    host, boot, namespace, pid_text, started = parts
+    here, booted = _pid_namespace(), _boot_id()
+    if host != socket.gethostname() or "?" in (here, booted):
+        return Owner.ELSEWHERE
+    if boot != booted or namespace != here:
         return Owner.ELSEWHERE
     if not pid_text.isdigit() or not started:
         return Owner.ELSEWHERE

@@ -39,7 +39,7 @@ from sandbox_tools.injector.tool_clients import (
     start_bash_session,
 )
 from sandbox_tools.mcp_gateway.browser import SandboxBrowser
-from sandbox_tools.mcp_gateway.isolation import host_reach
+from sandbox_tools.mcp_gateway.isolation import Volume, host_reach
 from sandbox_tools.mcp_gateway.jobs import Job
 from sandbox_tools.mcp_gateway.owner import gateway_owner
 from sandbox_tools.mcp_gateway.spec import CONTAINER_PREFIX, ContainerSpec
@@ -216,6 +216,7 @@ class Sandboxes:
         policy: ContainerPolicy,
         *,
         attachable: Iterable[str] = (),
+        mounts_trusted: Iterable[str] = (),
         ends_with: str = "this client's disconnection",
     ) -> None:
         self._connect = engine
@@ -229,7 +230,9 @@ class Sandboxes:
         self._policy = policy
         # The containers sandbox_attach may use: exactly as the user named them when
         # starting the server. Nothing else on the engine is ever looked up.
-        self.attachable = frozenset(attachable)
+        # Of those, the ones whose bind mounts and volumes the user trusts with the agent.
+        self.mounts_trusted = frozenset(mounts_trusted)
+        self.attachable = frozenset(attachable) | self.mounts_trusted
         self._by_id: dict[str, GatewaySandbox] = {}
         self._opening = 0  # creates and attaches under way: they count against the limit
         self._jobs_starting = 0
@@ -401,8 +404,14 @@ class Sandboxes:
                     f"cannot look up container {container!r}: {_said(exc)}"
                 ) from None
             attrs = sandbox.container.attrs
-            devices = await asyncio.to_thread(_volume_devices, client, attrs)
-            problem = attach_problem(container, attrs, devices, _host_paths(client))
+            volumes = await asyncio.to_thread(_volumes, client, attrs)
+            problem = attach_problem(
+                container,
+                attrs,
+                volumes,
+                mounts_trusted=container in self.mounts_trusted,
+                resolve=_host_paths(client),
+            )
             if problem is not None:
                 raise RefusedToolCall(problem)
             status = str(sandbox.container.status)
@@ -526,23 +535,22 @@ def _not_attachable(container: str, attachable: frozenset[str]) -> str:
     )
 
 
-def _volume_devices(client: DockerClient, attrs: Any) -> dict[str, str]:
-    """The host path each of the container's named volumes binds, for those that do (a
-    local volume made with `o=bind`); a volume the engine cannot describe counts as
-    binding `/`, so that it is refused rather than trusted."""
-    devices: dict[str, str] = {}
+def _volumes(client: DockerClient, attrs: Any) -> dict[str, Volume]:
+    """The named volumes the container mounts, as the engine describes them; one it
+    cannot describe is given as not plain, so that it is refused rather than trusted."""
+    found: dict[str, Volume] = {}
     for mount in _mapping(attrs).get("Mounts") or []:
         if not isinstance(mount, dict) or mount.get("Type") != "volume":
             continue
         name = str(mount.get("Name") or "")
         try:
-            options = _mapping(client.volumes.get(name).attrs.get("Options"))
+            described = _mapping(client.volumes.get(name).attrs)
         except docker.errors.DockerException:
-            devices[name] = "/"
+            found[name] = Volume("?", {"?": "?"})
             continue
-        if "bind" in str(options.get("o") or "").split(",") and options.get("device"):
-            devices[name] = str(options["device"])
-    return devices
+        options = {str(k): str(v) for k, v in _mapping(described.get("Options")).items()}
+        found[name] = Volume(str(described.get("Driver") or "?"), options)
+    return found
 
 
 def _host_paths(client: DockerClient) -> Callable[[str], str]:
@@ -555,7 +563,9 @@ def _host_paths(client: DockerClient) -> Callable[[str], str]:
 def attach_problem(
     named: str,
     attrs: Any,
-    volume_devices: Mapping[str, str] | None = None,
+    volumes: Mapping[str, Volume] | None = None,
+    *,
+    mounts_trusted: bool = False,
     resolve: Callable[[str], str] = lambda path: path,
 ) -> str | None:
     """Why a container the user listed is still not attached to, or None. The name must
@@ -570,12 +580,18 @@ def attach_problem(
             "exact name or id: start it, or ask the user which container to use"
         )
     labels = _mapping(_mapping(attrs.get("Config")).get("Labels"))
-    reach = host_reach(attrs, volume_devices, resolve)
+    reach = host_reach(attrs, volumes, mounts_trusted=mounts_trusted, resolve=resolve)
     if reach:
+        mounts = (
+            "; if its mounts hold only what the agent may read and change, the user can "
+            "list it with --attach-with-mounts instead"
+            if not mounts_trusted and any("mount" in r or "volume" in r for r in reach)
+            else ""
+        )
         return (
             f"container {named!r} is not isolated from the host ({'; '.join(reach)}): "
             "whoever acts in it can reach the host, so this server does not attach to it; "
-            "use a container without these, or sandbox_create"
+            f"use a container without these, or sandbox_create{mounts}"
         )
     if MCP_GATEWAY_LABEL in labels:
         return (

@@ -335,6 +335,7 @@ def run_gateway(
     policy: ContainerPolicy,
     *,
     attachable: Iterable[str] = (),
+    mounts_trusted: Iterable[str] = (),
     http: HttpListener | None = None,
     log_level: int = logging.INFO,
 ) -> None:
@@ -342,7 +343,14 @@ def run_gateway(
     serve, and make sure no container this server made outlives it unkept."""
     _log_to_stderr(log_level)
     ends_with = "this client's disconnection" if http is None else "the server's end"
-    sandboxes = Sandboxes(engine, injection, policy, attachable=attachable, ends_with=ends_with)
+    sandboxes = Sandboxes(
+        engine,
+        injection,
+        policy,
+        attachable=attachable,
+        mounts_trusted=mounts_trusted,
+        ends_with=ends_with,
+    )
     try:
         asyncio.run(serve_stdio(sandboxes) if http is None else serve_http(sandboxes, http))
     except KeyboardInterrupt:
