@@ -897,3 +897,22 @@ def test_the_documented_python_client_runs_as_written_offline(
 def made_by_gateways(engine: Any) -> set[str]:
     """The ids of every container on the engine with the gateway's label."""
     return {c.id for c in engine.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})}
+
+
+def test_attach_refuses_a_clean_container_that_a_sidecar_joins(
+    gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
+) -> None:
+    """The fourth attacker walk: nothing is wrong with the listed container itself, but
+    another container shares its pid namespace (and could hold the engine's socket):
+    root in the listed one reaches the sidecar's files through /proc/<pid>/root."""
+    listed = f"sandbox-tools-test-mcp-victim-{os.getpid()}"
+    with RunningContainer(docker_engine, images["busybox"], name=listed) as victim:
+        joins = {"pid_mode": f"container:{victim.id}"}
+        with RunningContainer(docker_engine, images["busybox"], **joins):
+            client = Gateway(gateway_env, tmp_path / "stderr.log", (listed,))
+            try:
+                refused = client.call("sandbox_attach", container=listed)
+            finally:
+                client.close()
+    assert refused.isError, text(refused)
+    assert "shares its pid namespace" in text(refused), text(refused)

@@ -17,7 +17,12 @@ from sandbox_tools.errors import RefusedToolCall, RuntimeTransportError
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.mcp_gateway.browser import relayed
 from sandbox_tools.mcp_gateway.cleanup import _verdict
-from sandbox_tools.mcp_gateway.isolation import DEFAULT_MASKED, DEFAULT_READ_ONLY, Volume
+from sandbox_tools.mcp_gateway.isolation import (
+    DEFAULT_MASKED,
+    DEFAULT_READ_ONLY,
+    Volume,
+    joined_by,
+)
 from sandbox_tools.mcp_gateway.owner import gateway_owner
 from sandbox_tools.mcp_gateway.registry import Sandboxes, attach_problem
 from sandbox_tools.mcp_gateway.spec import (
@@ -100,7 +105,11 @@ def _volume(name: str) -> dict[str, Any]:
         ("dev", _attrs(CgroupnsMode="host"), None),  # a cgroup v1 engine's default
         ("dev", _attrs(CapAdd=["SYS_ADMIN", "SYS_PTRACE"]), "capability SYS_ADMIN"),
         ("dev", _attrs(CapAdd=["CAP_DAC_READ_SEARCH"]), "capability DAC_READ_SEARCH"),
-        ("dev", _attrs(CapAdd=["SYS_PTRACE", "NET_ADMIN"]), None),  # its own namespaces
+        ("dev", _attrs(CapAdd=["SYS_PTRACE", "CHOWN"]), None),  # its own namespaces
+        # The fourth attacker walk: NET_ADMIN acts on the host's network namespace
+        # through the veth's peer (IFLA_TARGET_NETNSID).
+        ("dev", _attrs(CapAdd=["NET_ADMIN"]), "capability NET_ADMIN"),
+        ("dev", _attrs(CapAdd=["SYS_NICE"]), "capability SYS_NICE"),
         ("dev", _attrs(Devices=[{"PathOnHost": "/dev/sda"}]), "host devices"),
         ("dev", _attrs(DeviceCgroupRules=["b *:* rmw"]), "device cgroup rules"),
         ("dev", _attrs(SecurityOpt=["seccomp=unconfined"]), "seccomp=unconfined"),
@@ -152,6 +161,17 @@ LINKS = {"/tmp/link-to-root": "/"}  # as a local engine's host resolves it
         (_mounted("/var"), {}, True, "the host's /var mounted"),
         (_volume("rb"), {"rb": Volume("local", {"o": "rbind", "device": "/"})}, True,
          "the host's / mounted"),
+        # The fourth walk: a relative device is resolved from the engine's directory.
+        (_volume("rel"), {"rel": Volume("local", {"o": "bind", "device": "../../etc"})},
+         True, "a path the engine resolves itself"),
+        (_volume("pr"), {"pr": Volume("local", {"type": "proc", "device": "none"})}, True,
+         "mounts a proc file system of the host's"),
+        (_volume("blk"), {"blk": Volume("local", {"type": "ext4", "device": "/dev/vda"})},
+         True, "mounts a ext4 file system"),
+        (_volume("mem"), {"mem": Volume("local", {"type": "tmpfs", "device": "tmpfs"})},
+         True, None),
+        (_volume("src"), {"src": Volume("local", {"o": "bind", "device": "/home/me/p"})},
+         True, None),
     ],
 )  # fmt: skip
 def test_mounts_are_refused_unless_trusted_and_the_host_itself_even_then(
@@ -313,3 +333,21 @@ async def test_progress_messages_are_joined_to_a_few_a_second() -> None:
         await out("x")
     await out.flush()
     assert len(sent) <= 3 and "".join(sent) == "x" * 1000
+
+
+def test_a_container_whose_namespaces_another_joins_is_found() -> None:
+    """The fourth walk: a clean listed container whose pid namespace a sidecar with the
+    engine's socket joined; as root in it, the agent reached the sidecar's files
+    through /proc/<pid>/root."""
+    me = "a" * 64
+    others = [
+        {"Name": "/sidecar", "HostConfig": {"PidMode": f"container:{me}"}},
+        {"Name": "/netpeer", "HostConfig": {"NetworkMode": "container:dev"}},
+        {"Name": "/alone", "HostConfig": {"NetworkMode": "bridge", "PidMode": ""}},
+    ]
+    found = joined_by(me, "dev", others)
+    assert found == [
+        "container sidecar shares its pid namespace",
+        "container netpeer shares its network namespace",
+    ]
+    assert joined_by(me, "dev", others[2:]) == []

@@ -29,24 +29,33 @@ NAMESPACES = (
 )
 # Not among them: the cgroup namespace, which is the host's by default on a cgroup v1
 # host (every container there), and gives nothing without privileges or SYS_ADMIN.
-# Capabilities whose holder reaches past the container's namespaces (mounts, kernel
-# modules, raw devices, reading any file by handle, the kernel's programs and logs).
-HOST_CAPABILITIES = frozenset(
+# The capabilities a container may hold: the engine's defaults, and SYS_PTRACE (which
+# reaches only its own pid namespace, no container joining it: see `joined_by`). Any
+# other added capability is refused: NET_ADMIN reaches the host's network namespace
+# through a veth's peer, SYS_ADMIN mounts, DAC_READ_SEARCH opens any host file by handle.
+ALLOWED_CAPABILITIES = frozenset(
     {
-        "ALL",
-        "SYS_ADMIN",
-        "SYS_MODULE",
-        "SYS_RAWIO",
-        "SYS_BOOT",
-        "SYS_TIME",
-        "DAC_READ_SEARCH",
-        "MAC_ADMIN",
-        "MAC_OVERRIDE",
-        "BPF",
-        "PERFMON",
-        "SYSLOG",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FSETID",
+        "FOWNER",
+        "MKNOD",
+        "NET_RAW",
+        "SETGID",
+        "SETUID",
+        "SETFCAP",
+        "SETPCAP",
+        "NET_BIND_SERVICE",
+        "SYS_CHROOT",
+        "KILL",
+        "AUDIT_WRITE",
+        "SYS_PTRACE",
     }
 )
+# Volume file system types whose `device` is not a host path to judge: memory, and
+# network shares (the user's to trust). Any other type (ext4 on a host disk, proc,
+# sysfs, ...) is refused even with --attach-with-mounts.
+REMOTE_OR_MEMORY_TYPES = frozenset({"tmpfs", "nfs", "nfs4", "cifs"})
 # Host paths whose mount is the host: the engines' sockets and state, the kernel's
 # interfaces, the host's configuration and root's home. A mount of one of them, of a
 # path inside one, or of a directory that holds one (`/`, `/var`) reaches the host.
@@ -89,8 +98,9 @@ def _list(value: Any) -> list[Any]:
 # What the engine masks and makes read-only in /proc and /sys by default: a container
 # with less has written to the host's kernel settings (core_pattern: code run as root).
 DEFAULT_MASKED = frozenset(
-    {"/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
-     "/proc/scsi", "/sys/firmware"}
+    {"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+     "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+     "/sys/firmware"}
 )  # fmt: skip
 DEFAULT_READ_ONLY = frozenset(
     {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
@@ -134,7 +144,7 @@ def host_reach(
         elif mode.startswith("container:"):
             found.append(f"another container's {kind} namespace")
     added = {str(c).upper().removeprefix("CAP_") for c in _list(host.get("CapAdd"))}
-    for capability in sorted(added & HOST_CAPABILITIES):
+    for capability in sorted(added - ALLOWED_CAPABILITIES):
         found.append(f"capability {capability}")
     if _list(host.get("Devices")) or _list(host.get("DeviceRequests")):
         found.append("host devices")
@@ -160,10 +170,14 @@ def host_reach(
             volume = known.get(name, Volume("?", {"?": "?"}))
             if volume.plain:
                 continue
-            source = str(volume.options.get("device") or "")
             if not mounts_trusted:
                 found.append(f"volume {name[:60]} (driver {volume.driver}, with options)")
                 continue
+            problem = _volume_problem(name, volume)
+            if problem is not None:
+                found.append(problem)
+                continue
+            source = str(volume.options.get("device") or "")
         else:
             continue  # tmpfs: memory of its own
         shown = source.rstrip("/") or "/"
@@ -171,6 +185,35 @@ def host_reach(
             found.append(f"a bind mount of the host's {shown}")
         elif source and (_always_host(source) or _always_host(resolve(source))):
             found.append(f"the host's {shown} mounted")
+    return found
+
+
+def _volume_problem(name: str, volume: Volume) -> str | None:
+    """Why a volume is refused even with its mounts trusted: a file system of the host's
+    (a disk, its procfs), or a device path the engine resolves from where it runs."""
+    kind = volume.options.get("type", "none")
+    device = volume.options.get("device", "")
+    if kind in REMOTE_OR_MEMORY_TYPES:
+        return None
+    if kind != "none":
+        return f"volume {name[:60]} mounts a {kind[:20]} file system of the host's"
+    if device and not device.startswith("/"):
+        return f"volume {name[:60]} binds {device[:60]!r}, a path the engine resolves itself"
+    return None
+
+
+def joined_by(container_id: str, name: str, others: list[Any]) -> list[str]:
+    """The containers (as the engine describes them) that share one of this container's
+    namespaces: whoever acts in it reaches them (their processes through /proc, their
+    loopback), and whatever they hold. Empty if none."""
+    ours = {f"container:{container_id}", f"container:{name}"}
+    found = []
+    for other in others:
+        host = _mapping(_mapping(other).get("HostConfig"))
+        shared = [kind for kind, key in NAMESPACES if str(host.get(key) or "") in ours]
+        if shared:
+            other_name = str(_mapping(other).get("Name") or "?").removeprefix("/")
+            found.append(f"container {other_name[:60]} shares its {', '.join(shared)} namespace")
     return found
 
 

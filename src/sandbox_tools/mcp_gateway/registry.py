@@ -39,7 +39,7 @@ from sandbox_tools.injector.tool_clients import (
     start_bash_session,
 )
 from sandbox_tools.mcp_gateway.browser import SandboxBrowser
-from sandbox_tools.mcp_gateway.isolation import Volume, host_reach
+from sandbox_tools.mcp_gateway.isolation import Volume, host_reach, joined_by
 from sandbox_tools.mcp_gateway.jobs import Job
 from sandbox_tools.mcp_gateway.owner import gateway_owner
 from sandbox_tools.mcp_gateway.spec import CONTAINER_PREFIX, ContainerSpec
@@ -412,6 +412,15 @@ class Sandboxes:
                 mounts_trusted=container in self.mounts_trusted,
                 resolve=_host_paths(client),
             )
+            if problem is None:
+                others = await asyncio.to_thread(_other_containers, client, attrs)
+                joining = joined_by(str(attrs.get("Id")), container_name(attrs), others)
+                if joining:
+                    problem = (
+                        f"container {container!r} is not isolated: {'; '.join(joining)}, "
+                        "so whoever acts in it reaches that container's processes and "
+                        "what they hold; this server does not attach to it"
+                    )
             if problem is not None:
                 raise RefusedToolCall(problem)
             status = str(sandbox.container.status)
@@ -551,6 +560,23 @@ def _volumes(client: DockerClient, attrs: Any) -> dict[str, Volume]:
         options = {str(k): str(v) for k, v in _mapping(described.get("Options")).items()}
         found[name] = Volume(str(described.get("Driver") or "?"), options)
     return found
+
+
+def _other_containers(client: DockerClient, attrs: Any) -> list[Any]:
+    """Every other running container as the engine describes it (a list's summary lacks
+    the namespace modes), to find those that share one of this one's namespaces."""
+    ours = attrs.get("Id")
+    described = []
+    for summary in client.api.containers():
+        if summary.get("Id") == ours:
+            continue
+        with contextlib.suppress(docker.errors.NotFound):
+            described.append(client.api.inspect_container(summary["Id"]))
+    return described
+
+
+def container_name(attrs: Any) -> str:
+    return str(_mapping(attrs).get("Name") or "").removeprefix("/")
 
 
 def _host_paths(client: DockerClient) -> Callable[[str], str]:
