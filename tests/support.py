@@ -624,3 +624,67 @@ def cache_without_built_runtimes(where: Path) -> Path:
         if entry.name != "runtime" and not entry.name.startswith("runtime."):
             (where / entry.name).symlink_to(entry)
     return where
+
+
+class RawMcpServer:
+    """`tools mcp` spoken to in raw JSON lines, initialized, for what the SDK's client
+    does not do on command: a request cancelled at a chosen moment, a client that falls
+    silent, a message no client would send; `cwd`: where it is started."""
+
+    def __init__(self, env: Mapping[str, str], log: Path, cwd: Path | None = None) -> None:
+        with log.open("w") as errlog:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errlog,
+                env=dict(env),
+                cwd=cwd,
+            )
+        self.send(
+            {
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
+        assert self.answer()["id"] == 0
+        self.send({"method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        answered: dict[str, Any] = json.loads(self.process.stdout.readline())
+        return answered
+
+    def call(self, request_id: int, tool: str, **arguments: Any) -> None:
+        params = {"name": tool, "arguments": arguments}
+        self.send({"id": request_id, "method": "tools/call", "params": params})
+
+    def cancel(self, request_id: int) -> None:
+        self.send({"method": "notifications/cancelled", "params": {"requestId": request_id}})
+
+    def mine(self) -> dict[str, str]:
+        """The engine's filter for the containers this server made."""
+        from sandbox_tools.sandboxes.containers import OWNER_LABEL
+
+        return {"label": f"{OWNER_LABEL}={self.process.pid}"}
+
+    def close(self) -> int:
+        """Close its stdin, as a client that goes away does; its exit code."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        return self.process.wait(timeout=60)
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

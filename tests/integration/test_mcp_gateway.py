@@ -17,7 +17,6 @@ import asyncio
 import base64
 import concurrent.futures
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -47,7 +46,13 @@ from sandbox_tools.sandboxes.containers import (
     OWNER_LABEL,
     RunningContainer,
 )
-from tests.support import SRC, arches_under_test, ensure_target_image, eventually
+from tests.support import (
+    SRC,
+    RawMcpServer,
+    arches_under_test,
+    ensure_target_image,
+    eventually,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -441,60 +446,6 @@ def test_a_client_that_goes_away_leaves_no_container_it_made_but_the_attached_on
     assert "Traceback" not in log, log[-3000:]
 
 
-class RawServer:
-    """`tools mcp` spoken to in raw JSON lines, for what the SDK's client does not do on
-    command: a request cancelled at a chosen moment, a client that falls silent."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        with log.open("w") as errlog:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=errlog,
-                env=env,
-            )
-        self.send(
-            {
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "1"},
-                },
-            }
-        )
-        assert self.answer()["id"] == 0
-        self.send({"method": "notifications/initialized"})
-
-    def send(self, message: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-        self.process.stdin.flush()
-
-    def answer(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        answered: dict[str, Any] = json.loads(self.process.stdout.readline())
-        return answered
-
-    def call(self, request_id: int, tool: str, **arguments: Any) -> None:
-        params = {"name": tool, "arguments": arguments}
-        self.send({"id": request_id, "method": "tools/call", "params": params})
-
-    def cancel(self, request_id: int) -> None:
-        self.send({"method": "notifications/cancelled", "params": {"requestId": request_id}})
-
-    def mine(self) -> dict[str, str]:
-        """The engine's filter for the containers this server made."""
-        return {"label": f"{OWNER_LABEL}={self.process.pid}"}
-
-    def end(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
 def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
     gateway_env: dict[str, str], images: dict[str, str], docker_engine: Any, tmp_path: Path
 ) -> None:
@@ -502,7 +453,7 @@ def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
     and a create is half-way: every container it made is removed (found by the owner
     label, which names the server's pid)."""
     log = tmp_path / "stderr.log"
-    server = RawServer(gateway_env, log)
+    server = RawMcpServer(gateway_env, log)
     try:
         server.call(2, "sandbox_create", image=images["busybox"])
         made = server.answer()["result"]
@@ -528,7 +479,7 @@ def test_a_cancelled_create_or_close_leaves_no_container_and_no_half_closed_sand
     """A client that cancels sandbox_create while the container is made, or sandbox_close
     while it is removed: no container is left that sandbox_list does not show (and the
     bound of 16 does not count), and a closed sandbox is not left "being closed"."""
-    server = RawServer(gateway_env, tmp_path / "stderr.log")
+    server = RawMcpServer(gateway_env, tmp_path / "stderr.log")
     answers: dict[int, dict[str, Any]] = {}
 
     def answer_to(request_id: int) -> dict[str, Any]:

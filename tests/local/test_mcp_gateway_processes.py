@@ -4,7 +4,6 @@ started in a repository whose pyproject.toml would stop any other command."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -12,7 +11,7 @@ import sys
 from pathlib import Path
 
 from sandbox_tools.mcp_gateway.owner import Owner, gateway_owner, owner_state
-from tests.support import SRC
+from tests.support import SRC, RawMcpServer
 
 
 def test_an_owner_label_tells_a_live_gateway_from_a_gone_one() -> None:
@@ -51,78 +50,29 @@ def test_tools_mcp_reads_no_project_file(tmp_path: Path) -> None:
         timeout=60,
     )
     assert refused.returncode != 0 and "no-such-key" in refused.stderr
-    messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-    ]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdin is not None and server.stdout is not None
+    server = RawMcpServer(env, tmp_path / "stderr.log", cwd=tmp_path)  # initialize answered
     try:
-        server.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
-        server.stdin.flush()
-        answers = [json.loads(server.stdout.readline()) for _ in range(2)]
-        server.stdin.close()
-        assert server.wait(timeout=60) == 0
+        server.send({"id": 2, "method": "tools/list"})
+        listed = server.answer()
+        assert server.close() == 0
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    assert [a["id"] for a in answers] == [1, 2]
-    assert "sandbox_create" in {tool["name"] for tool in answers[1]["result"]["tools"]}
+        server.end()
+    assert listed["id"] == 2
+    assert "sandbox_create" in {tool["name"] for tool in listed["result"]["tools"]}
 
 
 def test_a_lone_surrogate_in_a_request_is_answered_not_left_waiting(tmp_path: Path) -> None:
     """JSON can escape a lone surrogate, which no text holds; the SDK answered such a
     request with an error without its id, and the client waited until its timeout."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "sandbox_tools.cli", "mcp"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": SRC},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert server.stdin is not None and server.stdout is not None
-    hello = {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    }
-    call = {"name": "bash", "arguments": {"sandbox": "sbx-\ud800", "input": "ls\n"}}
+    env = {**os.environ, "PYTHONPATH": SRC}
+    server = RawMcpServer(env, tmp_path / "stderr.log", cwd=tmp_path)
     try:
-        for message in (
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
-        ):
-            server.stdin.write(json.dumps(message) + "\n")  # ensure_ascii: "\ud800" escaped
-        server.stdin.flush()
-        answers = [json.loads(server.stdout.readline()) for _ in range(2)]
-        server.stdin.close()
-        assert server.wait(timeout=60) == 0
+        # json.dumps escapes it ("\\ud800"), as a client's JSON encoder may
+        server.call(2, "bash", sandbox="sbx-\ud800", input="ls\n")
+        answered = server.answer()
+        assert server.close() == 0
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    assert answers[1]["id"] == 2, answers
-    result = answers[1]["result"]
+        server.end()
+    assert answered["id"] == 2, answered
+    result = answered["result"]
     assert result["isError"] and "there is no sandbox 'sbx-\ufffd'" in result["content"][0]["text"]

@@ -18,6 +18,7 @@ from typing import Any
 import docker.errors
 from docker import DockerClient
 
+from sandbox_tools.mcp_gateway.isolation import as_mapping
 from sandbox_tools.mcp_gateway.owner import Owner, owner_state
 from sandbox_tools.mcp_gateway.spec import CONTAINER_PREFIX
 from sandbox_tools.sandboxes.containers import (
@@ -38,9 +39,8 @@ class Found:
 
 
 def _labels(attrs: Any) -> dict[str, str]:
-    config = attrs.get("Config") if isinstance(attrs, dict) else None
-    labels = config.get("Labels") if isinstance(config, dict) else None
-    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+    labels = as_mapping(as_mapping(as_mapping(attrs).get("Config")).get("Labels"))
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 def _verdict(name: str, labels: dict[str, str], image_labels: dict[str, str] | None) -> str | None:

@@ -14,7 +14,7 @@ The engine's own description of the container (`docker inspect`) is read: pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,8 +87,14 @@ def reaches_host(path: str) -> bool:
     )
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def as_mapping(value: Any) -> dict[str, Any]:
+    """A part of the engine's description that should be an object, or {} if it is not."""
     return value if isinstance(value, dict) else {}
+
+
+def container_name(attrs: Any) -> str:
+    """A container's name as `docker ps` shows it (the engine's has a leading /)."""
+    return str(as_mapping(attrs).get("Name") or "").removeprefix("/")
 
 
 def _list(value: Any) -> list[Any]:
@@ -133,7 +139,7 @@ def host_reach(
     (one it could not describe is not plain); `mounts_trusted`: the user accepted its
     bind mounts and volumes (then only `/` and the engines' sockets, followed through
     `resolve`, are refused)."""
-    host = _mapping(_mapping(attrs).get("HostConfig"))
+    host = as_mapping(as_mapping(attrs).get("HostConfig"))
     found: list[str] = []
     if host.get("Privileged"):
         found.append("privileged")
@@ -161,8 +167,8 @@ def host_reach(
     if not masked >= DEFAULT_MASKED or not read_only >= DEFAULT_READ_ONLY:
         found.append("/proc or /sys paths the engine masks or makes read-only left open")
     known = volumes or {}
-    for each in _list(_mapping(attrs).get("Mounts")):
-        mount = _mapping(each)
+    for each in _list(as_mapping(attrs).get("Mounts")):
+        mount = as_mapping(each)
         kind, name = str(mount.get("Type") or ""), str(mount.get("Name") or "")
         if kind == "bind":
             source = str(mount.get("Source") or "")
@@ -202,17 +208,17 @@ def _volume_problem(name: str, volume: Volume) -> str | None:
     return None
 
 
-def joined_by(container_id: str, name: str, others: list[Any]) -> list[str]:
+def joined_by(container_id: str, name: str, others: Sequence[Any]) -> list[str]:
     """The containers (as the engine describes them) that share one of this container's
     namespaces: whoever acts in it reaches them (their processes through /proc, their
     loopback), and whatever they hold. Empty if none."""
     ours = {f"container:{container_id}", f"container:{name}"}
     found = []
     for other in others:
-        host = _mapping(_mapping(other).get("HostConfig"))
+        host = as_mapping(as_mapping(other).get("HostConfig"))
         shared = [kind for kind, key in NAMESPACES if str(host.get(key) or "") in ours]
         if shared:
-            other_name = str(_mapping(other).get("Name") or "?").removeprefix("/")
+            other_name = container_name(other) or "?"
             found.append(f"container {other_name[:60]} shares its {', '.join(shared)} namespace")
     return found
 

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,13 @@ from sandbox_tools.injector.tool_clients import (
     start_bash_session,
 )
 from sandbox_tools.mcp_gateway.browser import SandboxBrowser
-from sandbox_tools.mcp_gateway.isolation import Volume, host_reach, joined_by
+from sandbox_tools.mcp_gateway.isolation import (
+    Volume,
+    as_mapping,
+    container_name,
+    host_reach,
+    joined_by,
+)
 from sandbox_tools.mcp_gateway.jobs import Job
 from sandbox_tools.mcp_gateway.owner import gateway_owner
 from sandbox_tools.mcp_gateway.spec import CONTAINER_PREFIX, ContainerSpec
@@ -235,10 +241,9 @@ class Sandboxes:
         self.attachable = frozenset(attachable) | self.mounts_trusted
         self._by_id: dict[str, GatewaySandbox] = {}
         self._opening = 0  # creates and attaches under way: they count against the limit
-        self._jobs_starting = 0
-        # Containers made with keep and closed: they stay on the engine, and count
-        # against MAX_SANDBOXES until they are gone from it (by id: their sandbox id).
-        self._kept: dict[str, str] = {}
+        # Containers made with keep and closed (by id): they stay on the engine, and count
+        # against MAX_SANDBOXES until they are gone from it.
+        self._kept: set[str] = set()
         # Containers being made, in the engine's threads: a call cancelled or timed out
         # meanwhile leaves its container to be removed when it comes (and to the
         # policy's tracker, emptied at the end).
@@ -299,8 +304,7 @@ class Sandboxes:
                 for c in client.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})
             }
         )
-        for container_id in [c for c in self._kept if c not in present]:
-            del self._kept[container_id]
+        self._kept &= present
 
     async def create(self, spec: ContainerSpec, keep: bool) -> GatewaySandbox:
         """A new container of `spec`, labelled as ours, with the runtime injected; a
@@ -387,8 +391,8 @@ class Sandboxes:
         """The running container the client named, with the runtime injected (acting as
         `user` if given); (the sandbox, whether it was attached already). Only a
         container the user listed when starting the server (exactly as listed), and
-        never one that shares the host's namespaces, is privileged, or is another
-        gateway's: a model told by what it read to attach elsewhere reaches nothing."""
+        never one that reaches the host (`attach_problem`): a model told by what it read
+        to attach elsewhere reaches nothing."""
         if container not in self.attachable:
             raise RefusedToolCall(_not_attachable(container, self.attachable))
         for held in self._by_id.values():
@@ -405,22 +409,15 @@ class Sandboxes:
                 ) from None
             attrs = sandbox.container.attrs
             volumes = await asyncio.to_thread(_volumes, client, attrs)
+            others = await asyncio.to_thread(_other_containers, client, attrs)
             problem = attach_problem(
                 container,
                 attrs,
                 volumes,
+                others,
                 mounts_trusted=container in self.mounts_trusted,
                 resolve=_host_paths(client),
             )
-            if problem is None:
-                others = await asyncio.to_thread(_other_containers, client, attrs)
-                joining = joined_by(str(attrs.get("Id")), container_name(attrs), others)
-                if joining:
-                    problem = (
-                        f"container {container!r} is not isolated: {'; '.join(joining)}, "
-                        "so whoever acts in it reaches that container's processes and "
-                        "what they hold; this server does not attach to it"
-                    )
             if problem is not None:
                 raise RefusedToolCall(problem)
             status = str(sandbox.container.status)
@@ -449,18 +446,16 @@ class Sandboxes:
                 f"sandbox {held.id} has {MAX_JOBS_PER_SANDBOX} jobs already, the most it "
                 "runs at once; exec_kill one, or exec_poll a finished one to its end"
             )
-        if sum(len(s.jobs) for s in self._by_id.values()) + self._jobs_starting >= MAX_JOBS:
+        if sum(len(s.jobs) + s.jobs_starting for s in self._by_id.values()) >= MAX_JOBS:
             raise RefusedToolCall(
                 f"this server reads {MAX_JOBS} jobs already over all sandboxes, the most it "
                 "holds at once; exec_kill one, or exec_poll a finished one to its end"
             )
         held.jobs_starting += 1
-        self._jobs_starting += 1
         try:
             return await held.start_job(command, options)
         finally:
             held.jobs_starting -= 1
-            self._jobs_starting -= 1
 
     async def close(self, sandbox_id: str, keep: bool | None = None) -> tuple[GatewaySandbox, bool]:
         """Forget a sandbox: a container the gateway made removed (first, so a client
@@ -490,7 +485,7 @@ class Sandboxes:
             await asyncio.to_thread(self._policy.release, closing.docker.container)
         elif closing.running is not None:
             self._policy.tracker.discard(closing.docker.container)  # kept: no longer ours
-            self._kept[closing.docker.container_id] = closing.id
+            self._kept.add(closing.docker.container_id)
         del self._by_id[closing.id]
         await closing.release(self._injector, end_work=not remove)
         return closing, remove
@@ -529,10 +524,6 @@ def _remove_when_made(running: RunningContainer, entering: asyncio.Future[Any]) 
         asyncio.get_running_loop().run_in_executor(None, running.__exit__, None, None, None)
 
 
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _not_attachable(container: str, attachable: frozenset[str]) -> str:
     """One refusal for every name the user did not list, whether or not a container of
     that name exists: the answer tells nothing about the engine."""
@@ -548,16 +539,16 @@ def _volumes(client: DockerClient, attrs: Any) -> dict[str, Volume]:
     """The named volumes the container mounts, as the engine describes them; one it
     cannot describe is given as not plain, so that it is refused rather than trusted."""
     found: dict[str, Volume] = {}
-    for mount in _mapping(attrs).get("Mounts") or []:
+    for mount in as_mapping(attrs).get("Mounts") or []:
         if not isinstance(mount, dict) or mount.get("Type") != "volume":
             continue
         name = str(mount.get("Name") or "")
         try:
-            described = _mapping(client.volumes.get(name).attrs)
+            described = as_mapping(client.volumes.get(name).attrs)
         except docker.errors.DockerException:
             found[name] = Volume("?", {"?": "?"})
             continue
-        options = {str(k): str(v) for k, v in _mapping(described.get("Options")).items()}
+        options = {str(k): str(v) for k, v in as_mapping(described.get("Options")).items()}
         found[name] = Volume(str(described.get("Driver") or "?"), options)
     return found
 
@@ -575,10 +566,6 @@ def _other_containers(client: DockerClient, attrs: Any) -> list[Any]:
     return described
 
 
-def container_name(attrs: Any) -> str:
-    return str(_mapping(attrs).get("Name") or "").removeprefix("/")
-
-
 def _host_paths(client: DockerClient) -> Callable[[str], str]:
     """How a mount's source is read: its symbolic links followed where the engine is
     this host's (a Unix socket), as written where it is not."""
@@ -590,22 +577,23 @@ def attach_problem(
     named: str,
     attrs: Any,
     volumes: Mapping[str, Volume] | None = None,
+    others: Sequence[Any] = (),
     *,
     mounts_trusted: bool = False,
     resolve: Callable[[str], str] = lambda path: path,
 ) -> str | None:
     """Why a container the user listed is still not attached to, or None. The name must
     be its exact name or full id (the engine also resolves id prefixes); a container
-    that reaches the host (isolation.py) gives whoever acts in it the host; another
-    gateway's is that gateway's."""
-    attrs = attrs if isinstance(attrs, dict) else {}
-    name = str(attrs.get("Name") or "").removeprefix("/")
-    if named not in (name, attrs.get("Id")):
+    that reaches the host (isolation.py), or whose namespaces one of `others` (the
+    engine's other running containers) joins, gives whoever acts in it the host or
+    that container; another gateway's is that gateway's."""
+    attrs = as_mapping(attrs)
+    if named not in (container_name(attrs), attrs.get("Id")):
         return (
             f"container {named!r} (one the user listed) is not on the engine under that "
             "exact name or id: start it, or ask the user which container to use"
         )
-    labels = _mapping(_mapping(attrs.get("Config")).get("Labels"))
+    labels = as_mapping(as_mapping(attrs.get("Config")).get("Labels"))
     reach = host_reach(attrs, volumes, mounts_trusted=mounts_trusted, resolve=resolve)
     if reach:
         mounts = (
@@ -618,6 +606,13 @@ def attach_problem(
             f"container {named!r} is not isolated from the host ({'; '.join(reach)}): "
             "whoever acts in it can reach the host, so this server does not attach to it; "
             f"use a container without these, or sandbox_create{mounts}"
+        )
+    joining = joined_by(str(attrs.get("Id")), container_name(attrs), others)
+    if joining:
+        return (
+            f"container {named!r} is not isolated: {'; '.join(joining)}, so whoever acts "
+            "in it reaches that container's processes and what they hold; this server "
+            "does not attach to it"
         )
     if MCP_GATEWAY_LABEL in labels:
         return (
@@ -654,8 +649,7 @@ def _image_on_engine(client: DockerClient, image: str) -> None:
 def _image_named(attrs: Any) -> str:
     """The image a container was made from, as it was named, from the engine's answer
     already in hand (the SDK's `container.image` asks the engine again, blocking)."""
-    config = attrs.get("Config") if isinstance(attrs, dict) else None
-    image = config.get("Image") if isinstance(config, dict) else None
+    image = as_mapping(as_mapping(attrs).get("Config")).get("Image")
     return image if isinstance(image, str) and image else "?"
 
 
