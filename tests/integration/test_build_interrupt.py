@@ -72,7 +72,7 @@ def test_ctrl_c_stops_a_build_and_leaves_nothing_half_made(
     from sandbox_tools.sandboxes.containers import OWNER_LABEL
 
     mine = {"label": f"{OWNER_LABEL}={build.pid}"}  # only what this process made
-    left = docker_engine.containers.list(all=True, filters=mine)
+    left = docker_engine.containers.list(all=True, ignore_removed=True, filters=mine)
     assert not left, "builder containers were left behind"
     leftovers = [p.name for p in out.iterdir()] if out.exists() else []
     assert leftovers in ([], ["build.json"]), leftovers

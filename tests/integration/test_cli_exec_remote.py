@@ -146,4 +146,4 @@ def test_an_image_that_cannot_be_kept_running_is_a_clear_error_and_leaves_nothin
     assert run.returncode == 2, stdout + stderr
     assert "cannot start a container of" in stderr and "internal error" not in stderr
     mine = {"label": f"{OWNER_LABEL}={run.pid}"}  # only what that process made
-    assert not docker_engine.containers.list(all=True, filters=mine)
+    assert not docker_engine.containers.list(all=True, ignore_removed=True, filters=mine)

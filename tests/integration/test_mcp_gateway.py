@@ -460,7 +460,14 @@ def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
         assert not made["isError"], made
         server.call(3, "sandbox_create", image=images["busybox"])  # answered never
         eventually(
-            lambda: len(docker_engine.containers.list(all=True, filters=server.mine())) == 2,
+            lambda: (
+                len(
+                    docker_engine.containers.list(
+                        all=True, ignore_removed=True, filters=server.mine()
+                    )
+                )
+                == 2
+            ),
             "the second container is being made",
             timeout=60,
         )
@@ -468,7 +475,7 @@ def test_a_signal_while_a_sandbox_is_made_leaves_no_container_behind(
         assert server.process.wait(timeout=60) == 0
     finally:
         server.end()
-    assert docker_engine.containers.list(all=True, filters=server.mine()) == []
+    assert docker_engine.containers.list(all=True, ignore_removed=True, filters=server.mine()) == []
     said = log.read_text()
     assert "ended by a signal" in said and "closed 1 sandbox(es)" in said, said[-3000:]
 
@@ -494,7 +501,12 @@ def test_a_cancelled_create_or_close_leaves_no_container_and_no_half_closed_sand
         return {each["container"]: each["sandbox"] for each in facts["sandboxes"]}
 
     def containers() -> set[str]:
-        return {c.name for c in docker_engine.containers.list(all=True, filters=server.mine())}
+        return {
+            c.name
+            for c in docker_engine.containers.list(
+                all=True, ignore_removed=True, filters=server.mine()
+            )
+        }
 
     try:
         for request_id, delay in ((2, 0.15), (3, 1.2)):
@@ -578,7 +590,9 @@ def test_sixteen_sandboxes_from_one_client_at_once_and_no_more(
         client.close()
     # The SDK's client gives its server 2 s after closing stdin, then SIGTERM, then
     # SIGKILL 2 s later: 16 sandboxes are removed within that.
-    left = docker_engine.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={pid}"})
+    left = docker_engine.containers.list(
+        all=True, ignore_removed=True, filters={"label": f"{OWNER_LABEL}={pid}"}
+    )
     said = (tmp_path / "stderr.log").read_text()
     assert left == [] and "closed 16 sandbox(es)" in said, said[-2000:]
 
@@ -847,7 +861,12 @@ def test_the_documented_python_client_runs_as_written_offline(
 
 def made_by_gateways(engine: Any) -> set[str]:
     """The ids of every container on the engine with the gateway's label."""
-    return {c.id for c in engine.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})}
+    return {
+        c.id
+        for c in engine.containers.list(
+            all=True, ignore_removed=True, filters={"label": MCP_GATEWAY_LABEL}
+        )
+    }
 
 
 def test_attach_refuses_a_clean_container_that_a_sidecar_joins(

@@ -182,5 +182,5 @@ def test_ctrl_c_writes_a_partial_report_and_leaves_no_containers(
     from sandbox_tools.sandboxes.containers import OWNER_LABEL
 
     mine = {"label": f"{OWNER_LABEL}={validate.pid}"}  # only what this process made
-    left = docker_engine.containers.list(all=True, filters=mine)
+    left = docker_engine.containers.list(all=True, ignore_removed=True, filters=mine)
     assert not left, "validate left containers behind"

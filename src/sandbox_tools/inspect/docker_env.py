@@ -316,7 +316,9 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
         def remove() -> tuple[int, int]:
             client = docker_client()
             removed = kept = 0
-            for container in client.containers.list(all=True, filters={"label": LABEL}):
+            for container in client.containers.list(
+                all=True, ignore_removed=True, filters={"label": LABEL}
+            ):
                 labels = container.labels
                 if id is not None:
                     chosen = id in (labels.get(LABEL), container.id, container.short_id)

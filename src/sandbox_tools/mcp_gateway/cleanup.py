@@ -71,7 +71,9 @@ def cleanup_leftovers(
     """Remove what killed gateways of this host left (`dry_run`: only say what would
     go); every labelled container found, with its verdict."""
     found: list[Found] = []
-    listed = client.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})
+    listed = client.containers.list(
+        all=True, ignore_removed=True, filters={"label": MCP_GATEWAY_LABEL}
+    )
     for container in listed:
         labels = _labels(container.attrs)
         try:

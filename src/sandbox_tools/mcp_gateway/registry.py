@@ -301,7 +301,9 @@ class Sandboxes:
         present = await asyncio.to_thread(
             lambda: {
                 str(c.id)
-                for c in client.containers.list(all=True, filters={"label": MCP_GATEWAY_LABEL})
+                for c in client.containers.list(
+                    all=True, sparse=True, filters={"label": MCP_GATEWAY_LABEL}
+                )
             }
         )
         self._kept &= present
