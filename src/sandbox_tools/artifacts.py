@@ -20,7 +20,6 @@ import enum
 import hashlib
 import json
 import os
-import re
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -30,7 +29,7 @@ from typing import IO, Any
 
 from sandbox_tools._version import __version__
 from sandbox_tools.platforms import Arch
-from sandbox_tools.runtime.addons import TreeDigest
+from sandbox_tools.runtime.addons import ALGORITHMS, TREE_DIGEST, TreeDigest
 
 BUILD_RECORD_FILE = "build.json"  # dist/build.json: what `tools build` made
 RECORD_SCHEMA = 1
@@ -308,12 +307,14 @@ def _tree_of(data: Any, where: str) -> TreeDigest | None:
     entries = data.get("entries") if isinstance(data, dict) else None
     if (
         not isinstance(digest, str)
-        or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+        or not TREE_DIGEST.fullmatch(digest)
         or not all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (size, entries)
         )
     ):
-        raise ValueError(f"{where}: 'tree' must be {{digest: sha256:<64 hex>, size, entries}}")
+        raise ValueError(
+            f"{where}: 'tree' must be {{digest: <{'|'.join(ALGORITHMS)}>:<64 hex>, size, entries}}"
+        )
     assert isinstance(size, int) and isinstance(entries, int)
     return TreeDigest(digest, size, entries)
 

@@ -1,8 +1,9 @@
 """The add-on's unpacking and its in-place check (runtime/addons.py), on hostile archives.
 
 THREAT_MODEL.md, "Delivering the add-on": the archive is the host's pinned bytes, but it
-is unpacked as hostile input anyway; nothing is in place before its SHA-256 and tree
-digest match; a tree is reused only if the in-place walk finds the pinned digest, owners
+is unpacked as hostile input anyway; nothing is in place before its tree digest
+matches, whether it came as tar.xz or as the plain tar an engine on the host gets; a
+tree is reused only if the in-place walk finds the pinned digest, owners
 root or the installer, and nobody else able to write. The real add-on goes through the
 same code in tests/integration/test_browser_delivery.py.
 """
@@ -20,6 +21,9 @@ from pathlib import Path
 import pytest
 
 from sandbox_tools.runtime.addons import (
+    PLAIN,
+    TREE_ALGORITHM,
+    XZ,
     AddonError,
     check,
     digest_of_archive,
@@ -27,12 +31,14 @@ from sandbox_tools.runtime.addons import (
     install,
 )
 
+NO_TREE = f"{TREE_ALGORITHM}:" + "0" * 64  # a well-formed pin no tree has
 Member = tuple[str, str, bytes | str, int]  # name, kind (f, d, l, other), content or target, mode
 
 
-def _archive(members: list[Member]) -> bytes:
+def _archive(members: list[Member], fmt: str = XZ) -> bytes:
     """A tar.xz as the add-on is packed: two concatenated xz streams (as the real one is
-    made of pieces), to show that unpacking reads past the first."""
+    made of pieces), to show that unpacking reads past the first; with `fmt` PLAIN, the
+    tar itself."""
     plain = io.BytesIO()
     with tarfile.open(fileobj=plain, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, kind, content, mode in members:
@@ -57,6 +63,8 @@ def _archive(members: list[Member]) -> bytes:
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
     raw = plain.getvalue()
+    if fmt == PLAIN:
+        return raw
     half = len(raw) // 2
     return lzma.compress(raw[:half]) + lzma.compress(raw[half:])
 
@@ -70,17 +78,16 @@ GOOD: list[Member] = [
 ]
 
 
-def _pins(data: bytes) -> tuple[str, str, int]:
-    tree = digest_of_archive(io.BytesIO(data))
-    return hashlib.sha256(data).hexdigest(), tree.digest, tree.size
+def _pins(data: bytes, fmt: str = XZ) -> tuple[str, int]:
+    tree = digest_of_archive(io.BytesIO(data), fmt)
+    return tree.digest, tree.size
 
 
-def _install(tmp_path: Path, data: bytes, **override: str) -> dict[str, object]:
-    sha256, digest, size = _pins(data)
-    pins = {"sha256": sha256, "digest": digest, **override}
-    return install(
-        str(tmp_path / "browser"), pins["sha256"], pins["digest"], size, io.BytesIO(data)
-    )
+def _install(
+    tmp_path: Path, data: bytes, digest: str | None = None, fmt: str = XZ
+) -> dict[str, object]:
+    pinned, size = _pins(data, fmt)
+    return install(str(tmp_path / "browser"), digest or pinned, size, io.BytesIO(data), fmt)
 
 
 def _nothing_left(tmp_path: Path) -> None:
@@ -90,13 +97,13 @@ def _nothing_left(tmp_path: Path) -> None:
 def test_a_good_archive_is_unpacked_checked_and_found_in_place(tmp_path: Path) -> None:
     data = _archive(GOOD)
     answer = _install(tmp_path, data)
-    assert answer["state"] == "installed" and answer["bytes"] == len(data)
+    assert answer["state"] == "installed"
     tree = tmp_path / "browser"
     assert (tree / "chrome").read_bytes().startswith(b"#!/bin/sh")
     assert os.readlink(tree / "lib/libx.so.1") == "libx.so"
     assert stat.S_IMODE((tree / "fonts.conf").stat().st_mode) == 0o644
     assert stat.S_IMODE(tree.stat().st_mode) == 0o755
-    _, digest, _ = _pins(data)
+    digest, _ = _pins(data)
     assert check(str(tree), digest)["state"] == "ok"
     assert [p.name for p in tmp_path.iterdir()] == ["browser"]  # no staging left
     # A second installer that lost the race keeps the tree that is there.
@@ -129,7 +136,7 @@ def test_a_changed_tree_is_different_and_replaced_by_the_next_install(
     _install(tmp_path, data)
     tree = tmp_path / "browser"
     tamper(tree)  # type: ignore[operator]
-    _, digest, _ = _pins(data)
+    digest, _ = _pins(data)
     found = check(str(tree), digest)
     assert found["state"] == "different", found
     assert _install(tmp_path, data)["state"] == "installed"
@@ -146,7 +153,7 @@ def test_a_tree_owned_by_someone_else_is_different(tmp_path: Path) -> None:
 
 
 def test_a_missing_tree_is_missing_and_free_space_is_reported(tmp_path: Path) -> None:
-    answer = check(str(tmp_path / "browser"), "sha256:0")
+    answer = check(str(tmp_path / "browser"), NO_TREE)
     assert answer["state"] == "missing"
     assert isinstance(answer["free_bytes"], int) and answer["free_bytes"] > 0
 
@@ -184,30 +191,74 @@ def test_hostile_members_are_refused_and_nothing_is_left(
 ) -> None:
     data = _archive(members)
     with pytest.raises(AddonError, match=reason):
-        install(
-            str(tmp_path / "browser"),
-            hashlib.sha256(data).hexdigest(),
-            "sha256:0",
-            10,
-            io.BytesIO(data),
-        )
+        install(str(tmp_path / "browser"), NO_TREE, 10, io.BytesIO(data))
     _nothing_left(tmp_path)
 
 
+@pytest.mark.parametrize("fmt", [XZ, PLAIN])
 def test_other_bytes_or_another_tree_are_refused_before_anything_is_in_place(
+    tmp_path: Path, fmt: str
+) -> None:
+    data = _archive(GOOD, fmt)
+    digest, size = _pins(data, fmt)
+    with pytest.raises(AddonError, match="tree's digest"):
+        _install(tmp_path, data, digest=NO_TREE, fmt=fmt)
+    _nothing_left(tmp_path)
+    # One byte of one file's content changed: the tar still unpacks, the tree differs.
+    changed = data if fmt == XZ else data.replace(b"echo browser", b"echo planted")
+    if fmt == PLAIN:
+        with pytest.raises(AddonError, match="tree's digest"):
+            install(str(tmp_path / "browser"), digest, size, io.BytesIO(changed), fmt)
+        _nothing_left(tmp_path)
+    # Cut inside a file's content (a plain tar's second half is mostly padding).
+    cut = io.BytesIO(data[: len(data) // 2 if fmt == XZ else data.index(b"echo browser") + 4])
+    with pytest.raises(AddonError, match="cannot be unpacked"):
+        install(str(tmp_path / "browser"), digest, size, cut, fmt)
+    _nothing_left(tmp_path)
+    # Cut exactly after a member: no error from tar, the missing entries differ.
+    whole = _archive(GOOD[:2], PLAIN)
+    with pytest.raises(AddonError, match="tree's digest"):
+        install(str(tmp_path / "browser"), digest, size, io.BytesIO(whole), PLAIN)
+    _nothing_left(tmp_path)
+
+
+def test_the_plain_tar_unpacks_to_the_same_pinned_tree_as_the_archive(tmp_path: Path) -> None:
+    """An engine on the host gets the plain tar: the pin (the tree digest) is the same."""
+    assert _pins(_archive(GOOD)) == _pins(_archive(GOOD, PLAIN), PLAIN)
+    digest, _ = _pins(_archive(GOOD))
+    assert _install(tmp_path, _archive(GOOD, PLAIN), fmt=PLAIN)["state"] == "installed"
+    assert check(str(tmp_path / "browser"), digest)["state"] == "ok"
+
+
+def test_a_tree_pinned_with_sha256_by_an_older_build_is_checked_with_sha256(
     tmp_path: Path,
 ) -> None:
+    """The digest's prefix names its hash: records made before BLAKE2b still install."""
     data = _archive(GOOD)
-    with pytest.raises(AddonError, match="not the pinned"):
-        _install(tmp_path, data, sha256="0" * 64)
-    _nothing_left(tmp_path)
-    with pytest.raises(AddonError, match="tree's digest"):
-        _install(tmp_path, data, digest="sha256:" + "0" * 64)
-    _nothing_left(tmp_path)
-    sha256, digest, size = _pins(data)
-    cut = io.BytesIO(data[: len(data) // 2])
-    with pytest.raises(AddonError, match="cannot be unpacked"):
-        install(str(tmp_path / "browser"), sha256, digest, size, cut)
+    old = digest_of_archive(io.BytesIO(data), algorithm="sha256")
+    new = digest_of_archive(io.BytesIO(data))
+    assert old.digest.startswith("sha256:") and new.digest.startswith(f"{TREE_ALGORITHM}:")
+    assert _install(tmp_path, data, digest=old.digest)["state"] == "installed"
+    assert check(str(tmp_path / "browser"), old.digest)["state"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("digest", "fmt", "reason"),
+    [
+        ("md5:" + "0" * 32, XZ, "not a tree digest"),
+        ("sha256:0", XZ, "not a tree digest"),
+        (NO_TREE, "zip", "not 'zip'"),
+    ],
+)
+def test_a_malformed_pin_or_format_is_refused_before_a_byte_is_read(
+    tmp_path: Path, digest: str, fmt: str, reason: str
+) -> None:
+    class Unread(io.BytesIO):
+        def read(self, size: int | None = -1, /) -> bytes:
+            raise AssertionError("read before the pin was checked")
+
+    with pytest.raises(AddonError, match=reason):
+        install(str(tmp_path / "browser"), digest, 10, Unread(), fmt)
     _nothing_left(tmp_path)
 
 
@@ -221,9 +272,9 @@ def test_the_setuid_bit_of_a_member_is_never_unpacked(tmp_path: Path) -> None:
 
 def test_too_little_space_is_refused_before_unpacking(tmp_path: Path) -> None:
     data = _archive(GOOD)
-    sha256, digest, _ = _pins(data)
+    digest, _ = _pins(data)
     with pytest.raises(AddonError, match="MiB free in"):
-        install(str(tmp_path / "browser"), sha256, digest, 1 << 60, io.BytesIO(data))
+        install(str(tmp_path / "browser"), digest, 1 << 60, io.BytesIO(data))
     _nothing_left(tmp_path)
 
 
@@ -256,7 +307,7 @@ def test_the_tree_digest_travels_in_the_record_and_validate_checks_it(tmp_path: 
     assert Artifact.from_json(record.to_json()) == record
     assert Artifact.from_json(record.to_json(urls=True)) == record
     assert _tree_of(record) == tree and _tree_problems(archive, record) == []
-    other = replace(tree, digest="sha256:" + "0" * 64)
+    other = replace(tree, digest=NO_TREE)
     assert "is not the archive's" in _tree_problems(archive, replace(record, tree=other))[0]
     assert "no tree digest" in _tree_problems(archive, replace(record, tree=None))[0]
     with pytest.raises(SandboxInjectionError, match="no tree digest"):

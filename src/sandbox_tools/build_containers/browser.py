@@ -53,7 +53,13 @@ from sandbox_tools.build_containers.records import (
 )
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch, parse_arches
-from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive
+from sandbox_tools.runtime.addons import (
+    TREE_ALGORITHM,
+    AddonError,
+    TreeDigest,
+    algorithm_of,
+    digest_of_archive,
+)
 from sandbox_tools.sandboxes.containers import ContainerPolicy, run_to_completion
 from sandbox_tools.sandboxes.images import RootfsStore, build_rootfs, image_exists, import_rootfs
 
@@ -276,8 +282,11 @@ def _tree_of_cached(cached: Path) -> TreeDigest:
     kept = cached.with_name(cached.name + ".tree.json")
     try:
         known = json.loads(kept.read_text())
-        return TreeDigest(str(known["digest"]), int(known["size"]), int(known["entries"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        tree = TreeDigest(str(known["digest"]), int(known["size"]), int(known["entries"]))
+        if algorithm_of(tree.digest) == TREE_ALGORITHM:
+            return tree
+        # else made with an older hash by an earlier tools build: computed now
+    except (OSError, ValueError, KeyError, TypeError, AddonError):
         pass  # not computed yet (or unreadable): computed now
     with cached.open("rb") as handle:
         tree = digest_of_archive(handle)

@@ -31,7 +31,7 @@ from sandbox_tools.build_containers.package import (
 from sandbox_tools.build_containers.records import tree_id
 from sandbox_tools.build_containers.tree_archive import read_archive
 from sandbox_tools.platforms import Arch
-from sandbox_tools.runtime.addons import AddonError, digest_of_archive
+from sandbox_tools.runtime.addons import AddonError, algorithm_of, digest_of_archive
 
 MAX_ARTIFACT_BYTES = 15 * 1000 * 1000
 ELF_MACHINES = {Arch.AMD64: 62, Arch.ARM64: 183}
@@ -190,7 +190,7 @@ def _tree_problems(path: Path, record: Artifact) -> list[str]:
         return ["the record has no tree digest: build it again with this tools build"]
     try:
         with path.open("rb") as handle:
-            found = digest_of_archive(handle)
+            found = digest_of_archive(handle, algorithm=algorithm_of(record.tree.digest))
     except (OSError, EOFError, tarfile.TarError, lzma.LZMAError, AddonError) as exc:
         return [f"archive: its tree cannot be digested ({exc})"]
     if found != record.tree:

@@ -24,12 +24,15 @@ import time
 from typing import Any
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat
+from sandbox_tools.cache import cache_root
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.acquire import acquire_artifact
+from sandbox_tools.injector.addon_copy import ADDON_COPIES, PlainCopy, forget_if_changed, plain_copy
 from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
 from sandbox_tools.injector.log_bounds import said
-from sandbox_tools.runtime.addons import TreeDigest, needed_bytes
+from sandbox_tools.runtime.addons import PLAIN, XZ, TreeDigest, needed_bytes
 from sandbox_tools.runtime.paths import BROWSER_DIR
+from sandbox_tools.settings import load_settings
 
 __all__ = ["BrowserInstall", "ensure_browser", "install_browser"]
 
@@ -88,6 +91,38 @@ def _free_bytes(answer: dict[str, Any], sandbox: str) -> int:
     return free
 
 
+async def _send(support: ToolSupport, artifact: Artifact, directory: str) -> tuple[int, str]:
+    """Stream the add-on into the runtime's `addon-install`: its plain tar where bytes
+    into the sandbox are cheap (an engine on this host), else the pinned archive.
+    (bytes sent, the format sent as)."""
+    tree = _tree_of(artifact)
+    located = artifact.located
+    copy: PlainCopy | None = None
+    if support.sandbox.bytes_are_cheap:
+        copies = support.options.addon_copies or cache_root(load_settings()) / ADDON_COPIES
+        copy = await asyncio.to_thread(plain_copy, artifact, copies)
+        path, sha256, size, fmt = copy.path, copy.sha256, copy.size, PLAIN
+    else:
+        path, sha256, size, fmt = located, artifact.sha256, artifact.size, XZ
+    # One copy of the bytes for every install at once (as for the runtime's).
+    data = await asyncio.to_thread(artifact_bytes, path, sha256, size, path.stat().st_mtime_ns)
+    try:
+        await _runtime_command(
+            support,
+            ["addon-install", directory, tree.digest, str(tree.size), fmt],
+            "installing the browser add-on",
+            INSTALL_TIMEOUT,
+            data,
+        )
+    except SandboxInjectionError:
+        if copy is not None:
+            # A copy changed on the host since it was made fails in every sandbox:
+            # drop it, so that the next call makes it again from the pinned archive.
+            await asyncio.to_thread(forget_if_changed, copy)
+        raise
+    return len(data), fmt
+
+
 async def ensure_browser(support: ToolSupport) -> BrowserInstall:
     """The browser add-on beside `support`'s runtime, installed on the first call and
     remembered for the handle's life (concurrent first calls install once)."""
@@ -116,7 +151,6 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
             f"{artifact.name} is not the browser add-on for {arch.platform}",
             remedy="Pass the add-on of the sandbox's platform (tools build --with-browser).",
         )
-    located = artifact.located
     tree = _tree_of(artifact)
     directory = f"{support.install_dir}/{BROWSER_DIR}"
     found = await _runtime_command(
@@ -125,7 +159,7 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
         "checking the browser add-on",
         CHECK_TIMEOUT,
     )
-    sent = 0
+    sent, transfer = 0, ""
     if found.get("state") != "ok":
         if found.get("state") == "different":
             log.warning(
@@ -142,29 +176,19 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
                 remedy="Give the sandbox more disk (or a larger tmpfs where the runtime is "
                 "installed), or do without the browser there.",
             )
-        # One copy of the bytes for every install at once (as for the runtime's).
-        data = await asyncio.to_thread(
-            artifact_bytes, located, artifact.sha256, artifact.size, located.stat().st_mtime_ns
-        )
-        await _runtime_command(
-            support,
-            ["addon-install", directory, artifact.sha256, tree.digest, str(tree.size)],
-            "installing the browser add-on",
-            INSTALL_TIMEOUT,
-            data,
-        )
-        sent = len(data)
+        sent, transfer = await _send(support, artifact, directory)
     install = BrowserInstall(
         directory=directory,
         artifact=artifact,
         reused=sent == 0,
         seconds=time.monotonic() - started,
         sent_bytes=sent,
+        transfer=transfer,
     )
     log.info(
         "browser add-on in %s: %s %s (%s) at %s in %.1f s",
         support.sandbox.name,
-        "reused" if install.reused else "installed",
+        "reused" if install.reused else f"installed as {transfer} from",
         artifact.name,
         artifact.provenance,
         directory,

@@ -90,6 +90,7 @@ class BrowserInstall:
     reused: bool
     seconds: float  # acquisition, check, upload and unpack: what the first call waited
     sent_bytes: int  # what crossed into the sandbox (0 when reused)
+    transfer: str = ""  # the format sent: "tar.xz", or "tar" to an engine on this host
 
     @property
     def executable(self) -> str:

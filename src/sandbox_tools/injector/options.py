@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from sandbox_tools.artifacts import Artifact
 from sandbox_tools.injector.acquire import Source
@@ -40,6 +41,9 @@ class InjectionOptions:
     persistent: bool = True
     # The browser add-on, sent when a tool first needs it. None: the first of `sources`.
     browser_artifact: Artifact | None = None
+    # Where the host keeps add-ons' plain tars for engines on this host (addon_copy.py).
+    # None: `addon-copies` in this installation's cache, under the settings as they stand.
+    addon_copies: Path | None = None
 
     def __post_init__(self) -> None:
         # A caller's list would stay shared with the caller, and mutable under a frozen

@@ -6,8 +6,11 @@ the runtime's JSON-RPC produce); files stay binary through read_file/write_file.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from sandbox_tools.errors import SandboxExecError, SandboxOutputLimitError
@@ -25,6 +28,24 @@ def describe(environment: Any, name: str | None = None) -> str:
     hands tools a proxy that records events; the kind is that of what it wraps)."""
     inner = getattr(environment, "_sandbox", environment)
     return f"inspect sandbox {name or 'default'!r} ({type(inner).__name__})"
+
+
+def docker_cli_on_this_host(environ: Mapping[str, str], home: Path | None = None) -> bool:
+    """Whether the docker CLI (which inspect's docker sandbox drives) reaches an engine
+    on this host: no DOCKER_HOST but a Unix socket, and the default context. Anything
+    else (a TCP or SSH host, another context) may be remote: False, the safe answer
+    (add-ons then travel compressed)."""
+    host = environ.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return False
+    context = environ.get("DOCKER_CONTEXT")
+    if context is None and not host:
+        config = Path(environ.get("DOCKER_CONFIG") or (home or Path.home()) / ".docker")
+        try:
+            context = json.loads((config / "config.json").read_text()).get("currentContext")
+        except (OSError, ValueError, AttributeError):
+            context = None
+    return context in (None, "", "default")
 
 
 class InspectSandbox(Sandbox):
@@ -50,6 +71,19 @@ class InspectSandbox(Sandbox):
         self.cwd = cwd
         # A readable name for messages; the injector keys its state by object identity.
         self.name = name or describe(environment)
+
+    @property
+    def bytes_are_cheap(self) -> bool:
+        """Ours (docker_sdk, modal) say for themselves; inspect's `local` is the host, and
+        its `docker` is cheap where the docker CLI talks to an engine on this host."""
+        inner = getattr(self.environment, "_sandbox", self.environment)
+        ours = getattr(inner, "sandbox", None)
+        if isinstance(ours, Sandbox):
+            return ours.bytes_are_cheap
+        kind = type(inner).__name__
+        if kind == "LocalSandboxEnvironment":
+            return True
+        return kind == "DockerSandboxEnvironment" and docker_cli_on_this_host(os.environ)
 
     async def exec(
         self,

@@ -2,9 +2,11 @@
 
 An add-on is a tree shipped as tar + xz. The host streams the archive into
 `addon-install`, which the installer (root, or the runtime's own user) runs as a fixed
-command: the tree is unpacked into a private staging directory beside its place, the
-archive's SHA-256 and the unpacked tree's digest are both compared with what the host
-pinned, and only then is the tree renamed into place. Nothing of it runs before that.
+command: the tree is unpacked into a private staging directory beside its place, its
+digest is compared with the one the host pinned, and only then is the tree renamed into
+place. Nothing of it runs before that. Where bytes into the sandbox are cheaper than
+decompressing them there (an engine on the host), the host streams the plain tar
+instead (FORMATS): the same tree, the same check.
 
 `addon-check` is the reuse check: it walks the tree in place and compares its digest,
 and checks that every entry belongs to root or the installer and that nobody else can
@@ -14,7 +16,10 @@ exactly as a planted runtime fails the runtime's own check (THREAT_MODEL.md, rul
 The tree digest is one definition for both sides: the host computes it from the archive
 it pins (`digest_of_archive`), the sandbox from the directory (`digest_of_tree`). Each
 entry contributes its path, kind, permission bits and content (or link target), sorted
-by path, so a file that was changed, added, removed or made writable changes it.
+by path, so a file that was changed, added, removed or made writable changes it. Its
+prefix names the hash (ALGORITHMS): BLAKE2b-256 for what `tools build` makes now, since
+the runtime carries no OpenSSL and Python's own SHA-256 hashed the browser's ~300 MiB in
+about 1 s where BLAKE2b takes 0.4 s; records made with SHA-256 are still checked with it.
 
 Standard library only, as the whole runtime.
 """
@@ -27,15 +32,16 @@ import json
 import lzma
 import os
 import posixpath
+import re
 import secrets
 import shutil
 import stat
 import sys
 import tarfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, Protocol
 
 # What unpacking needs beyond the tree itself: file system blocks and metadata.
 SPACE_MARGIN = 0.05
@@ -43,10 +49,31 @@ CHUNK = 1 << 20
 # The permission bits an unpacked entry may have: no setuid, setgid or sticky bit, and
 # nobody but the owner may write (a tree only root or the installer may change).
 ALLOWED_BITS = 0o755
+# How `addon-install` may receive an add-on: the pinned archive as built, or its tar
+# uncompressed (the host decompressed it: the tree digest is the pin either way).
+XZ, PLAIN = "tar.xz", "tar"
+FORMATS = (XZ, PLAIN)
+# A tree digest's hash, by the name it is prefixed with; 32-byte digests all.
+ALGORITHMS: dict[str, Callable[[], Hasher]] = {
+    "blake2b": lambda: hashlib.blake2b(digest_size=32),
+    "sha256": hashlib.sha256,
+}
+TREE_ALGORITHM = "blake2b"  # what new records are made with
+TREE_DIGEST = re.compile(rf"(?:{'|'.join(ALGORITHMS)}):[0-9a-f]{{64}}")
 
 
 class AddonError(Exception):
     """The add-on cannot be installed or used; the message says why and what to do."""
+
+
+class Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+class Hasher(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -60,21 +87,35 @@ def _entry(path: str, kind: str, mode: int, payload: str) -> bytes:
     return f"{kind} {mode:04o} {path}\0{payload}\n".encode("utf-8", "surrogateescape")
 
 
-def _combine(lines: Iterable[tuple[str, bytes]], size: int) -> TreeDigest:
-    digest = hashlib.sha256()
+def algorithm_of(digest: str) -> str:
+    """The hash a tree digest was made with (its prefix); AddonError if unknown."""
+    if TREE_DIGEST.fullmatch(digest) is None:
+        raise AddonError(
+            f"{digest[:80]!r} is not a tree digest ({' or '.join(ALGORITHMS)}:<64 hex>)"
+        )
+    return digest.partition(":")[0]
+
+
+def _combine(lines: Iterable[tuple[str, bytes]], size: int, algorithm: str) -> TreeDigest:
+    digest = ALGORITHMS[algorithm]()
     count = 0
     for _, line in sorted(lines):
         digest.update(line)
         count += 1
-    return TreeDigest("sha256:" + digest.hexdigest(), size, count)
+    return TreeDigest(f"{algorithm}:{digest.hexdigest()}", size, count)
 
 
-def _hash_stream(handle: IO[bytes]) -> tuple[str, int]:
-    digest = hashlib.sha256()
+def _hash_stream(
+    handle: IO[bytes], algorithm: str, sink: IO[bytes] | None = None
+) -> tuple[str, int]:
+    """The hash and length of what `handle` holds, copied to `sink` on the way."""
+    digest = ALGORITHMS[algorithm]()
     size = 0
     for chunk in iter(lambda: handle.read(CHUNK), b""):
         digest.update(chunk)
         size += len(chunk)
+        if sink is not None:
+            sink.write(chunk)
     return digest.hexdigest(), size
 
 
@@ -98,11 +139,33 @@ def link_target(path: str, target: str) -> str:
     return target
 
 
-def digest_of_archive(handle: BinaryIO) -> TreeDigest:
+@contextlib.contextmanager
+def _members(handle: Readable, fmt: str) -> Iterator[tarfile.TarFile]:
+    """The archive read from `handle` as a tar stream; the whole of it is read, so a
+    hash of `handle` covers every byte (an xz stream's index, the tar's zero blocks)."""
+    if fmt not in FORMATS:
+        raise AddonError(f"an add-on comes as {' or '.join(FORMATS)}, not {fmt!r}")
+    # LZMAFile reads the archive's concatenated .xz streams as one (tarfile's "r|xz"
+    # stops after the first).
+    with contextlib.ExitStack() as stack:
+        plain: Readable = handle
+        if fmt == XZ:
+            plain = stack.enter_context(lzma.LZMAFile(handle))  # type: ignore[arg-type]
+        tar = stack.enter_context(tarfile.open(fileobj=plain, mode="r|", bufsize=CHUNK))  # type: ignore[call-overload]
+        yield tar
+        while plain.read(CHUNK):
+            pass
+        while handle.read(CHUNK):
+            pass
+
+
+def digest_of_archive(
+    handle: Readable, fmt: str = XZ, algorithm: str = TREE_ALGORITHM
+) -> TreeDigest:
     """The digest of the tree an archive unpacks to (the host's side; nothing is written)."""
     lines: list[tuple[str, bytes]] = []
     size = 0
-    with lzma.open(handle) as plain, tarfile.open(fileobj=plain, mode="r|") as tar:
+    with _members(handle, fmt) as tar:
         for member in tar:
             path = member_path(member.name.rstrip("/"))
             mode = member.mode & ALLOWED_BITS
@@ -111,19 +174,19 @@ def digest_of_archive(handle: BinaryIO) -> TreeDigest:
             elif member.isreg():
                 extracted = tar.extractfile(member)
                 assert extracted is not None
-                content, length = _hash_stream(extracted)
+                content, length = _hash_stream(extracted, algorithm)
                 size += length
                 lines.append((path, _entry(path, "f", mode, content)))
             elif member.issym():
                 lines.append((path, _entry(path, "l", 0, link_target(path, member.linkname))))
             else:
-                raise AddonError(
-                    f"the archive holds {path!r}, which is not a file, directory or link"
-                )
-    return _combine(lines, size)
+                raise _not_plain(path)
+    return _combine(lines, size, algorithm)
 
 
-def digest_of_tree(root: str, owners: frozenset[int]) -> TreeDigest:
+def digest_of_tree(
+    root: str, owners: frozenset[int], algorithm: str = TREE_ALGORITHM
+) -> TreeDigest:
     """The digest of the tree at `root` (the sandbox's side), walked without following
     links. Raises AddonError if an entry belongs to anyone but `owners` or has bits
     beyond ALLOWED_BITS (then someone else could change it, or it could gain rights)."""
@@ -148,14 +211,14 @@ def digest_of_tree(root: str, owners: frozenset[int]) -> TreeDigest:
                     pending.append(path)
                 elif stat.S_ISREG(info.st_mode):
                     with open(entry.path, "rb", opener=_no_follow) as handle:
-                        content, length = _hash_stream(handle)
+                        content, length = _hash_stream(handle, algorithm)
                     size += length
                     lines.append((path, _entry(path, "f", mode, content)))
                 elif stat.S_ISLNK(info.st_mode):
                     lines.append((path, _entry(path, "l", 0, os.readlink(entry.path))))
                 else:
                     raise AddonError(f"{entry.path} is not a file, directory or link")
-    return _combine(lines, size)
+    return _combine(lines, size, algorithm)
 
 
 def _not_plain(path: str) -> AddonError:
@@ -195,8 +258,9 @@ def check(dest: str, digest: str) -> dict[str, object]:
     started = time.monotonic()
     parent = os.path.dirname(dest.rstrip("/")) or "/"
     answer: dict[str, object] = {"free_bytes": free_bytes(parent)}
+    algorithm = algorithm_of(digest)
     try:
-        found = digest_of_tree(dest, _owners())
+        found = digest_of_tree(dest, _owners(), algorithm)
     except FileNotFoundError:
         answer.update(state="missing")
     except (AddonError, OSError) as exc:
@@ -210,34 +274,17 @@ def check(dest: str, digest: str) -> dict[str, object]:
     return answer
 
 
-class _Hashing:
-    """A read-only stream that hashes and counts what is read through it."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw = raw
-        self.digest = hashlib.sha256()
-        self.size = 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self.digest.update(data)
-        self.size += len(data)
-        return data
-
-    def drain(self) -> None:
-        while self.read(CHUNK):
-            pass
-
-
-def _unpack(source: _Hashing, staging: str) -> None:
-    """Unpack the tar.xz stream into `staging` (a fresh private directory), creating
+def _unpack(source: Readable, staging: str, fmt: str, algorithm: str) -> TreeDigest:
+    """Unpack the archive stream into `staging` (a fresh private directory), creating
     every entry relative to it and never through a link: a member's parents must be
-    directories this archive made."""
+    directories this archive made. Returns the digest of the tree written, computed
+    from the bytes as they are written: `staging` is private to the installer, so what
+    it wrote is what is there, and the tree is not read a second time."""
     kinds: dict[str, str] = {"": "d"}
     directories: list[tuple[str, int]] = []
-    # lzma.open reads the archive's concatenated .xz streams as one (tarfile's "r|xz"
-    # stops after the first).
-    with lzma.open(source) as plain, tarfile.open(fileobj=plain, mode="r|") as tar:  # type: ignore[call-overload]
+    lines: list[tuple[str, bytes]] = []
+    size = 0
+    with _members(source, fmt) as tar:
         for member in tar:
             path = member_path(member.name.rstrip("/"))
             parent = posixpath.dirname(path)
@@ -246,35 +293,42 @@ def _unpack(source: _Hashing, staging: str) -> None:
             if path in kinds:
                 raise AddonError(f"the archive holds {path!r} twice")
             target = os.path.join(staging, path)
+            mode = member.mode & ALLOWED_BITS
             if member.isdir():
                 os.mkdir(target, 0o700)
-                directories.append((target, member.mode & ALLOWED_BITS))
+                directories.append((target, mode))
                 kinds[path] = "d"
+                lines.append((path, _entry(path, "d", mode, "")))
             elif member.isreg():
                 extracted = tar.extractfile(member)
                 assert extracted is not None
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                 fd = os.open(target, flags, 0o600)
                 with os.fdopen(fd, "wb") as out:
-                    shutil.copyfileobj(extracted, out, CHUNK)
-                    os.fchmod(out.fileno(), member.mode & ALLOWED_BITS)
+                    content, length = _hash_stream(extracted, algorithm, out)
+                    os.fchmod(out.fileno(), mode)
+                size += length
                 kinds[path] = "f"
+                lines.append((path, _entry(path, "f", mode, content)))
             elif member.issym():
-                os.symlink(link_target(path, member.linkname), target)
+                target_of_link = link_target(path, member.linkname)
+                os.symlink(target_of_link, target)
                 kinds[path] = "l"
+                lines.append((path, _entry(path, "l", 0, target_of_link)))
             else:
-                raise AddonError(
-                    f"the archive holds {path!r}, which is not a file, directory or link"
-                )
-    source.drain()  # the stream's end (padding, the xz index) counts for the SHA-256 too
+                raise _not_plain(path)
     for directory, mode in reversed(directories):
         os.chmod(directory, mode)
+    return _combine(lines, size, algorithm)
 
 
 def install(
-    dest: str, sha256: str, digest: str, tree_size: int, archive: BinaryIO
+    dest: str, digest: str, tree_size: int, archive: BinaryIO, fmt: str = XZ
 ) -> dict[str, object]:
-    """Unpack the archive read from `archive` into `dest`, checked before it is in place.
+    """Unpack the archive read from `archive` (a `fmt` of FORMATS) into `dest`, checked
+    before it is in place against the pinned tree `digest`: every byte that lands in the
+    tree is in it, with every path, kind and mode, so it is the pin for both formats
+    (the archive's SHA-256 was checked where it was acquired).
 
     The staging directory sits beside `dest` (one file system, so the final rename is
     atomic) under a random name. If `dest` already holds the pinned tree (a racing
@@ -283,6 +337,9 @@ def install(
     started = time.monotonic()
     dest = dest.rstrip("/")
     parent = os.path.dirname(dest) or "/"
+    algorithm = algorithm_of(digest)
+    if fmt not in FORMATS:
+        raise AddonError(f"an add-on comes as {' or '.join(FORMATS)}, not {fmt!r}")
     available, needed = free_bytes(parent), needed_bytes(tree_size)
     if available < needed:
         raise AddonError(
@@ -291,29 +348,21 @@ def install(
     staging = os.path.join(parent, f".{os.path.basename(dest)}-{secrets.token_hex(6)}.partial")
     os.mkdir(staging, 0o700)
     try:
-        source = _Hashing(archive)
         try:
-            _unpack(source, staging)
+            found = _unpack(archive, staging, fmt, algorithm)
         except (tarfile.TarError, lzma.LZMAError, EOFError) as exc:
             raise AddonError(f"the archive cannot be unpacked: {exc}") from None
-        if source.digest.hexdigest() != sha256:
-            raise AddonError(
-                f"the archive received has SHA-256 {source.digest.hexdigest()} ({source.size} "
-                f"bytes), not the pinned {sha256}"
-            )
-        os.chmod(staging, 0o755)
-        found = digest_of_tree(staging, _owners())
         if found.digest != digest:
             raise AddonError(
                 f"the unpacked tree's digest is {found.digest}, not the pinned {digest}"
             )
+        os.chmod(staging, 0o755)
         state = _place(staging, dest, digest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return {
         "state": state,
-        "bytes": source.size,
         "tree_bytes": found.size,
         "seconds": round(time.monotonic() - started, 3),
     }
@@ -333,17 +382,18 @@ def _place(staging: str, dest: str, digest: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """`addon-check DEST DIGEST` and `addon-install DEST SHA256 DIGEST TREE_BYTES` (the
-    archive on stdin): one JSON line on stdout; a failure is one sentence on stderr and
-    exit code 1."""
+    """`addon-check DEST DIGEST` and `addon-install DEST DIGEST TREE_BYTES FORMAT` (the
+    archive on stdin, FORMAT one of FORMATS): one JSON line on stdout; a failure is one
+    sentence on stderr and exit code 1."""
     try:
         if len(argv) == 3 and argv[0] == "check":
             answer = check(argv[1], argv[2])
-        elif len(argv) == 5 and argv[0] == "install" and argv[4].isdigit():
-            answer = install(argv[1], argv[2], argv[3], int(argv[4]), sys.stdin.buffer)
+        elif len(argv) == 5 and argv[0] == "install" and argv[3].isdigit():
+            answer = install(argv[1], argv[2], int(argv[3]), sys.stdin.buffer, argv[4])
         else:
             print(
-                "usage: addon-check DEST DIGEST | addon-install DEST SHA256 DIGEST TREE_BYTES",
+                "usage: addon-check DEST DIGEST | addon-install DEST DIGEST TREE_BYTES "
+                f"{'|'.join(FORMATS)}",
                 file=sys.stderr,
             )
             return 2

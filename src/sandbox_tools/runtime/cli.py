@@ -60,7 +60,7 @@ commands:
   unpack           make the runtime ready to run (the portable launcher unpacks itself)
   addon-check DEST DIGEST
                    whether the add-on tree at DEST is the pinned one (JSON)
-  addon-install DEST SHA256 DIGEST TREE_BYTES
+  addon-install DEST DIGEST TREE_BYTES tar.xz|tar
                    unpack the add-on archive read from stdin into DEST, checked first
   model_proxy [--port N] [--timeout S]
                    serve HTTP on 127.0.0.1:N (13131) inside the sandbox, answered by the host

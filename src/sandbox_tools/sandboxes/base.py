@@ -120,6 +120,14 @@ class Sandbox(abc.ABC):
         """The sandbox's CPU architecture as the provider knows it (no exec needed)."""
         return None
 
+    @property
+    def bytes_are_cheap(self) -> bool:
+        """Whether sending a byte into the sandbox costs less than decompressing it there
+        (an engine on this host): add-ons then travel as plain tar, since xz's one-core
+        decompression in the sandbox was most of a browser's first call. False where
+        the provider cannot tell (a remote engine, a service, inspect's providers)."""
+        return False
+
     async def cleanup(self) -> None:
         """Release what the provider holds for this sandbox (not the sandbox itself)."""
 

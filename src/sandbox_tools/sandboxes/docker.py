@@ -104,6 +104,10 @@ class DockerSandbox(Sandbox):
         self.name = f"docker:{self.container.name}"
         self._api = engine_api(self.client)
 
+    @property
+    def bytes_are_cheap(self) -> bool:
+        return self._api.on_this_host
+
     # -- exec ----------------------------------------------------------------------------
 
     async def _start_exec(

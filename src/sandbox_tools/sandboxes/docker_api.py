@@ -185,6 +185,9 @@ class EngineAPI(abc.ABC):
         self.timeout = ENGINE_TIMEOUT if timeout is None else timeout
         self.archive_timeout = ARCHIVE_TIMEOUT if archive_timeout is None else archive_timeout
         self.slot_timeout = SLOT_TIMEOUT if slot_timeout is None else slot_timeout
+        # Whether the engine runs on this host (Sandbox.bytes_are_cheap); False unless a
+        # transport knows.
+        self.on_this_host = False
         # asyncio primitives belong to one loop; a sandbox may be driven by several
         # (tests, `asyncio.run` per command), each gets its own limiter.
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
@@ -426,6 +429,8 @@ class NativeEngineAPI(EngineAPI):
         super().__init__(concurrency, timeout, archive_timeout, slot_timeout)
         self._prefix = f"/v{version}"
         self._unix_path = unix_path
+        # A Unix socket is an engine on this host (or one forwarded to it, the rare case).
+        self.on_this_host = bool(unix_path)
         self._host, self._port = host, port
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -31,6 +31,10 @@ class LocalSandbox(Sandbox):
         self.name = "local"
         self._base_env = dict(base_env if base_env is not None else os.environ)
 
+    @property
+    def bytes_are_cheap(self) -> bool:
+        return True  # the host itself
+
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         return {**self._base_env, **(env or {})}
 
