@@ -57,7 +57,7 @@ SITE = {
 # (root cannot read another uid's smaps without CAP_SYS_PTRACE, which containers lack).
 PSS = (
     "for d in /proc/[0-9]*; do "
-    'case "$(tr "\\0" " " < "$d/cmdline" 2>/dev/null)" in */browser/*) '
+    'case "$(tr "\\0" " " < "$d/cmdline" 2>/dev/null)" in */browser/*|*/browser-*) '
     'grep ^Pss: "$d/smaps_rollup" 2>/dev/null;; esac; done | '
     "awk '{s+=$2} END {print s+0}'"
 )

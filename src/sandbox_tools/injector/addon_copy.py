@@ -1,10 +1,13 @@
-"""An add-on's archive decompressed once on the host, for sandboxes whose bytes are cheap.
+"""An add-on on the host: its archive decompressed once for sandboxes whose bytes are
+cheap, and its tree unpacked once for the containers we make to mount read-only.
 
 xz decompression on one core in the sandbox was most of a browser's first call (about
 7 of 8 s); the bytes themselves cross a local engine's exec stream at about 300 MiB/s.
 So where the engine runs on this host (`Sandbox.bytes_are_cheap`) the add-on travels as
 its plain tar, decompressed here once per archive and kept in the cache beside a small
-record: `<archive sha256>.tar` and `<archive sha256>.json`.
+record: `tar/<archive sha256>.tar` and `tar/<archive sha256>.json`. The containers we
+make on a local engine (docker_sdk, the MCP gateway) get the tree itself instead,
+unpacked once into `tree/` and mounted read-only (`browser_mount`): nothing is sent.
 
 The copy is made from the located archive in one pass, which checks on the way that the
 archive has the pinned SHA-256 and that the tar unpacks to the pinned tree digest; a
@@ -23,26 +26,45 @@ import json
 import logging
 import lzma
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, sha256_of
-from sandbox_tools.cache import one_builder
-from sandbox_tools.errors import SandboxInjectionError
+from sandbox_tools.cache import cache_root, one_builder
+from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
+from sandbox_tools.injector.acquire import Bundled, Cache, Dist, acquire_artifact, default_sources
+from sandbox_tools.injector.options import InjectionOptions
+from sandbox_tools.platforms import Arch
 from sandbox_tools.runtime.addons import (
     PLAIN,
     AddonError,
     Readable,
+    TreeDigest,
     algorithm_of,
     digest_of_archive,
+    install,
 )
+from sandbox_tools.runtime.paths import ADDON_MOUNT_ROOT
+from sandbox_tools.settings import load_settings
 
-__all__ = ["ADDON_COPIES", "PlainCopy", "forget_if_changed", "plain_copy"]
+__all__ = [
+    "ADDONS_ON_HOST",
+    "AddonMount",
+    "PlainCopy",
+    "addon_tree",
+    "addons_on_host",
+    "browser_mount",
+    "forget_if_changed",
+    "mount_target",
+    "plain_copy",
+]
 
-# The copies' directory in the cache.
-ADDON_COPIES = "addon-copies"
+# Where in the cache the add-ons on the host are (InjectionOptions.addons_on_host).
+ADDONS_ON_HOST = "addons"
+
 
 log = logging.getLogger(__name__)
 
@@ -188,3 +210,94 @@ def forget_if_changed(copy: PlainCopy) -> bool:
                 path.unlink()
         log.warning("dropped %s: it changed since it was made from its pinned archive", copy.path)
     return not same
+
+
+def mount_target(kind: str, tree: TreeDigest) -> str:
+    """Where a container we make sees the add-on of `tree`, by its digest."""
+    return f"{ADDON_MOUNT_ROOT}/{kind}-{tree.digest.partition(':')[2][:16]}"
+
+
+def addon_tree(artifact: Artifact, copies: Path, trees: Path) -> Path:
+    """`artifact`'s tree unpacked on the host and checked against its pinned digest, by
+    the runtime's own `install` (the same unpacking rules as in a sandbox), for mounting
+    read-only into the containers we make; made once per tree, one maker at a time. A
+    tree is only ever renamed into place whole and checked, so one that is there is one
+    that passed."""
+    tree = artifact.tree
+    if artifact.format is not ArtifactFormat.TAR_XZ or tree is None:
+        raise ValueError(f"{artifact.name} is not an add-on archive with a tree digest")
+    dest = trees / tree.digest.replace(":", "-")
+    if dest.is_dir():
+        return dest
+    with one_builder(dest):
+        if dest.is_dir():
+            return dest
+        for left in trees.glob(f".{dest.name}-*.partial"):  # a maker killed half-way
+            shutil.rmtree(left, ignore_errors=True)
+        copy = plain_copy(artifact, copies)
+        try:
+            with copy.path.open("rb") as handle:
+                install(str(dest), tree.digest, tree.size, handle, PLAIN)
+        except AddonError as exc:
+            forget_if_changed(copy)
+            raise _refused(artifact, str(exc)) from None
+    log.info("unpacked %s for the containers made here: %s", artifact.name, dest)
+    return dest
+
+
+def addons_on_host(options: InjectionOptions) -> tuple[Path, Path]:
+    """Where this host keeps add-ons' plain tars and their unpacked trees: under the
+    options' directory, else the cache's."""
+    root = options.addons_on_host or cache_root(load_settings()) / ADDONS_ON_HOST
+    return root / "tar", root / "tree"
+
+
+@dataclass(frozen=True)
+class AddonMount:
+    """A host directory for the engine to mount read-only at `target` in a container."""
+
+    source: Path
+    target: str
+
+
+def browser_mount(arch: Arch, options: InjectionOptions) -> AddonMount | None:
+    """The browser add-on's tree for a container we are about to make for `arch`, if the
+    add-on is on this host already (in the wheel, fetched into the cache, or in dist/:
+    nothing is downloaded or built for it); None otherwise, and the container's first
+    browser call sends it. The first container of a host pays the unpacking (seconds),
+    every later one nothing."""
+    sources = options.sources if options.sources is not None else default_sources(load_settings())
+    here = [source for source in sources if isinstance(source, (Bundled, Cache, Dist))]
+    try:
+        artifact = options.browser_artifact or acquire_artifact(arch, ArtifactFormat.TAR_XZ, here)
+    except SandboxInjectionError as exc:
+        log.debug("no browser add-on to mount for %s: %s", arch.platform, exc)
+        return None
+    if artifact.tree is None or artifact.platform != arch.platform:
+        return None
+    tree = addon_tree(artifact, *addons_on_host(options))
+    return AddonMount(tree, mount_target("browser", artifact.tree))
+
+
+def docker_addon_mounts(client: Any, image: str, options: InjectionOptions) -> list[Any]:
+    """The docker SDK `mounts` for a container of `image` we are about to make: the
+    browser add-on's checked tree, read-only, where the engine runs on this host (it
+    reads the directory from this host's file system) and the add-on is here; else
+    none. Making them never fails the container: a problem is logged, and the first
+    browser call then sends the add-on as it would anyway."""
+    import docker
+    from docker.types import Mount
+
+    from sandbox_tools.sandboxes.docker_api import engine_api
+
+    if not engine_api(client).on_this_host:
+        return []
+    try:
+        arch = Arch.parse(str(client.images.get(image).attrs.get("Architecture")))
+        mount = browser_mount(arch, options)
+    except (ValueError, OSError, SandboxToolsError, docker.errors.DockerException) as exc:
+        log.warning("the browser add-on is not mounted into a container of %s: %s", image, exc)
+        return []
+    if mount is None:
+        return []
+    return [Mount(mount.target, str(mount.source), type="bind", read_only=True)]

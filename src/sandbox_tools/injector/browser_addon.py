@@ -24,15 +24,19 @@ import time
 from typing import Any
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat
-from sandbox_tools.cache import cache_root
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.acquire import acquire_artifact
-from sandbox_tools.injector.addon_copy import ADDON_COPIES, PlainCopy, forget_if_changed, plain_copy
+from sandbox_tools.injector.addon_copy import (
+    PlainCopy,
+    addons_on_host,
+    forget_if_changed,
+    mount_target,
+    plain_copy,
+)
 from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
 from sandbox_tools.injector.log_bounds import said
 from sandbox_tools.runtime.addons import PLAIN, XZ, TreeDigest, needed_bytes
 from sandbox_tools.runtime.paths import BROWSER_DIR
-from sandbox_tools.settings import load_settings
 
 __all__ = ["BrowserInstall", "ensure_browser", "install_browser"]
 
@@ -99,7 +103,7 @@ async def _send(support: ToolSupport, artifact: Artifact, directory: str) -> tup
     located = artifact.located
     copy: PlainCopy | None = None
     if support.sandbox.bytes_are_cheap:
-        copies = support.options.addon_copies or cache_root(load_settings()) / ADDON_COPIES
+        copies, _ = addons_on_host(support.options)
         copy = await asyncio.to_thread(plain_copy, artifact, copies)
         path, sha256, size, fmt = copy.path, copy.sha256, copy.size, PLAIN
     else:
@@ -153,6 +157,11 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
         )
     tree = _tree_of(artifact)
     directory = f"{support.install_dir}/{BROWSER_DIR}"
+    mounted = mount_target("browser", tree)
+    if support.sandbox.mounted_read_only(mounted):
+        # We made the container with the checked tree mounted there: nothing to send or
+        # hash, and the runtime finds it by itself (paths.mounted_browser).
+        return _installed(support, artifact, mounted, started, reused=False)
     found = await _runtime_command(
         support,
         ["addon-check", directory, tree.digest],
@@ -177,10 +186,22 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
                 "installed), or do without the browser there.",
             )
         sent, transfer = await _send(support, artifact, directory)
+    return _installed(support, artifact, directory, started, sent == 0, sent, transfer)
+
+
+def _installed(
+    support: ToolSupport,
+    artifact: Artifact,
+    directory: str,
+    started: float,
+    reused: bool,
+    sent: int = 0,
+    transfer: str = "mount",
+) -> BrowserInstall:
     install = BrowserInstall(
         directory=directory,
         artifact=artifact,
-        reused=sent == 0,
+        reused=reused,
         seconds=time.monotonic() - started,
         sent_bytes=sent,
         transfer=transfer,
@@ -188,7 +209,7 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
     log.info(
         "browser add-on in %s: %s %s (%s) at %s in %.1f s",
         support.sandbox.name,
-        "reused" if install.reused else f"installed as {transfer} from",
+        "reused" if reused else f"installed ({transfer}):",
         artifact.name,
         artifact.provenance,
         directory,

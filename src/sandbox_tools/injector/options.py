@@ -41,9 +41,10 @@ class InjectionOptions:
     persistent: bool = True
     # The browser add-on, sent when a tool first needs it. None: the first of `sources`.
     browser_artifact: Artifact | None = None
-    # Where the host keeps add-ons' plain tars for engines on this host (addon_copy.py).
-    # None: `addon-copies` in this installation's cache, under the settings as they stand.
-    addon_copies: Path | None = None
+    # Where the host keeps add-ons decompressed (for engines on this host) and unpacked
+    # (to mount into containers made here): addon_copy.py. None: `addons` in this
+    # installation's cache, under the settings as they stand.
+    addons_on_host: Path | None = None
 
     def __post_init__(self) -> None:
         # A caller's list would stay shared with the caller, and mutable under a frozen

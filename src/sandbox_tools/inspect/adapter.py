@@ -72,6 +72,11 @@ class InspectSandbox(Sandbox):
         # A readable name for messages; the injector keys its state by object identity.
         self.name = name or describe(environment)
 
+    def mounted_read_only(self, target: str) -> bool:
+        inner = getattr(self.environment, "_sandbox", self.environment)
+        ours = getattr(inner, "sandbox", None)
+        return isinstance(ours, Sandbox) and ours.mounted_read_only(target)
+
     @property
     def bytes_are_cheap(self) -> bool:
         """Ours (docker_sdk, modal) say for themselves; inspect's `local` is the host, and

@@ -28,10 +28,12 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from sandbox_tools.artifacts import ArtifactFormat
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import acquire_artifact
+from sandbox_tools.injector.addon_copy import browser_mount, docker_addon_mounts
 from sandbox_tools.inspect.provider_env import TIMEOUT_COMMAND, ProviderEnvironment
-from sandbox_tools.inspect.tools import browser_wanted
+from sandbox_tools.inspect.tools import INSPECT_INJECTION, browser_wanted
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import DockerSandbox
+from sandbox_tools.sandboxes.docker_api import engine_api
 from sandbox_tools.sandboxes.engines import docker_client
 
 LABEL = "sandbox-tools.inspect"
@@ -218,6 +220,13 @@ def _run(config: Any, task_name: str) -> Any:
     for name in ("user", "working_dir", "mem_limit", "pids_limit"):
         if getattr(config, name) is not None:
             options[name] = getattr(config, name)
+    # The browser add-on's checked tree, read-only: a sample's first browser call then
+    # sends nothing (where the engine runs here and the add-on is on this host).
+    mounts = (
+        docker_addon_mounts(client, config.image, INSPECT_INJECTION) if browser_wanted() else []
+    )
+    if mounts:
+        options["mounts"] = mounts
     return client, client.containers.run(config.image, **options)
 
 
@@ -286,6 +295,9 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
             acquire_artifact(arch)
             if browser_wanted():  # a task of this evaluation made web_browser()
                 acquire_artifact(arch, ArtifactFormat.TAR_XZ)
+                # Its tree unpacked for the samples' mounts now, once, not in a sample.
+                if engine_api(client).on_this_host:
+                    browser_mount(arch, INSPECT_INJECTION)
 
         try:
             await asyncio.to_thread(check)

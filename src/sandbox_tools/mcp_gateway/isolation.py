@@ -14,9 +14,12 @@ The engine's own description of the container (`docker inspect`) is read: pure.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from sandbox_tools.runtime.paths import ADDON_MOUNT_ROOT
 
 # Namespaces a container may share, by the engine's key: "host" shares the host's, and
 # "container:<id>" another container's, which may share the host's in turn.
@@ -133,12 +136,15 @@ def host_reach(
     *,
     mounts_trusted: bool = False,
     resolve: Callable[[str], str] = lambda path: path,
+    addon_trees: str | None = None,
 ) -> list[str]:
     """What in the container's description reaches the host, one phrase each; empty if
     nothing does. `volumes`: the named volumes it mounts, as the engine describes them
     (one it could not describe is not plain); `mounts_trusted`: the user accepted its
     bind mounts and volumes (then only `/` and the engines' sockets, followed through
-    `resolve`, are refused)."""
+    `resolve`, are refused). `addon_trees`: the host's directory of checked add-on
+    trees; a read-only mount of one of them where we mount add-ons (what sandbox_create
+    gives its containers) reaches nothing of the host's but that tree."""
     host = as_mapping(as_mapping(attrs).get("HostConfig"))
     found: list[str] = []
     if host.get("Privileged"):
@@ -172,6 +178,8 @@ def host_reach(
         kind, name = str(mount.get("Type") or ""), str(mount.get("Name") or "")
         if kind == "bind":
             source = str(mount.get("Source") or "")
+            if addon_trees and _our_addon(mount, resolve(source), resolve(addon_trees)):
+                continue
         elif kind == "volume":
             volume = known.get(name, Volume("?", {"?": "?"}))
             if volume.plain:
@@ -192,6 +200,16 @@ def host_reach(
         elif source and (_always_host(source) or _always_host(resolve(source))):
             found.append(f"the host's {shown} mounted")
     return found
+
+
+def _our_addon(mount: Mapping[str, Any], source: str, trees: str) -> bool:
+    """A read-only bind of one of the host's checked add-on trees at our mount root."""
+    target = str(mount.get("Destination") or "")
+    return (
+        mount.get("RW") is False
+        and posixpath.dirname(target) == ADDON_MOUNT_ROOT
+        and posixpath.dirname(source.rstrip("/")) == trees.rstrip("/")
+    )
 
 
 def _volume_problem(name: str, volume: Volume) -> str | None:

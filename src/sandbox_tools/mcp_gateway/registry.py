@@ -29,6 +29,7 @@ from sandbox_tools.errors import (
     RuntimeTransportError,
     ToolError,
 )
+from sandbox_tools.injector.addon_copy import addons_on_host, docker_addon_mounts
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, start_exec_remote
 from sandbox_tools.injector.inject import Injector, ToolSupport
 from sandbox_tools.injector.options import InjectionOptions
@@ -324,6 +325,13 @@ class Sandboxes:
             options = spec.run_options(self._engine_cpus)
             if await self._disk_bounds(client, spec.image):
                 options["storage_opt"] = {"size": spec.disk_limit}
+            # The browser add-on's checked tree, read-only: the first browser call sends
+            # nothing (an engine on this host, the add-on here; unpacked once per host).
+            mounts = await asyncio.to_thread(
+                docker_addon_mounts, client, spec.image, self._injector.options
+            )
+            if mounts:
+                options["mounts"] = mounts
             running = RunningContainer(
                 client,
                 spec.image,
@@ -419,6 +427,7 @@ class Sandboxes:
                 others,
                 mounts_trusted=container in self.mounts_trusted,
                 resolve=_host_paths(client),
+                addon_trees=str(addons_on_host(self._injector.options)[1]),
             )
             if problem is not None:
                 raise RefusedToolCall(problem)
@@ -583,6 +592,7 @@ def attach_problem(
     *,
     mounts_trusted: bool = False,
     resolve: Callable[[str], str] = lambda path: path,
+    addon_trees: str | None = None,
 ) -> str | None:
     """Why a container the user listed is still not attached to, or None. The name must
     be its exact name or full id (the engine also resolves id prefixes); a container
@@ -596,7 +606,9 @@ def attach_problem(
             "exact name or id: start it, or ask the user which container to use"
         )
     labels = as_mapping(as_mapping(attrs.get("Config")).get("Labels"))
-    reach = host_reach(attrs, volumes, mounts_trusted=mounts_trusted, resolve=resolve)
+    reach = host_reach(
+        attrs, volumes, mounts_trusted=mounts_trusted, resolve=resolve, addon_trees=addon_trees
+    )
     if reach:
         mounts = (
             "; if its mounts hold only what the agent may read and change, the user can "

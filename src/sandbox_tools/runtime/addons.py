@@ -368,16 +368,30 @@ def install(
     }
 
 
+def _replace(new: str, dest: str) -> None:
+    """Rename `new` to `dest`, moving whatever is there aside and removing it first."""
+    try:
+        os.rename(new, dest)
+        return
+    except OSError:
+        if not os.path.lexists(dest):
+            raise
+    aside = f"{os.path.dirname(dest)}/.{os.path.basename(dest)}-{secrets.token_hex(6)}.old"
+    os.rename(dest, aside)
+    # rmtree does not follow links: whatever was there is removed, nothing outside it.
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.unlink(aside)
+    os.rename(new, dest)
+
+
 def _place(staging: str, dest: str, digest: str) -> str:
     with contextlib.suppress(FileNotFoundError):
         if check(dest, digest)["state"] == "ok":
             shutil.rmtree(staging)
             return "present"
-        aside = f"{os.path.dirname(dest)}/.{os.path.basename(dest)}-{secrets.token_hex(6)}.old"
-        os.rename(dest, aside)
-        # rmtree does not follow links: whatever was there is removed, nothing outside it.
-        shutil.rmtree(aside, ignore_errors=True)
-    os.rename(staging, dest)
+    _replace(staging, dest)
     return "installed"
 
 

@@ -8,6 +8,7 @@ that another user could have prepared is refused rather than reused.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 
@@ -18,6 +19,10 @@ from sandbox_tools.runtime.build_info import build_info
 # it), and its entry point: build_containers/resources/browser/assemble.py has the tree.
 BROWSER_DIR = "browser"
 BROWSER_ENTRY = "chrome"
+# Where a container the host made sees add-ons' checked trees, mounted read-only
+# (`<root>/browser-<digest>`): a top-level directory, so that an image's /opt or /usr
+# link cannot lead the mount elsewhere.
+ADDON_MOUNT_ROOT = "/.sandbox-tools-addons"
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH = 107
@@ -188,10 +193,52 @@ def installed_browser(launcher: str | None) -> str | None:
     """The browser add-on's entry point beside the runtime's launcher (in its install
     directory), if the host installed one there and nobody but root and us can change it
     or any directory above it: a runtime copied to a directory others may write must not
-    start, as root, a `browser/chrome` another user put beside it."""
+    start, as root, a `browser/chrome` another user put beside it. Else the one the host
+    mounted when it made the container, if any (`mounted_browser`)."""
     if not launcher:
+        return mounted_browser()
+    return _entry_in(os.path.join(os.path.dirname(launcher), BROWSER_DIR)) or mounted_browser()
+
+
+def mounted_browser(root: str = ADDON_MOUNT_ROOT) -> str | None:
+    """The browser in the add-on tree the host mounted read-only under `root` when it
+    made the container (`browser-<digest>`), if there is exactly one: a mount point of
+    this namespace, read-only, reached by a path only root and we can change. An image
+    or an agent cannot make a mount; a directory prepared at that path is not one."""
+    points = mount_points()
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith(f"{BROWSER_DIR}-"))
+    except OSError:
         return None
-    directory = safe_for_us(os.path.join(os.path.dirname(launcher), BROWSER_DIR))
+    mounted = [
+        path
+        for path in (os.path.join(root, name) for name in names)
+        if "ro" in points.get(path, ()) and safe_for_us(path) == path
+    ]
+    return _entry_in(mounted[0]) if len(mounted) == 1 else None
+
+
+def mount_points(mountinfo: str = "/proc/self/mountinfo") -> dict[str, list[str]]:
+    """Each mount point of this mount namespace and its per-mount options; of mounts
+    stacked on one point, the last (the one on top)."""
+    points: dict[str, list[str]] = {}
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as info:
+            for line in info:
+                fields = line.split()
+                if len(fields) >= 6:
+                    # Spaces, tabs, newlines and backslashes in a path are octal escapes.
+                    point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                    points[point] = fields[5].split(",")
+    except OSError:
+        pass
+    return points
+
+
+def _entry_in(tree: str) -> str | None:
+    """`tree`'s browser entry point if nobody but root and us can change it or the way
+    to it."""
+    directory = safe_for_us(tree)
     if directory is None:  # reached through a link or a directory another user controls
         return None
     entry = os.path.join(directory, BROWSER_ENTRY)  # by its real path: nothing to repoint

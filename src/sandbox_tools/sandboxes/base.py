@@ -120,6 +120,12 @@ class Sandbox(abc.ABC):
         """The sandbox's CPU architecture as the provider knows it (no exec needed)."""
         return None
 
+    def mounted_read_only(self, target: str) -> bool:
+        """Whether the provider made this sandbox with a host directory mounted read-only
+        at `target` (an add-on's checked tree: browser_mount). What the engine says, not
+        what the sandbox says; the runtime checks the mount again before using it."""
+        return False
+
     @property
     def bytes_are_cheap(self) -> bool:
         """Whether sending a byte into the sandbox costs less than decompressing it there

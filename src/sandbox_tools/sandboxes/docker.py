@@ -108,6 +108,19 @@ class DockerSandbox(Sandbox):
     def bytes_are_cheap(self) -> bool:
         return self._api.on_this_host
 
+    def mounted_read_only(self, target: str) -> bool:
+        # The engine's description of the container, as made (mounts never change).
+        mounts = (
+            self.container.attrs.get("Mounts") if isinstance(self.container.attrs, dict) else None
+        )
+        return any(
+            isinstance(mount, dict)
+            and mount.get("Type") == "bind"
+            and mount.get("Destination") == target
+            and mount.get("RW") is False
+            for mount in (mounts if isinstance(mounts, list) else [])
+        )
+
     # -- exec ----------------------------------------------------------------------------
 
     async def _start_exec(
