@@ -359,6 +359,20 @@ _VERIFY_AND_MOVE = (
     'd=$(sha256sum < "$1" | cut -c1-64); '
     'if [ "$d" != "$3" ]; then echo "$d"; exit 3; fi; mv "$1" "$2"'
 )
+# The same check as the first start's prefix: the staged file's SHA-256 in the sandbox,
+# then the move into place, then (only then) the runtime's first run, the command given
+# after the three fixed arguments. One engine round trip less than checking first.
+_VERIFY_MOVE_AND_RUN = (
+    'd=$(sha256sum < "$1" | cut -c1-64); '
+    'if [ "$d" != "$3" ]; then echo "sandbox-tools: the staged runtime has sha256 $d" >&2; '
+    'exit 97; fi; mv "$1" "$2" || exit 98; shift 3; exec "$@"'
+)
+# After a first start that did not answer: was the staged file moved into place, and if
+# not, what is its digest (a mismatch is reported as such, not as a silent runtime).
+_STAGED_DIGEST = (
+    'if [ -e "$2" ]; then echo installed; '
+    'else d=$(sha256sum < "$1" | cut -c1-64); echo "staged $d"; fi'
+)
 
 
 @functools.lru_cache(maxsize=4)
@@ -369,7 +383,27 @@ def artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
     return path.read_bytes()
 
 
-async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[str, int]:
+@dataclass(frozen=True)
+class _Install:
+    """A fresh install: where, how many files were written, and the check its first start
+    still goes through (the staged file's SHA-256, then the move into place), if any."""
+
+    directory: str
+    writes: int
+    pending_check: tuple[str, ...] = ()
+
+    @property
+    def staging(self) -> str:
+        return f"{self.directory}/.{EXE_NAME}.partial"
+
+
+async def _install(
+    sandbox: Sandbox, recon: Recon, artifact: Artifact, *, check_at_start: bool
+) -> _Install:
+    """Upload the artifact into a fresh directory. With `check_at_start` (and sha256sum in
+    the sandbox), its check and move into place are left to the prefix of its first start
+    (`_Install.pending_check`), saving a round trip; nothing of it runs before the check
+    either way."""
     stat = artifact.located.stat()
     data = artifact_bytes(artifact.located, artifact.sha256, stat.st_size, stat.st_mtime_ns)
     tag = _id_tag(artifact)
@@ -380,7 +414,7 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
         await sandbox.write_new_directory(install_dir, {EXE_NAME: (data, 0o755)})
         if not await _read_back_matches(sandbox, f"{install_dir}/{EXE_NAME}", artifact):
             raise _mismatch(sandbox, install_dir, artifact, "other bytes")
-        return install_dir, 1
+        return _Install(install_dir, 1)
     bases = recon.install_bases()
     if not bases:
         tried = "; ".join(f"{c.path}: {c.reason}" for c in recon.candidates)
@@ -404,12 +438,19 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
             f"{stderr or stdout.strip()[:200] or f'exit {code}'}",
             remedy="Check free space and permissions of the directory.",
         )
+    install = _Install(install_dir, 2)
     try:
+        if check_at_start and recon.has_sha256sum:
+            with _step("upload"):
+                await _write_artifact(sandbox, recon, install.staging, data)
+            exe = f"{install_dir}/{EXE_NAME}"
+            check = ("sh", "-c", _VERIFY_MOVE_AND_RUN, "install", install.staging, exe)
+            return _Install(install_dir, 2, (*check, artifact.sha256))
         await _fill(sandbox, recon, artifact, install_dir, data)
     except BaseException:
         await _remove_quietly(sandbox, install_dir)
         raise
-    return install_dir, 2
+    return install
 
 
 async def _remove_quietly(sandbox: Sandbox, install_dir: str) -> None:
@@ -450,6 +491,22 @@ async def _fill(
             f"cannot finish the install in {install_dir}: {stderr}",
             remedy="Check permissions of the install directory.",
         )
+
+
+async def _raise_if_the_check_failed(
+    sandbox: Sandbox, install: _Install, artifact: Artifact
+) -> None:
+    """After a first start that did not answer: a staged file that failed its check (and
+    so never ran) is reported as the mismatch it is."""
+    exe = f"{install.directory}/{EXE_NAME}"
+    code, stdout, _ = await run_step(
+        sandbox,
+        ["sh", "-c", _STAGED_DIGEST, "staged", install.staging, exe],
+        f"checking {install.staging}",
+    )
+    state, _, digest = stdout.strip().partition(" ")
+    if code == 0 and state == "staged" and digest != artifact.sha256:
+        raise _mismatch(sandbox, install.staging, artifact, digest[:64])
 
 
 def _random_suffix() -> str:
@@ -582,14 +639,18 @@ async def prepare_tool_support(
                 acquire_artifact, recon.arch, DEFAULT_FORMAT, options.sources
             )
         )
-    writes = 0
+    writes, pending_check = 0, None
     with _step("look for a trusted install"):
         install_dir = await find_trusted_install(sandbox, recon, artifact)
     reused = install_dir is not None
     if install_dir is None:
-        install_dir, writes = await _install(sandbox, recon, artifact)
+        # As another user, the installer unpacks the runtime before the first start: its
+        # bytes are checked before that, in a step of their own.
+        install = await _install(sandbox, recon, artifact, check_at_start=user is None)
+        install_dir, writes = install.directory, install.writes
+        pending_check = install if install.pending_check else None
     try:
-        support = await _start(sandbox, recon, artifact, install_dir, user, options)
+        support = await _start(sandbox, recon, artifact, install_dir, user, options, pending_check)
     except BaseException:
         if writes and recon.has_shell:  # made now and unusable: leave nothing behind
             await _remove_quietly(sandbox, install_dir)
@@ -617,6 +678,7 @@ async def _start(
     install_dir: str,
     user: str | None,
     options: InjectionOptions,
+    pending_check: _Install | None = None,
 ) -> ToolSupport:
     exe = f"{install_dir}/{EXE_NAME}"
     with _step("runtime environment"):
@@ -629,13 +691,19 @@ async def _start(
             user=user,
             persistent=options.persistent,
             expected_build=artifact.build_id,
+            first_start_prefix=pending_check.pending_check if pending_check else (),
         )
+    first = "first answer (unpack, server start)"
+    if pending_check is not None:
+        first = "verify, move into place and first answer (unpack, server start)"
     try:
-        with _step("first answer (unpack, server start)"):
+        with _step(first):
             answer = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
         info = RuntimeInfo.parse(answer)
     except SandboxToolsError as exc:
         await client.aclose()
+        if pending_check is not None:
+            await _raise_if_the_check_failed(sandbox, pending_check, artifact)
         raise SandboxInjectionError(
             f"the runtime installed at {exe} in {sandbox.name} did not answer: {exc}",
             remedy="Check the sandbox's logs; the runtime's own log is in "
