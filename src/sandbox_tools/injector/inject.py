@@ -720,7 +720,7 @@ async def _prepare(
         install_dir, writes = install.directory, install.writes
         pending_check = install if install.pending_check else None
     try:
-        support = await _start(sandbox, recon, artifact, install_dir, user, options, pending_check)
+        support = await _start(sandbox, recon, artifact, install_dir, user, pending_check, options)
     except BaseException:
         if writes and recon.has_shell:  # made now and unusable: leave nothing behind
             await _remove_quietly(sandbox, install_dir)
@@ -747,8 +747,8 @@ async def _start(
     artifact: Artifact,
     install_dir: str,
     user: str | None,
+    pending_check: _Install | None,
     options: InjectionOptions,
-    pending_check: _Install | None = None,
 ) -> ToolSupport:
     exe = f"{install_dir}/{EXE_NAME}"
     with _step("runtime environment"):
