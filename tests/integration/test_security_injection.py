@@ -119,6 +119,32 @@ async def test_forged_markers_before_a_genuine_install_are_not_reused(
         await assert_root_ran_nothing_of_the_agents(sandbox)
 
 
+@pytest.mark.parametrize("persistent", [True, False], ids=["stdio", "exec"])
+async def test_bytes_that_fail_the_check_never_run(
+    docker_engine: Any, debian_image: str, artifact: Any, tmp_path: Any, persistent: bool
+) -> None:
+    """Rules 1 and 2: the staged file's SHA-256 is checked by the fixed command its first
+    start goes through, before anything of it runs. Bytes that differ from the pin (here
+    a script that records being run) never run, on either transport: the injection fails
+    with the mismatch named, and the directory it made is removed."""
+    import dataclasses
+
+    other = tmp_path / "other-bytes"
+    other.write_text(f"#!/bin/sh\nid -u >> {PWNED}\n")
+    altered = dataclasses.replace(artifact, path=other)  # the pin stays the genuine one
+    with RunningContainer(docker_engine, debian_image) as container:
+        sandbox = container.sandbox
+        options = InjectionOptions(artifact=altered, persistent=persistent)
+        async with Injector(options) as injector:
+            with pytest.raises(SandboxInjectionError) as failure:
+                await injector.tool_support(sandbox)
+        assert "does not match" in str(failure.value), failure.value
+        assert f"expected sha256 {artifact.sha256}" in str(failure.value)
+        await assert_root_ran_nothing_of_the_agents(sandbox)
+        left = await as_root(sandbox, "ls -A /opt/sandbox-tools")
+        assert "sandbox-tools-" not in left, left
+
+
 async def test_after_a_genuine_install_the_agent_cannot_take_its_place(
     docker_engine: Any, debian_image: str, artifact: Any
 ) -> None:

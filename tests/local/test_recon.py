@@ -13,14 +13,81 @@ from sandbox_tools.injector.recon import (
     InstallVerdict,
     parse_check,
     parse_probe,
+    probe_make_argument,
 )
 
 
-def run_script(script: str, *args: str) -> bytes:
+def run_script(script: str, *args: str, env: dict[str, str] | None = None) -> bytes:
     done = subprocess.run(
-        ["sh", "-c", script, "script", *args], capture_output=True, timeout=60, check=True
+        ["sh", "-c", script, "script", *args],
+        capture_output=True,
+        timeout=60,
+        check=True,
+        env=env,
     )
     return done.stdout
+
+
+TAG = "0123456789abcdef"
+TAGS = {os.uname().machine: TAG}
+
+
+def test_the_probe_makes_the_install_directory_only_where_its_verdicts_chose(
+    tmp_path: Path,
+) -> None:
+    """The install directory is made after the verdicts, in the base the host would
+    choose: private before shared; the bases after it are left untested."""
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    private.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    dirs = (str(shared), str(private))
+    output = run_script(PROBE_SCRIPT, probe_make_argument(TAGS), *dirs)
+    recon = parse_probe(output, dirs, tags=TAGS)
+    assert recon.made == f"{private}/sandbox-tools-{TAG}"
+    assert {c.path: c.status for c in recon.candidates}[str(shared)] is CandidateStatus.UNTESTED
+    made = Path(recon.made)
+    assert made.is_dir() and not made.is_symlink() and made.stat().st_mode & 0o777 == 0o755
+    assert [p.name for p in shared.iterdir()] == []  # nothing made or left in the other
+
+
+def test_a_name_taken_before_the_probes_mkdir_gets_a_fresh_directory_beside_it(
+    tmp_path: Path,
+) -> None:
+    """Files are never written into a directory someone else could have prepared: a
+    name that is taken by the time the probe makes it (here planted by the image's `rm`,
+    which the probe runs just before its mkdir, as a racing agent would) is left alone,
+    and the probe makes a fresh `mktemp -d` directory beside it instead."""
+    base = tmp_path / "base"
+    base.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    planted = base / f"sandbox-tools-{TAG}"
+    tools = tmp_path / "image-bin"
+    tools.mkdir()
+    (tools / "rm").write_text(f'#!/bin/sh\n/bin/rm "$@"\nmkdir -p {planted}\n')
+    (tools / "rm").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
+    output = run_script(PROBE_SCRIPT, probe_make_argument(TAGS), str(base), env=env)
+    recon = parse_probe(output, (str(base),), tags=TAGS)
+    assert planted.is_dir() and recon.made.startswith(f"{planted}-")
+    assert list(planted.iterdir()) == []  # never written into
+
+
+def test_an_earlier_install_anywhere_means_the_probe_makes_nothing(tmp_path: Path) -> None:
+    """With something at `sandbox-tools-*` in any base, the reuse checks decide first:
+    every base is judged, as before, and no directory is made."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(mode=0o755)
+    second.mkdir(mode=0o755)
+    (second / "sandbox-tools-planted").mkdir()
+    tmp_path.chmod(0o755)
+    dirs = (str(first), str(second))
+    output = run_script(PROBE_SCRIPT, probe_make_argument(TAGS), *dirs)
+    recon = parse_probe(output, dirs, tags=TAGS)
+    assert recon.made == ""
+    assert [c.status for c in recon.candidates[:2]] == [CandidateStatus.OK] * 2
+    assert [p.name for p in first.iterdir()] == []
 
 
 def test_probe_verdicts_for_prepared_directories(tmp_path: Path) -> None:
@@ -39,7 +106,7 @@ def test_probe_verdicts_for_prepared_directories(tmp_path: Path) -> None:
     link.symlink_to(private)
     dirs = (str(private), str(group_writable), str(sticky), str(below_writable), str(link))
     tmp_path.chmod(0o755)
-    recon = parse_probe(run_script(PROBE_SCRIPT, *dirs), dirs)
+    recon = parse_probe(run_script(PROBE_SCRIPT, "", *dirs), dirs)
     status = {c.path: c.status for c in recon.candidates}
     assert status[str(private)] is CandidateStatus.OK
     assert status[str(group_writable)] is CandidateStatus.WRITABLE_ANCESTOR
@@ -61,7 +128,7 @@ def test_probe_scratch_is_private_and_ignores_planted_names(tmp_path: Path) -> N
         (base / f".sandbox-tools-probe-{pid}").symlink_to(victim)
     os.mkfifo(base / ".sandbox-tools-probe.fifo")
     os.mkfifo(base / "sandbox-tools-planted")
-    recon = parse_probe(run_script(PROBE_SCRIPT, str(base)), (str(base),))
+    recon = parse_probe(run_script(PROBE_SCRIPT, "", str(base)), (str(base),))
     assert recon.candidates[0].status is CandidateStatus.OK
     assert recon.candidates[0].has_installs  # something is there: the check decides
     assert victim.read_text() == "precious\n"

@@ -16,6 +16,7 @@ from sandbox_tools.injector.recon import (
     ProbeError,
     parse_check,
     parse_probe,
+    probe_make_argument,
 )
 from tests.support import GOOD
 
@@ -123,3 +124,71 @@ def test_parsers_never_raise_anything_but_probe_error() -> None:
                 pass
 
     check()
+
+
+# -- the install directory the probe makes ------------------------------------------
+
+TAGS = {"x86_64": "0123456789abcdef", "aarch64": "fedcba9876543210"}
+# A fresh Debian container as root, nothing installed before: the probe judged
+# /opt/sandbox-tools usable, made the directory there and left the rest untested.
+MADE = b"""os_id=debian
+os_version=12
+arch=x86_64
+libc=glibc
+uid=0
+user=root
+sha256sum=yes
+home=/root
+cand.0=ok|0|755|no
+cand.1=untested|0|1777|no
+cand.2=untested|0|1777|no
+cand.3=untested|0|1777|no
+cand.4=untested|0|700|no
+made=/opt/sandbox-tools/sandbox-tools-0123456789abcdef|0|755
+"""
+
+
+def test_the_directory_the_probe_made_is_taken_when_it_is_what_was_asked() -> None:
+    recon = parse_probe(MADE, tags=TAGS)
+    assert recon.made == "/opt/sandbox-tools/sandbox-tools-0123456789abcdef"
+    assert [c.path for c in recon.install_bases()] == ["/opt/sandbox-tools"]
+    fresh = MADE.replace(b"0123456789abcdef|", b"0123456789abcdef-Ab3dE9xZ|")
+    assert parse_probe(fresh, tags=TAGS).made.endswith("-Ab3dE9xZ")
+    assert parse_probe(GOOD, tags=TAGS).made == ""  # an earlier install: nothing made
+
+
+@pytest.mark.parametrize(
+    ("made", "why"),
+    [
+        # Not in the base the host would choose from the verdicts (/opt/sandbox-tools).
+        (b"made=/tmp/sandbox-tools-0123456789abcdef|0|755", "not /opt"),
+        # Another tag, another machine's tag, or a name that is not a fresh one beside it.
+        (b"made=/opt/sandbox-tools/sandbox-tools-0000000000000000|0|755", "not /opt"),
+        (b"made=/opt/sandbox-tools/sandbox-tools-fedcba9876543210|0|755", "not /opt"),
+        (b"made=/opt/sandbox-tools/sandbox-tools-0123456789abcdef-x/../y|0|755", "not /opt"),
+        (b"made=/opt/sandbox-tools/sandbox-tools-0123456789abcdef/sub|0|755", "not /opt"),
+        # Somebody else's, or one others may write: never written into.
+        (b"made=/opt/sandbox-tools/sandbox-tools-0123456789abcdef|1000|755", "uid's 0755"),
+        (b"made=/opt/sandbox-tools/sandbox-tools-0123456789abcdef|0|777", "uid's 0755"),
+        (b"made=/opt/sandbox-tools/sandbox-tools-0123456789abcdef|0|", "uid's 0755"),
+    ],
+)
+def test_a_made_directory_other_than_the_one_asked_for_is_refused(made: bytes, why: str) -> None:
+    forged = MADE.replace(b"made=/opt/sandbox-tools/sandbox-tools-0123456789abcdef|0|755", made)
+    with pytest.raises(ProbeError, match=why):
+        parse_probe(forged, tags=TAGS)
+
+
+def test_a_made_directory_nobody_asked_for_is_refused() -> None:
+    with pytest.raises(ProbeError, match="not asked for"):
+        parse_probe(MADE)  # no tags given: the probe was not to make anything
+    no_base = MADE.replace(b"cand.0=ok|0|755|no", b"cand.0=noexec|0|755|no")
+    with pytest.raises(ProbeError, match="not asked for"):
+        parse_probe(no_base, tags=TAGS)
+
+
+def test_only_machine_names_and_hex_tags_reach_the_probe() -> None:
+    assert probe_make_argument(TAGS) == "x86_64=0123456789abcdef aarch64=fedcba9876543210"
+    for bad in ({"x86_64": "ab cd"}, {"x86 64": "abcd"}, {"x86_64": "$(id)"}):
+        with pytest.raises(ValueError):
+            probe_make_argument(bad)

@@ -33,7 +33,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,7 @@ from sandbox_tools.errors import (
     SandboxInjectionError,
     SandboxToolsError,
 )
-from sandbox_tools.injector.acquire import DEFAULT_FORMAT, acquire_artifact
+from sandbox_tools.injector.acquire import DEFAULT_FORMAT, acquire_artifact, current_build_id
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, RuntimeInfo, connect_runtime
 from sandbox_tools.injector.options import DEFAULT_OPTIONS, InjectionOptions
 from sandbox_tools.injector.recon import (
@@ -52,6 +52,7 @@ from sandbox_tools.injector.recon import (
     CHECK_SCRIPT,
     EXE_NAME,
     INSTALL_PREFIX,
+    MACHINES,
     MAX_PROBE_OUTPUT,
     PROBE_SCRIPT,
     PROBE_TIMEOUT,
@@ -61,6 +62,7 @@ from sandbox_tools.injector.recon import (
     Recon,
     parse_check,
     parse_probe,
+    probe_make_argument,
 )
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import SERVER_DIR_ENV
@@ -176,14 +178,20 @@ async def run_step(
     return out.returncode, out.stdout.decode(errors="replace"), stderr
 
 
-async def reconnoitre(sandbox: Sandbox, timeout: float = PROBE_TIMEOUT) -> Recon:
+async def reconnoitre(
+    sandbox: Sandbox, timeout: float = PROBE_TIMEOUT, *, tags: Mapping[str, str] | None = None
+) -> Recon:
     """One shell probe of the sandbox: platform, libc, user and which install places are safe.
 
     Everything it prints is untrusted and parsed strictly (THREAT_MODEL.md); verdicts on
-    directories are computed in the sandbox, never inferred from names."""
+    directories are computed in the sandbox, never inferred from names. With `tags` (the
+    install directory's tag per `uname -m`), the probe also makes the install directory
+    in the base its own verdicts chose, when nothing was installed before (`Recon.made`).
+    """
+    make = probe_make_argument(tags or {})
     try:
         out = await sandbox.exec(
-            ["sh", "-c", PROBE_SCRIPT, "probe", *CANDIDATE_DIRS],
+            ["sh", "-c", PROBE_SCRIPT, "probe", make, *CANDIDATE_DIRS],
             timeout=timeout,
             max_output=MAX_PROBE_OUTPUT,
         )
@@ -200,7 +208,7 @@ async def reconnoitre(sandbox: Sandbox, timeout: float = PROBE_TIMEOUT) -> Recon
             ) from None
         out = None
     if out is not None and out.returncode == 0:
-        return parse_probe(out.stdout)
+        return parse_probe(out.stdout, tags=tags)
     # No shell at all (distroless, scratch): fall back to what the provider knows.
     hint = await sandbox.architecture_hint()
     if hint is None:
@@ -360,6 +368,20 @@ _VERIFY_AND_MOVE = (
     'd=$(sha256sum < "$1" | cut -c1-64); '
     'if [ "$d" != "$3" ]; then echo "$d"; exit 3; fi; mv "$1" "$2"'
 )
+# The same check as the first start's prefix: the staged file's SHA-256 in the sandbox,
+# then the move into place, then (only then) the runtime's first run, the command given
+# after the three fixed arguments. One engine round trip less than checking first.
+_VERIFY_MOVE_AND_RUN = (
+    'd=$(sha256sum < "$1" | cut -c1-64); '
+    'if [ "$d" != "$3" ]; then echo "sandbox-tools: the staged runtime has sha256 $d" >&2; '
+    'exit 97; fi; mv "$1" "$2" || exit 98; shift 3; exec "$@"'
+)
+# After a first start that did not answer: was the staged file moved into place, and if
+# not, what is its digest (a mismatch is reported as such, not as a silent runtime).
+_STAGED_DIGEST = (
+    'if [ -e "$2" ]; then echo installed; '
+    'else d=$(sha256sum < "$1" | cut -c1-64); echo "staged $d"; fi'
+)
 
 
 @functools.lru_cache(maxsize=4)
@@ -370,7 +392,27 @@ def artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
     return path.read_bytes()
 
 
-async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[str, int]:
+@dataclass(frozen=True)
+class _Install:
+    """A fresh install: where, how many files were written, and the check its first start
+    still goes through (the staged file's SHA-256, then the move into place), if any."""
+
+    directory: str
+    writes: int
+    pending_check: tuple[str, ...] = ()
+
+    @property
+    def staging(self) -> str:
+        return f"{self.directory}/.{EXE_NAME}.partial"
+
+
+async def _install(
+    sandbox: Sandbox, recon: Recon, artifact: Artifact, *, check_at_start: bool, made: str = ""
+) -> _Install:
+    """Upload the artifact into a fresh directory. With `check_at_start` (and sha256sum in
+    the sandbox), its check and move into place are left to the prefix of its first start
+    (`_Install.pending_check`), saving a round trip; nothing of it runs before the check
+    either way."""
     stat = artifact.located.stat()
     data = artifact_bytes(artifact.located, artifact.sha256, stat.st_size, stat.st_mtime_ns)
     tag = _id_tag(artifact)
@@ -381,7 +423,7 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
         await sandbox.write_new_directory(install_dir, {EXE_NAME: (data, 0o755)})
         if not await _read_back_matches(sandbox, f"{install_dir}/{EXE_NAME}", artifact):
             raise _mismatch(sandbox, install_dir, artifact, "other bytes")
-        return install_dir, 1
+        return _Install(install_dir, 1)
     bases = recon.install_bases()
     if not bases:
         tried = "; ".join(f"{c.path}: {c.reason}" for c in recon.candidates)
@@ -391,6 +433,8 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
             "`--tmpfs /tmp:exec` or a writable /opt.",
         )
     wanted = f"{bases[0].path.rstrip('/')}/{INSTALL_PREFIX}{tag}"
+    if made:  # by the probe, in bases[0] (recon.py checked it): one round trip less
+        return await _fill_new(sandbox, recon, artifact, made, data, check_at_start)
     with _step("make the install directory"):
         code, stdout, stderr = await run_step(
             sandbox, ["sh", "-c", _MAKE_DIR, "mkdir", wanted], f"creating {wanted}"
@@ -405,12 +449,31 @@ async def _install(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> tuple[
             f"{stderr or stdout.strip()[:200] or f'exit {code}'}",
             remedy="Check free space and permissions of the directory.",
         )
+    return await _fill_new(sandbox, recon, artifact, install_dir, data, check_at_start)
+
+
+async def _fill_new(
+    sandbox: Sandbox,
+    recon: Recon,
+    artifact: Artifact,
+    install_dir: str,
+    data: bytes,
+    check_at_start: bool,
+) -> _Install:
+    """Upload into the directory this injection made; remove it again on failure."""
+    install = _Install(install_dir, 2)
     try:
+        if check_at_start and recon.has_sha256sum:
+            with _step("upload"):
+                await _write_artifact(sandbox, recon, install.staging, data)
+            exe = f"{install_dir}/{EXE_NAME}"
+            check = ("sh", "-c", _VERIFY_MOVE_AND_RUN, "install", install.staging, exe)
+            return _Install(install_dir, 2, (*check, artifact.sha256))
         await _fill(sandbox, recon, artifact, install_dir, data)
     except BaseException:
         await _remove_quietly(sandbox, install_dir)
         raise
-    return install_dir, 2
+    return install
 
 
 async def _remove_quietly(sandbox: Sandbox, install_dir: str) -> None:
@@ -451,6 +514,22 @@ async def _fill(
             f"cannot finish the install in {install_dir}: {stderr}",
             remedy="Check permissions of the install directory.",
         )
+
+
+async def _raise_if_the_check_failed(
+    sandbox: Sandbox, install: _Install, artifact: Artifact
+) -> None:
+    """After a first start that did not answer: a staged file that failed its check (and
+    so never ran) is reported as the mismatch it is."""
+    exe = f"{install.directory}/{EXE_NAME}"
+    code, stdout, _ = await run_step(
+        sandbox,
+        ["sh", "-c", _STAGED_DIGEST, "staged", install.staging, exe],
+        f"checking {install.staging}",
+    )
+    state, _, digest = stdout.strip().partition(" ")
+    if code == 0 and state == "staged" and digest != artifact.sha256:
+        raise _mismatch(sandbox, install.staging, artifact, digest[:64])
 
 
 def _random_suffix() -> str:
@@ -557,11 +636,55 @@ async def prepare_tool_support(
     `options.artifact`, else the first of `options.sources` that has one (default: this
     installation's). The options arrive whole and stay on the handle, so what runs later
     on it (an add-on's acquisition) makes the same choices as the injection did."""
+    started = time.monotonic()
+    with _step("install tags (host)"):
+        tags = await asyncio.to_thread(_install_tags, options)
+    with _step("probe (and make the install directory)"):
+        recon = await reconnoitre(sandbox, tags=tags)
+    try:
+        return await _prepare(sandbox, recon, user, options, started)
+    except BaseException:
+        if recon.made:
+            await _remove_quietly(sandbox, recon.made)
+        raise
+
+
+def _named_for(directory: str, artifact: Artifact) -> bool:
+    """Whether an install directory's name is the one `artifact` is installed under
+    (`sandbox-tools-<tag>`, or a fresh name beside it)."""
+    name = directory.rpartition("/")[2]
+    wanted = f"{INSTALL_PREFIX}{_id_tag(artifact)}"
+    return name == wanted or name.startswith(f"{wanted}-")
+
+
+def _install_tags(options: InjectionOptions) -> dict[str, str]:
+    """The install directory's tag per machine (`uname -m`) of the artifact this injection
+    will acquire for that machine, so that the probe can make the directory: the given
+    artifact's, else the build id the sources make now (which every default source's
+    artifact has). A wrong guess costs a round trip, never a wrong install: the directory
+    is used only for an artifact of that tag."""
+    given = options.artifact
+    if given is not None:
+        return {MACHINES[given.arch]: _id_tag(given)}
+    tags: dict[str, str] = {}
+    for arch in Arch:
+        try:
+            build_id = current_build_id(arch, DEFAULT_FORMAT)
+        except (OSError, ValueError, SandboxToolsError):
+            continue  # the probe makes nothing for it: the install step will
+        tags[MACHINES[arch]] = build_id.removeprefix("sha256:")[:16]
+    return tags
+
+
+async def _prepare(
+    sandbox: Sandbox,
+    recon: Recon,
+    user: str | None,
+    options: InjectionOptions,
+    started: float,
+) -> ToolSupport:
     from sandbox_tools._version import __version__
 
-    started = time.monotonic()
-    with _step("probe"):
-        recon = await reconnoitre(sandbox)
     if recon.arch is None:
         supported = ", ".join(a.platform for a in Arch)
         raise SandboxInjectionError(
@@ -583,14 +706,22 @@ async def prepare_tool_support(
                 acquire_artifact, recon.arch, DEFAULT_FORMAT, options.sources
             )
         )
-    writes = 0
+    writes, pending_check = 0, None
     with _step("look for a trusted install"):
         install_dir = await find_trusted_install(sandbox, recon, artifact)
     reused = install_dir is not None
+    made = recon.made
+    if made and not _named_for(made, artifact):
+        await _remove_quietly(sandbox, made)  # made for another artifact's tag
+        made = ""
     if install_dir is None:
-        install_dir, writes = await _install(sandbox, recon, artifact)
+        # As another user, the installer unpacks the runtime before the first start: its
+        # bytes are checked before that, in a step of their own.
+        install = await _install(sandbox, recon, artifact, check_at_start=user is None, made=made)
+        install_dir, writes = install.directory, install.writes
+        pending_check = install if install.pending_check else None
     try:
-        support = await _start(sandbox, recon, artifact, install_dir, user, options)
+        support = await _start(sandbox, recon, artifact, install_dir, user, pending_check, options)
     except BaseException:
         if writes and recon.has_shell:  # made now and unusable: leave nothing behind
             await _remove_quietly(sandbox, install_dir)
@@ -617,6 +748,7 @@ async def _start(
     artifact: Artifact,
     install_dir: str,
     user: str | None,
+    pending_check: _Install | None,
     options: InjectionOptions,
 ) -> ToolSupport:
     exe = f"{install_dir}/{EXE_NAME}"
@@ -630,13 +762,19 @@ async def _start(
             user=user,
             persistent=options.persistent,
             expected_build=artifact.build_id,
+            first_start_prefix=pending_check.pending_check if pending_check else (),
         )
+    first = "first answer (unpack, server start)"
+    if pending_check is not None:
+        first = "verify, move into place and first answer (unpack, server start)"
     try:
-        with _step("first answer (unpack, server start)"):
+        with _step(first):
             answer = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
         info = RuntimeInfo.parse(answer)
     except SandboxToolsError as exc:
         await client.aclose()
+        if pending_check is not None:
+            await _raise_if_the_check_failed(sandbox, pending_check, artifact)
         raise SandboxInjectionError(
             f"the runtime installed at {exe} in {sandbox.name} did not answer: {exc}",
             remedy="Check the sandbox's logs; the runtime's own log is in "

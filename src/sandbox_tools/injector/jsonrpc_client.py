@@ -543,6 +543,14 @@ class _SandboxRuntimeClient(RuntimeClient):
         # The build the host injected: a server of another build is never used.
         self.expected_build = expected_build
         self._ids = itertools.count(1)
+        # A fixed command the first run of the runtime goes through, once (the injector's
+        # check of a fresh install's bytes before anything of them runs; inject.py).
+        self.first_start_prefix: list[str] = []
+
+    def _start_command(self, *args: str) -> list[str]:
+        """The runtime's command with `args`; the first one goes through the prefix."""
+        prefix, self.first_start_prefix = self.first_start_prefix, []
+        return [*prefix, *self.runtime_command, *args]
 
 
 class ExecRuntimeClient(_SandboxRuntimeClient):
@@ -656,7 +664,7 @@ class ExecRuntimeClient(_SandboxRuntimeClient):
         method = str(request["method"])
         try:
             output = await self.sandbox.exec(
-                [*self.runtime_command, "exec"],
+                self._start_command("exec"),
                 input=json.dumps(request),
                 env=env,
                 user=self.user,
@@ -742,13 +750,15 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
     async def _ensure_stream(self) -> Stream:
         async with self._open_lock:
             if self._stream is None:
+                prefix = self.first_start_prefix
                 stream = await self.sandbox.open_stream(
-                    [*self.runtime_command, "stdio"], env=self.env, user=self.user
+                    [*prefix, *self.runtime_command, "stdio"], env=self.env, user=self.user
                 )
-                if stream is None:
+                if stream is None:  # nothing ran: the prefix stays for the first exec
                     raise RuntimeTransportError(
                         f"{self.sandbox.name} cannot hold a stream open; use ExecRuntimeClient"
                     )
+                self.first_start_prefix = []
                 self._stream = stream
                 self._verify_pending = True
                 self._reader = asyncio.create_task(self._read_responses(stream))
@@ -894,17 +904,23 @@ async def connect_runtime(
     user: str | None = None,
     persistent: bool = True,
     expected_build: str | None = None,
+    first_start_prefix: Sequence[str] = (),
 ) -> RuntimeClient:
     """The cheapest client the provider supports: a persistent channel where possible.
 
     With `expected_build`, a persistent channel checks the build of the server it reaches,
-    once per connection (the injector checks the first answer on either transport)."""
+    once per connection (the injector checks the first answer on either transport).
+    `first_start_prefix`: a fixed command the runtime's first run goes through (it ends
+    by running the command it is given); later runs start the runtime directly."""
     if persistent:
         client = StdioRuntimeClient(sandbox, runtime_command, env, user, expected_build)
+        client.first_start_prefix = list(first_start_prefix)
         try:
             await client._ensure_stream()
         except (RuntimeTransportError, NotImplementedError):
-            pass
+            first_start_prefix = client.first_start_prefix  # still there: nothing ran
         else:
             return client
-    return ExecRuntimeClient(sandbox, runtime_command, env, user, expected_build)
+    exec_client = ExecRuntimeClient(sandbox, runtime_command, env, user, expected_build)
+    exec_client.first_start_prefix = list(first_start_prefix)
+    return exec_client

@@ -16,7 +16,8 @@ The pure parts (parsing, judging) are unit-tested without a sandbox.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from sandbox_tools.errors import SandboxInjectionError
@@ -27,6 +28,8 @@ from sandbox_tools.platforms import Arch
 # used only when nothing better exists, always in a fresh directory of our own.
 CANDIDATE_DIRS = ("/opt/sandbox-tools", "/var/tmp", "/tmp", "/dev/shm")
 INSTALL_PREFIX = "sandbox-tools-"
+# What `uname -m` says on each architecture (the probe's install tags are keyed by it).
+MACHINES = {Arch.AMD64: "x86_64", Arch.ARM64: "aarch64"}
 EXE_NAME = "sandbox-tools"
 
 MAX_PROBE_OUTPUT = 64 * 1024  # the probe prints a few hundred bytes
@@ -59,10 +62,20 @@ chain_verdict() {
 clean() { tr -cd 'A-Za-z0-9._+-' | cut -c1-64; }
 """
 
+# The first argument names the install directory the probe may make, per machine
+# (`uname -m`): "x86_64=TAG aarch64=TAG", or nothing. The candidates follow. Each
+# candidate's own owner and mode, and whether an earlier install is there, are read
+# first. With a TAG for this machine, no earlier install anywhere and a numeric uid, the
+# candidates are then judged in the host's order of preference (private before shared,
+# each in argument order) only until one is usable, and the install directory is made
+# there: `<dir>/sandbox-tools-TAG`, or a fresh `mktemp -d` beside that name when it is
+# taken, reported as `made=PATH|OWNER|MODE`; the rest are reported `untested`. Else
+# every candidate is judged and nothing is made.
 PROBE_SCRIPT = (
     _CHAIN
     + r"""
 umask 022
+make=$1; shift
 os_id=; os_version=
 if [ -f /etc/os-release ]; then
   os_id=$(sed -n 's/^ID=//p' /etc/os-release | head -n 1 | clean)
@@ -77,7 +90,8 @@ if [ -z "$os_id" ]; then
 fi
 echo "os_id=$os_id"
 echo "os_version=$os_version"
-echo "arch=$(uname -m | clean)"
+arch=$(uname -m | clean)
+echo "arch=$arch"
 libc=none
 for f in /lib/ld-musl-* /usr/lib/ld-musl-*; do [ -e "$f" ] && libc=musl; done
 for f in /lib*/ld-linux* /lib/*/ld-linux* /usr/lib*/ld-linux* /usr/lib/*/ld-linux*; do
@@ -94,31 +108,66 @@ case $HOME in
 esac
 home=${home%/}
 echo "home=$home"
+tag=
+for pair in $make; do case $pair in "$arch="*) tag=${pair#*=} ;; esac; done
+case $tag in *[!0-9a-f]*) tag= ;; esac
+case $uid in ''|*[!0-9]*) tag= ;; esac
+i=0; earlier=no
+for d in "$@" "$home"; do
+  n=$i; i=$((i + 1))
+  v=; meta='|'; existing=no; shared=no
+  [ "$d" = /opt/sandbox-tools ] && mkdir -p "$d" 2>/dev/null
+  if [ -z "$d" ] || [ -L "$d" ] || [ ! -d "$d" ]; then v=missing
+  else
+    meta=$(stat -c '%u|%a' "$d" 2>/dev/null)
+    for e in "$d"/sandbox-tools-*; do [ -e "$e" ] && existing=yes && earlier=yes && break; done
+    case ${meta#*|} in *[2367]?|*[2367]) shared=yes ;; esac
+  fi
+  eval "v_$n=\$v m_$n=\$meta e_$n=\$existing s_$n=\$shared"
+done
+[ "$earlier" = no ] || tag=
+judge() {
+  chain=$(chain_verdict "$1" "$uid")
+  if [ "$chain" != ok ]; then v=$chain; return; fi
+  scratch=$(mktemp -d "$1/.sandbox-tools-probe.XXXXXXXX" 2>/dev/null) || scratch=
+  case $scratch in
+    "$1"/.sandbox-tools-probe.*) ;;
+    *) v=not-writable; return ;;
+  esac
+  v=noexec
+  if printf '#!/bin/sh\nexit 0\n' > "$scratch/x" && chmod 700 "$scratch/x"; then
+    "$scratch/x" 2>/dev/null && v=ok
+  else
+    v=not-writable
+  fi
+  rm -rf "$scratch"
+}
+made=
+for pass in no yes all; do
+  [ -n "$tag" ] || [ "$pass" = all ] || continue
+  i=0
+  for d in "$@" "$home"; do
+    n=$i; i=$((i + 1))
+    eval "v=\$v_$n s=\$s_$n"
+    [ -z "$v" ] || continue
+    if [ "$pass" = all ]; then [ -z "$made" ] || v=untested
+    elif [ "$s" != "$pass" ] || [ -n "$made" ]; then continue; fi
+    [ -n "$v" ] || judge "$d"
+    if [ "$v" = ok ] && [ -n "$tag" ] && [ -z "$made" ]; then
+      want=$d/sandbox-tools-$tag
+      if mkdir "$want" 2>/dev/null; then made=$want
+      else made=$(mktemp -d "$want-XXXXXXXX" 2>/dev/null) && chmod 755 "$made" || made=
+      fi
+    fi
+    eval "v_$n=\$v"
+  done
+done
 i=0
 for d in "$@" "$home"; do
   n=$i; i=$((i + 1))
-  [ -n "$d" ] || { echo "cand.$n=missing|||no"; continue; }
-  [ "$d" = /opt/sandbox-tools ] && mkdir -p "$d" 2>/dev/null
-  if [ -L "$d" ] || [ ! -d "$d" ]; then echo "cand.$n=missing|||no"; continue; fi
-  meta=$(stat -c '%u|%a' "$d" 2>/dev/null)
-  existing=no
-  for e in "$d"/sandbox-tools-*; do [ -e "$e" ] && existing=yes && break; done
-  chain=$(chain_verdict "$d" "$uid")
-  if [ "$chain" != ok ]; then echo "cand.$n=$chain|$meta|$existing"; continue; fi
-  scratch=$(mktemp -d "$d/.sandbox-tools-probe.XXXXXXXX" 2>/dev/null) || scratch=
-  case $scratch in
-    "$d"/.sandbox-tools-probe.*) ;;
-    *) echo "cand.$n=not-writable|$meta|$existing"; continue ;;
-  esac
-  status=noexec
-  if printf '#!/bin/sh\nexit 0\n' > "$scratch/x" && chmod 700 "$scratch/x"; then
-    "$scratch/x" 2>/dev/null && status=ok
-  else
-    status=not-writable
-  fi
-  rm -rf "$scratch"
-  echo "cand.$n=$status|$meta|$existing"
+  eval "echo \"cand.$n=\$v_$n|\$m_$n|\$e_$n\""
 done
+[ -z "$made" ] || echo "made=$made|$(stat -c '%u|%a' "$made" 2>/dev/null)"
 """
 )
 
@@ -174,6 +223,7 @@ _WORD = re.compile(r"[A-Za-z0-9._+-]{0,64}")
 _DIGITS = re.compile(r"[0-9]{1,10}")
 _MODE = re.compile(r"[0-7]{3,4}")
 _HOME = re.compile(r"/[A-Za-z0-9/._-]{0,1023}")
+_TAG = re.compile(r"[0-9a-f]{1,64}")
 
 
 class ProbeError(SandboxInjectionError):
@@ -193,6 +243,7 @@ class CandidateStatus(str, Enum):
     FOREIGN_ANCESTOR = "foreign-ancestor"
     WRITABLE_ANCESTOR = "writable-ancestor"
     UNREADABLE = "unreadable"
+    UNTESTED = "untested"  # the install directory was made in a better candidate
     UNVERIFIED = "unverified (no shell)"
 
     @property
@@ -205,6 +256,7 @@ class CandidateStatus(str, Enum):
             "foreign-ancestor": "it or a parent is owned by another user, not trusted",
             "writable-ancestor": "it or a parent is writable by others without the sticky bit",
             "unreadable": "its owner and mode cannot be read",
+            "untested": "not tested: the install directory was made in a better one",
             "unverified (no shell)": "unverified (no shell)",
         }[self.value]
 
@@ -245,6 +297,9 @@ class Recon:
     has_sha256sum: bool
     candidates: tuple[Candidate, ...]
     notes: tuple[str, ...] = field(default=())
+    # The install directory the probe made (in the first of `install_bases()`, checked
+    # to be the name the host asked for, the runtime's uid's and 0755), or "".
+    made: str = ""
 
     @property
     def platform(self) -> str:
@@ -314,12 +369,26 @@ def _candidate(path: str, value: str) -> Candidate:
     return Candidate(path, status, int(owner) if owner else None, mode, existing == "yes")
 
 
-def parse_probe(output: bytes, dirs: tuple[str, ...] = CANDIDATE_DIRS) -> Recon:
-    """The probe's output as facts; anything but exactly its format raises ProbeError."""
+def probe_make_argument(tags: Mapping[str, str]) -> str:
+    """The probe's first argument: the install directory's tag per machine (`uname -m`)."""
+    for machine, tag in tags.items():
+        if not (_WORD.fullmatch(machine) and _TAG.fullmatch(tag)):
+            raise ValueError(f"not a machine and an install tag: {machine!r}, {tag!r}")
+    return " ".join(f"{machine}={tag}" for machine, tag in tags.items())
+
+
+def parse_probe(
+    output: bytes, dirs: tuple[str, ...] = CANDIDATE_DIRS, tags: Mapping[str, str] | None = None
+) -> Recon:
+    """The probe's output as facts; anything but exactly its format raises ProbeError.
+
+    `tags`: what the probe was asked to make (`probe_make_argument`); a directory it
+    reports is accepted only as exactly that, in the base the host itself would choose."""
     scalars = {"os_id", "os_version", "arch", "libc", "uid", "user", "sha256sum", "home"}
     slots = {f"cand.{index}" for index in range(len(dirs) + 1)}
-    facts = _facts(_lines(output, "probe"), scalars | slots, "probe")
+    facts = _facts(_lines(output, "probe"), scalars | slots | {"made"}, "probe")
     missing = sorted((scalars | slots) - facts.keys())
+    made = facts.pop("made", None)
     if missing:
         raise ProbeError(f"the probe's output lacks {', '.join(missing)}")
     home = facts["home"]
@@ -340,7 +409,7 @@ def parse_probe(output: bytes, dirs: tuple[str, ...] = CANDIDATE_DIRS) -> Recon:
         for index, path in enumerate(paths)
         if path and path not in paths[:index]  # $HOME may be one of the fixed dirs
     )
-    return Recon(
+    recon = Recon(
         arch=arch,
         raw_arch=raw_arch,
         os_id=_word(facts, "os_id") or "unknown",
@@ -353,6 +422,27 @@ def parse_probe(output: bytes, dirs: tuple[str, ...] = CANDIDATE_DIRS) -> Recon:
         has_sha256sum=facts["sha256sum"] == "yes",
         candidates=candidates,
     )
+    if made is None:
+        return recon
+    return replace(recon, made=_made_directory(recon, made, (tags or {}).get(raw_arch)))
+
+
+def _made_directory(recon: Recon, value: str, tag: str | None) -> str:
+    """The directory the probe reports it made, if it is exactly what the host asked for:
+    the tag's name (or a fresh name beside it) in the base the host would choose from
+    the probe's own verdicts, owned by the runtime's uid, mode 0755."""
+    path, _, rest = value.partition("|")
+    bases = recon.install_bases()
+    if tag is None or not bases or recon.uid is None:
+        raise ProbeError(f"the probe made a directory it was not asked for: {value[:120]!r}")
+    wanted = f"{bases[0].path.rstrip('/')}/{INSTALL_PREFIX}{tag}"
+    if not (path == wanted or re.fullmatch(re.escape(wanted) + r"-[A-Za-z0-9]{8}", path)):
+        raise ProbeError(f"the probe made {path[:120]!r}, not {wanted}[-XXXXXXXX]")
+    if rest != f"{recon.uid}|755":
+        raise ProbeError(
+            f"the directory the probe made is not the runtime's uid's 0755: {rest[:40]!r}"
+        )
+    return path
 
 
 class InstallVerdict(str, Enum):

@@ -60,6 +60,9 @@
 #define TRAILER_MAGIC "SBXTPAY1"
 #define TRAILER_SIZE 72
 #define SERVER_START_TIMEOUT_MS 30000
+#define QUICK_POLL_NS 4000000L     /* runtime/client.py, QUICK_POLL_S */
+#define QUICK_POLL_FOR_US 2000000L /* QUICK_POLL_FOR_S */
+#define SLOW_POLL_NS 50000000L     /* SLOW_POLL_S */
 #define MAX_REQUEST_BYTES (64 * 1024 * 1024) /* protocol.MAX_FRAME_BYTES */
 #define START_LOCK_FD_ENV "SANDBOX_TOOLS_START_LOCK_FD" /* protocol.START_LOCK_FD_ENV */
 #define MAX_ENTRY_NAME 8192
@@ -1055,17 +1058,21 @@ static int connect_or_start(const char *dir, const char *sock_path) {
         ensure_tree(tree, sizeof tree);
         spawn_server(dir);
     }
-    struct timespec delay = {0, 2000000};
-    long waited_ms = 0;
-    while (waited_ms < SERVER_START_TIMEOUT_MS) {
+    /* Often while a start may still be quick (about 0.1 s from an unpacked tree), rarely
+     * after: a step of 50 ms from the start made a first answer wait up to 50 ms past the
+     * server being ready (runtime/client.py polls the same way). */
+    struct timespec delay = {0, 1000000};
+    long waited_us = 0;
+    while (waited_us < SERVER_START_TIMEOUT_MS * 1000L) {
         fd = try_connect(sock_path);
         if (fd >= 0) {
             close(lock_fd);
             return fd;
         }
         nanosleep(&delay, NULL);
-        waited_ms += delay.tv_nsec / 1000000;
-        if (delay.tv_nsec < 50000000) delay.tv_nsec *= 2;
+        waited_us += delay.tv_nsec / 1000;
+        long cap = waited_us < QUICK_POLL_FOR_US ? QUICK_POLL_NS : SLOW_POLL_NS;
+        delay.tv_nsec = delay.tv_nsec * 2 < cap ? delay.tv_nsec * 2 : cap;
         /* Reap a server that failed at once, so it does not linger as a zombie. */
         waitpid(-1, NULL, WNOHANG);
     }
