@@ -374,3 +374,15 @@ def acquire_artifact(
         remedy=steps[0] if steps else "Install a release wheel of sandbox-tools.",
     )
     raise error
+
+
+def present_artifact(
+    arch: Arch, fmt: ArtifactFormat, sources: Sequence[Source] | None = None
+) -> Artifact:
+    """`acquire_artifact` from the sources that need no download and no build (the
+    wheel's, the cache's, dist/): for work that only pays off if the artifact is here
+    already. SandboxInjectionError when none has it."""
+    chosen = default_sources(load_settings()) if sources is None else sources
+    return acquire_artifact(
+        arch, fmt, [source for source in chosen if isinstance(source, (Bundled, Cache, Dist))]
+    )

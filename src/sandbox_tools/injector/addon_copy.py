@@ -35,7 +35,7 @@ from typing import IO, Any
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, sha256_of
 from sandbox_tools.cache import cache_root, one_builder
 from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
-from sandbox_tools.injector.acquire import Bundled, Cache, Dist, acquire_artifact, default_sources
+from sandbox_tools.injector.acquire import present_artifact
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.platforms import Arch
 from sandbox_tools.runtime.addons import (
@@ -266,10 +266,10 @@ def browser_mount(arch: Arch, options: InjectionOptions) -> AddonMount | None:
     nothing is downloaded or built for it); None otherwise, and the container's first
     browser call sends it. The first container of a host pays the unpacking (seconds),
     every later one nothing."""
-    sources = options.sources if options.sources is not None else default_sources(load_settings())
-    here = [source for source in sources if isinstance(source, (Bundled, Cache, Dist))]
     try:
-        artifact = options.browser_artifact or acquire_artifact(arch, ArtifactFormat.TAR_XZ, here)
+        artifact = options.browser_artifact or present_artifact(
+            arch, ArtifactFormat.TAR_XZ, options.sources
+        )
     except SandboxInjectionError as exc:
         log.debug("no browser add-on to mount for %s: %s", arch.platform, exc)
         return None
