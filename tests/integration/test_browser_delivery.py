@@ -12,18 +12,23 @@ developer's first call does).
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox_tools.errors import SandboxInjectionError, ToolError
+from sandbox_tools.injector.addon_copy import docker_addon_mounts
 from sandbox_tools.injector.browser_addon import ensure_browser
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, open_browser
 from sandbox_tools.platforms import Arch
+from sandbox_tools.runtime.paths import ADDON_MOUNT_ROOT
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
@@ -265,4 +270,103 @@ async def test_too_little_space_is_refused_before_a_byte_is_sent(docker_engine: 
         assert "the browser add-on needs" in message and "MiB free in" in message, message
         listing = await sandbox.exec(["ls", "-a", support.install_dir])
         assert "browser" not in listing.stdout.decode()
+        await forget_sandbox(sandbox)
+
+
+async def test_a_container_made_with_the_tree_mounted_sends_nothing(
+    docker_engine: Any, python_image: str, tmp_path: Path
+) -> None:
+    """Where our code makes the container (docker_sdk, the MCP gateway), the add-on's
+    checked tree is mounted read-only: the first browser call sends and hashes nothing,
+    the runtime finds the browser there by itself, and root in the container cannot
+    change a byte of it."""
+    options = InjectionOptions(addons_on_host=tmp_path / "addons")
+    mounts = docker_addon_mounts(docker_engine, python_image, options)
+    assert len(mounts) == 1 and mounts[0]["ReadOnly"] is True
+    # Made again for a second container: found, not unpacked again.
+    tree = Path(mounts[0]["Source"])
+    made_at = tree.stat().st_mtime_ns
+    assert docker_addon_mounts(docker_engine, python_image, options) == mounts
+    assert tree.stat().st_mtime_ns == made_at
+    with RunningContainer(
+        docker_engine, python_image, network_mode="none", mounts=mounts
+    ) as container:
+        sandbox = container.sandbox
+        support = await tool_support_sandbox(sandbox, options=options)
+        base = await _serve_with_python(support)
+        async with await open_browser(support) as browser:
+            assert browser.install is not None and browser.install.transfer == "mount"
+            assert browser.install.sent_bytes == 0
+            target = mounts[0]["Target"]
+            assert browser.install.executable == f"{target}/chrome"
+            info = await support.client.call("browser_info")
+            assert info["executable"] == f"{target}/chrome"
+            await _browse_the_site(browser, base)
+        changed = await sandbox.exec(["sh", "-c", 'echo planted > "$1/chrome"', "x", target])
+        assert changed.returncode != 0 and b"Read-only" in changed.stderr
+        await forget_sandbox(sandbox)
+
+
+@pytest.fixture
+def planted_image(docker_engine: Any, python_image: str) -> str:
+    """An image with a browser of its own (and a link to it) where we mount add-ons."""
+    tag = f"{python_image}-planted-addon"
+    planted = f"{ADDON_MOUNT_ROOT}/browser-0123456789abcdef"
+    dockerfile = (
+        f"FROM {python_image}\n"
+        f"RUN mkdir -p {planted} && printf '#!/bin/sh\\ntouch /tmp/planted-ran\\n' "
+        f"> {planted}/chrome && chmod 755 {planted}/chrome\n"
+    )
+    docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    return tag
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("how", ["image", "read-only root", "writable mount", "link"])
+async def test_a_browser_prepared_where_we_mount_one_is_never_used(
+    docker_engine: Any, planted_image: str, how: str
+) -> None:
+    """Rule 2: a tree an image ships (or the agent puts) under /.sandbox-tools-addons is
+    not a read-only mount point, whatever else it looks like (root's, 0755, under a
+    read-only root where every path is read-only, on a writable mount, through a link):
+    the runtime never runs it, and the first browser call installs the pinned add-on."""
+    extra: dict[str, Any] = {}
+    if how == "read-only root":
+        extra = {"read_only": True, "tmpfs": {"/tmp": "exec"}}
+    if how == "writable mount":
+        extra = {"tmpfs": {f"{ADDON_MOUNT_ROOT}/browser-feedfeedfeedfeed": "exec"}}
+    with RunningContainer(docker_engine, planted_image, network_mode="none", **extra) as box:
+        sandbox = box.sandbox
+        if how == "writable mount":
+            copied = await sandbox.exec(
+                [
+                    "sh",
+                    "-c",
+                    f"cp {ADDON_MOUNT_ROOT}/browser-0123456789abcdef/chrome "
+                    f"{ADDON_MOUNT_ROOT}/browser-feedfeedfeedfeed/ && rm -r "
+                    f"{ADDON_MOUNT_ROOT}/browser-0123456789abcdef",
+                ]
+            )
+            assert copied.returncode == 0, copied.stderr
+        if how == "link":
+            linked = await sandbox.exec(
+                [
+                    "sh",
+                    "-c",
+                    f"mv {ADDON_MOUNT_ROOT}/browser-0123456789abcdef /srv/b && "
+                    f"ln -s /srv/b {ADDON_MOUNT_ROOT}/browser-0123456789abcdef",
+                ]
+            )
+            assert linked.returncode == 0, linked.stderr
+        support = await tool_support_sandbox(sandbox)
+        info = await support.client.call("browser_info")
+        assert not str(info["executable"]).startswith(ADDON_MOUNT_ROOT), info
+        installed = await ensure_browser(support)
+        assert installed.transfer == "tar" and installed.sent_bytes > 0
+        info = await support.client.call("browser_info")
+        assert info["executable"] == installed.executable
+        dom = await sandbox.exec([installed.executable, "--dump-dom", "data:text/html,<p>ok</p>"])
+        assert b"<p>ok</p>" in dom.stdout
+        ran = await sandbox.exec(["test", "-e", "/tmp/planted-ran"])
+        assert ran.returncode != 0, "the planted browser ran"
         await forget_sandbox(sandbox)

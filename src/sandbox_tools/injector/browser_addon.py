@@ -36,7 +36,7 @@ from sandbox_tools.injector.addon_copy import (
 from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
 from sandbox_tools.injector.log_bounds import said
 from sandbox_tools.runtime.addons import PLAIN, XZ, TreeDigest, needed_bytes
-from sandbox_tools.runtime.paths import BROWSER_DIR
+from sandbox_tools.runtime.paths import BROWSER_DIR, BROWSER_ENTRY
 
 __all__ = ["BrowserInstall", "ensure_browser", "install_browser"]
 
@@ -93,6 +93,22 @@ def _free_bytes(answer: dict[str, Any], sandbox: str) -> int:
             f"checking the browser add-on in {sandbox} answered free_bytes={free!r:.50}"
         )
     return free
+
+
+async def _runtime_uses(support: ToolSupport, mounted: str) -> bool:
+    """Whether the runtime accepted the tree mounted at `mounted` as its browser. It
+    refuses one it cannot trust as a mount (an image's world-writable or linked
+    `/.sandbox-tools-addons` moves or exposes it); the add-on is then sent as anywhere
+    else, and checked, rather than the runtime falling back to the image's browser."""
+    info = await support.client.call("browser_info", {"version": False})
+    uses = isinstance(info, dict) and info.get("executable") == f"{mounted}/{BROWSER_ENTRY}"
+    if not uses:
+        log.warning(
+            "%s: the runtime does not use the browser add-on mounted at %s; sending it",
+            support.sandbox.name,
+            mounted,
+        )
+    return uses
 
 
 async def _send(support: ToolSupport, artifact: Artifact, directory: str) -> tuple[int, str]:
@@ -158,7 +174,7 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
     tree = _tree_of(artifact)
     directory = f"{support.install_dir}/{BROWSER_DIR}"
     mounted = mount_target("browser", tree)
-    if support.sandbox.mounted_read_only(mounted):
+    if support.sandbox.mounted_read_only(mounted) and await _runtime_uses(support, mounted):
         # We made the container with the checked tree mounted there: nothing to send or
         # hash, and the runtime finds it by itself (paths.mounted_browser).
         return _installed(support, artifact, mounted, started, reused=False)

@@ -100,6 +100,7 @@ async def _installed(bound: _Bound) -> BrowserInstall:
                 "source": str(install.artifact.provenance),
                 "directory": install.directory,
                 "reused": install.reused,
+                "transfer": install.transfer,
                 "sent_bytes": install.sent_bytes,
                 "seconds": round(install.seconds, 2),
             },

@@ -27,6 +27,7 @@ Standard library only, as the whole runtime.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import lzma
@@ -369,7 +370,9 @@ def install(
 
 
 def _replace(new: str, dest: str) -> None:
-    """Rename `new` to `dest`, moving whatever is there aside and removing it first."""
+    """Rename `new` to `dest`, moving whatever is there aside and removing it first (in
+    place where it cannot be moved: overlayfs refuses to rename a directory of an
+    image's lower layer, EXDEV)."""
     try:
         os.rename(new, dest)
         return
@@ -377,10 +380,15 @@ def _replace(new: str, dest: str) -> None:
         if not os.path.lexists(dest):
             raise
     aside = f"{os.path.dirname(dest)}/.{os.path.basename(dest)}-{secrets.token_hex(6)}.old"
-    os.rename(dest, aside)
+    try:
+        os.rename(dest, aside)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        aside = dest
     # rmtree does not follow links: whatever was there is removed, nothing outside it.
     if os.path.isdir(aside) and not os.path.islink(aside):
-        shutil.rmtree(aside, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=aside != dest)
     else:
         os.unlink(aside)
     os.rename(new, dest)

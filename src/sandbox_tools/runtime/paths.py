@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sandbox_tools.protocol import SERVER_DIR_ENV, SOCKET_NAME
@@ -190,22 +191,34 @@ def ensure_private_dir(directory: str) -> None:
 
 
 def installed_browser(launcher: str | None) -> str | None:
-    """The browser add-on's entry point beside the runtime's launcher (in its install
-    directory), if the host installed one there and nobody but root and us can change it
-    or any directory above it: a runtime copied to a directory others may write must not
-    start, as root, a `browser/chrome` another user put beside it. Else the one the host
-    mounted when it made the container, if any (`mounted_browser`)."""
-    if not launcher:
-        return mounted_browser()
-    return _entry_in(os.path.join(os.path.dirname(launcher), BROWSER_DIR)) or mounted_browser()
+    """The browser add-on's entry point: the one the host mounted when it made the
+    container, if any (`mounted_browser`), else the one beside the runtime's launcher (in
+    its install directory) if the host installed one there and nobody but root and us can
+    change it or any directory above it: a runtime copied to a directory others may
+    write must not start, as root, a `browser/chrome` another user put beside it. The
+    mount comes first: the host checks a tree beside the runtime only where it mounted
+    none, so a tree an image left there is never run in a container with the mount."""
+    mounted = mounted_browser()
+    if mounted is not None or not launcher:
+        return mounted
+    return _entry_in(os.path.join(os.path.dirname(launcher), BROWSER_DIR))
 
 
-def mounted_browser(root: str = ADDON_MOUNT_ROOT) -> str | None:
+def mounted_browser(
+    root: str = ADDON_MOUNT_ROOT, points: Mapping[str, Sequence[str]] | None = None
+) -> str | None:
     """The browser in the add-on tree the host mounted read-only under `root` when it
     made the container (`browser-<digest>`), if there is exactly one: a mount point of
-    this namespace, read-only, reached by a path only root and we can change. An image
-    or an agent cannot make a mount; a directory prepared at that path is not one."""
-    points = mount_points()
+    this namespace, read-only, under directories only root and we can change. An image
+    or an agent cannot make a mount, and nobody in the container can write to a
+    read-only one (remounting needs CAP_SYS_ADMIN): so its files' owners do not matter
+    (they are the host user's, a uid the container may not know); a directory or a link
+    an image prepares at that path is not a mount point. `points`: the namespace's mount
+    points (mount_points(), read now by default). The host asks which browser the
+    runtime uses and sends the add-on when it is not the mounted one."""
+    points = mount_points() if points is None else points
+    if safe_for_us(root) != root:
+        return None
     try:
         names = sorted(n for n in os.listdir(root) if n.startswith(f"{BROWSER_DIR}-"))
     except OSError:
@@ -213,9 +226,23 @@ def mounted_browser(root: str = ADDON_MOUNT_ROOT) -> str | None:
     mounted = [
         path
         for path in (os.path.join(root, name) for name in names)
-        if "ro" in points.get(path, ()) and safe_for_us(path) == path
+        if "ro" in points.get(path, ()) and _is_dir(path)
     ]
-    return _entry_in(mounted[0]) if len(mounted) == 1 else None
+    if len(mounted) != 1:
+        return None
+    entry = os.path.join(mounted[0], BROWSER_ENTRY)
+    try:
+        return entry if stat.S_ISREG(os.lstat(entry).st_mode) else None
+    except OSError:
+        return None
+
+
+def _is_dir(path: str) -> bool:
+    """A directory itself, not a link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def mount_points(mountinfo: str = "/proc/self/mountinfo") -> dict[str, list[str]]:

@@ -50,6 +50,7 @@ from sandbox_tools.runtime.tools.web_browser.tool_types import (
     CloseResult,
     CrawlerResult,
     GoParams,
+    InfoParams,
     KeyParams,
     NewSessionParams,
     NewSessionResult,
@@ -399,13 +400,15 @@ class WebBrowserController:
             await self._forget_context(session, dispose=True)
         return {"closed": True}
 
-    async def info(self) -> BrowserInfo:
+    async def info(self, params: InfoParams | None = None) -> BrowserInfo:
         browser = self._browser
         executable = self.limits.browser_executable()
         if browser is not None:
             version: str | None = browser.version
-        else:
+        elif params is None or params.version:
             version = await chromium.browser_version(executable, self.limits.browser_call_timeout_s)
+        else:
+            version = None
         return {
             "installed": version is not None,
             "executable": executable,

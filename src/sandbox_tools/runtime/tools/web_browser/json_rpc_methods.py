@@ -10,6 +10,7 @@ from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserControl
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
     ClickParams,
     GoParams,
+    InfoParams,
     NewSessionParams,
     ScrollParams,
     SessionParams,
@@ -65,7 +66,7 @@ def methods(controller: WebBrowserController) -> dict[str, Method]:
         return await controller.close_session(params)
 
     @rpc.method
-    async def browser_info() -> Any:
-        return await controller.info()
+    async def browser_info(params: InfoParams) -> Any:
+        return await controller.info(params)
 
     return rpc.methods

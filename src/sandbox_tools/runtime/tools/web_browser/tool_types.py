@@ -27,6 +27,15 @@ class NewSessionParams(WireParams):
 
 
 @dataclass(frozen=True, kw_only=True)
+class InfoParams(WireParams):
+    """browser_info."""
+
+    # False: which browser the next session would start, without starting any process
+    # (the host asks so after mounting an add-on, before anything of it runs).
+    version: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class SessionParams(WireParams):
     """web_back, web_forward, web_refresh, web_screenshot, web_close_session."""
 

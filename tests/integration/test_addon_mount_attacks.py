@@ -1,0 +1,139 @@
+"""Attacks on the browser add-on mounted into the containers we make (THREAT_MODEL.md,
+"Delivering the add-on"), each from the walk of a fresh-context attacker, in real
+containers on the local engine:
+
+- an image that ships our install with a `browser/chrome` of its own, reused by the
+  injector, in a container made with the mount: the planted program never runs (the
+  mount comes first, and the host checks that the runtime uses it);
+- the same image without the mount: its tree, in a lower image layer that overlayfs
+  cannot rename, is replaced by the checked add-on (it was a denial of the browser);
+- an image that makes `/.sandbox-tools-addons` world-writable and names a browser of its
+  own: the runtime refuses the mount, the host sees it and sends the add-on, and the
+  image's program never runs;
+- a host user who is not root (the tree belongs to a uid the container does not know):
+  the read-only mount is used all the same.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_tools.injector.addon_copy import docker_addon_mounts
+from sandbox_tools.injector.browser_addon import ensure_browser
+from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
+from sandbox_tools.injector.options import InjectionOptions
+from sandbox_tools.injector.web_browser import open_browser
+from sandbox_tools.runtime.paths import ADDON_MOUNT_ROOT
+from sandbox_tools.sandboxes.containers import RunningContainer
+
+pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
+RAN = "/tmp/planted-ran"
+PLANTED = f'#!/bin/sh\necho "$(id -u) $*" >> {RAN}\nexit 1\n'
+PAGE = "data:text/html,<title>t</title><h1>Genuine</h1>"
+
+
+@pytest.fixture(scope="module")
+def addons(tmp_path_factory: pytest.TempPathFactory) -> InjectionOptions:
+    """Add-ons on the host in a directory of the module's (made once)."""
+    return InjectionOptions(addons_on_host=tmp_path_factory.mktemp("addons"))
+
+
+async def _genuine_page(support: Any) -> None:
+    async with await open_browser(support) as browser:
+        page = await browser.go(PAGE)
+        assert page.error is None and 'heading "Genuine"' in page.tree, page
+
+
+async def _nothing_planted_ran(sandbox: Any) -> None:
+    ran = await sandbox.exec(["cat", RAN])
+    assert ran.returncode != 0, f"the planted browser ran: {ran.stdout!r}"
+
+
+@pytest.fixture
+async def image_with_a_planted_browser(docker_engine: Any, python_image: str) -> Any:
+    """An image committed from a container we injected into, whose install directory
+    (the exact path the injector reuses) holds a `browser/chrome` of the image's: root's,
+    0755, in a lower layer of the image."""
+    with RunningContainer(docker_engine, python_image, network_mode="none") as container:
+        sandbox = container.sandbox
+        support = await tool_support_sandbox(sandbox)
+        await support.client.call("sandbox_tools_shutdown")
+        install_dir = support.install_dir
+        await forget_sandbox(sandbox)
+        plant = (
+            'rm -rf "$1/run" && mkdir "$1/browser" && cat > "$1/browser/chrome" '
+            '&& chmod 755 "$1/browser/chrome"'
+        )
+        done = await sandbox.exec(["sh", "-c", plant, "plant", install_dir], input=PLANTED)
+        assert done.returncode == 0, done.stderr
+        image = container.container.commit(repository="sandbox-tools-test/planted-browser")
+    yield str(image.id)
+    docker_engine.images.remove(image.id, force=True)
+
+
+@pytest.mark.parametrize("mounted", [True, False], ids=["with the mount", "without"])
+async def test_a_browser_an_image_ships_in_our_install_never_runs(
+    docker_engine: Any, image_with_a_planted_browser: str, addons: InjectionOptions, mounted: bool
+) -> None:
+    image = image_with_a_planted_browser
+    mounts = docker_addon_mounts(docker_engine, image, addons) if mounted else []
+    assert bool(mounts) is mounted
+    with RunningContainer(docker_engine, image, network_mode="none", mounts=mounts) as box:
+        support = await tool_support_sandbox(box.sandbox, options=addons)
+        assert support.reused  # the genuine runtime the image ships is reused
+        install = await ensure_browser(support)
+        assert install.transfer == ("mount" if mounted else "tar"), install
+        await _genuine_page(support)
+        await _nothing_planted_ran(box.sandbox)
+        await forget_sandbox(box.sandbox)
+
+
+async def test_a_mount_the_runtime_refuses_is_sent_instead_never_the_images_browser(
+    docker_engine: Any, python_image: str, addons: InjectionOptions
+) -> None:
+    tag = f"{python_image}-open-addon-root"
+    evil = "/usr/local/bin/evil"
+    dockerfile = (
+        f"FROM {python_image}\n"
+        f"RUN mkdir -m 0777 {ADDON_MOUNT_ROOT} && echo '#!/bin/sh' > {evil} "
+        f"&& echo 'echo \"$(id -u) $*\" >> {RAN}' >> {evil} && chmod 755 {evil}\n"
+        f"ENV SANDBOX_TOOLS_BROWSER={evil}\n"
+    )
+    docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    try:
+        mounts = docker_addon_mounts(docker_engine, tag, addons)
+        with RunningContainer(docker_engine, tag, network_mode="none", mounts=mounts) as box:
+            support = await tool_support_sandbox(box.sandbox, options=addons)
+            info = await support.client.call("browser_info", {"version": False})
+            assert info["executable"] == "/usr/local/bin/evil", info  # the mount refused
+            install = await ensure_browser(support)
+            assert install.transfer == "tar" and install.sent_bytes > 0, install
+            await _genuine_page(support)
+            await _nothing_planted_ran(box.sandbox)
+            await forget_sandbox(box.sandbox)
+    finally:
+        docker_engine.images.remove(tag, force=True)
+
+
+async def test_a_tree_of_a_host_user_who_is_not_root_is_mounted_and_used(
+    docker_engine: Any, python_image: str, addons: InjectionOptions, tmp_path: Path
+) -> None:
+    """The host's cache belongs to its user (uid 1000 here), a uid the container does not
+    know: a read-only mount nobody in the container can change is used all the same."""
+    mine = InjectionOptions(addons_on_host=tmp_path / "addons")
+    assert docker_addon_mounts(docker_engine, python_image, mine)  # made (as root, here)
+    for path in (tmp_path / "addons").rglob("*"):
+        os.lchown(path, 1000, 1000)
+    mounts = docker_addon_mounts(docker_engine, python_image, mine)
+    assert Path(mounts[0]["Source"]).stat().st_uid == 1000
+    with RunningContainer(docker_engine, python_image, network_mode="none", mounts=mounts) as box:
+        support = await tool_support_sandbox(box.sandbox, options=mine)
+        install = await ensure_browser(support)
+        assert install.transfer == "mount" and install.sent_bytes == 0, install
+        await _genuine_page(support)
+        await forget_sandbox(box.sandbox)
