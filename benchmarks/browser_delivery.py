@@ -3,18 +3,23 @@ benchmark, not a test).
 
 In fresh containers (Debian 12 as root; a libc-free busybox as uid 1000 with a read-only
 root and an exec tmpfs; both without network), through the host API the inspect tool
-uses (`open_browser`: the add-on installed on first use, then the runtime's JSON-RPC
-over its channel), against a static site served inside the container:
+uses (`open_browser`: the add-on delivered on first use, then the runtime's JSON-RPC
+over its channel), against a static site served inside the container, for each way the
+add-on reaches a sandbox:
 
-- cold: the first browser call of a fresh container, split into the add-on's install
-  (the host's tree digest of the archive, once per host process; the in-sandbox check;
-  sending, unpacking and checking the 100 MB archive) and the browser's start with the
-  first page;
-- warm: a later handle (a new sample in the same container): the in-place check of the
-  installed tree, a new session and its first page;
-- per action, `--runs` times each: web_go, web_click on a link, web_type_submit of a
-  form, the tree alone (web_scroll), through the whole stack; p50 and p99;
-- the browser's memory: the proportional set size of its process group in the container.
+- `tar.xz`: the pinned archive, decompressed in the sandbox (what a remote engine or a
+  service gets; forced here on the local engine);
+- `tar`: the plain tar the host decompressed once (an engine on this host);
+- `mount`: the checked tree mounted read-only when we make the container (docker_sdk,
+  the MCP gateway); nothing is sent.
+
+Rows: a bare `docker exec true` in the same container (the engine's floor); the runtime's
+cold injection; the first browser call (the add-on's delivery, the session, the first
+page); a later handle (a new sample in the same container): its runtime handle, then
+the add-on's check, a new session and the first page. Per action (`--runs` times each,
+p50 and p99) and the browser's memory for the mount column only (the browser is the
+same). The host's one-time work is timed on its own: the tree digest `tools build`
+records, the plain copy, the unpacked tree.
 
 Usage: .venv/bin/python benchmarks/browser_delivery.py [--runs N]
 The runtime and the add-on come from the checkout's dist/ (built on demand).
@@ -26,21 +31,33 @@ import argparse
 import asyncio
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from sandbox_tools.artifacts import ArtifactFormat
 from sandbox_tools.injector import browser_addon
+from sandbox_tools.injector.acquire import acquire_artifact
+from sandbox_tools.injector.addon_copy import (
+    addon_tree,
+    addons_on_host,
+    docker_addon_mounts,
+    plain_copy,
+)
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.web_browser import BrowserSession, open_browser
 from sandbox_tools.platforms import Arch
 from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.runtime.addons import digest_of_archive
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
+from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsStore, ensure_busybox_image, ensure_image
 
@@ -94,13 +111,31 @@ async def _timed(runs: int, step: Callable[[], Awaitable[Any]]) -> list[float]:
     return times
 
 
+class FarEngine(DockerSandbox):
+    """The local container driven as a remote engine's: the add-on goes as tar.xz."""
+
+    @property
+    def bytes_are_cheap(self) -> bool:
+        return False
+
+
+async def _bare_exec(sandbox: Sandbox) -> float:
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        await sandbox.exec(["true"])
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
 async def measure(
-    container: RunningContainer, server: list[str], root: str, runs: int
+    sandbox: Sandbox, server: list[str], root: str, runs: int, options: InjectionOptions
 ) -> dict[str, Any]:
-    sandbox = container.sandbox
-    support = await tool_support_sandbox(sandbox)
+    results: dict[str, Any] = {"bare `docker exec true`": await _bare_exec(sandbox)}
+    started = time.perf_counter()
+    support = await tool_support_sandbox(sandbox, options=options)
+    results["runtime: cold injection"] = (time.perf_counter() - started) * 1000
     base = await _site(sandbox, root, server)
-    results: dict[str, Any] = {}
     started = time.perf_counter()
     install = await browser_addon.ensure_browser(support)
     installed = time.perf_counter()
@@ -108,11 +143,11 @@ async def measure(
     opened = time.perf_counter()
     await _first_page(browser, f"{base}/index.html")
     first_page = time.perf_counter()
-    results["cold: add-on install (check, send, unpack, check)"] = (installed - started) * 1000
-    results["cold: new session (starts the browser)"] = (opened - installed) * 1000
-    results["cold: first page"] = (first_page - opened) * 1000
-    results["cold: first call in all"] = (first_page - started) * 1000
-    results["bytes sent"] = install.sent_bytes
+    results["first call: the add-on's delivery"] = (installed - started) * 1000
+    results["first call: new session (the browser starts)"] = (opened - installed) * 1000
+    results["first call: first page"] = (first_page - opened) * 1000
+    results["**first browser call in all**"] = (first_page - started) * 1000
+    results["bytes sent into the sandbox (MB)"] = install.sent_bytes / 1e6
 
     home = f"{base}/index.html"
 
@@ -124,23 +159,25 @@ async def measure(
         page = await browser.go(home)
         await browser.type(_element(page.tree, "textbox", "Search"), "tea", submit=True)
 
-    results["web_go"] = await _timed(runs, lambda: browser.go(home))
-    results["web_go + web_click (navigates)"] = await _timed(runs, click)
-    results["web_go + web_type_submit (navigates)"] = await _timed(runs, submit)
-    results["the tree alone (web_scroll)"] = await _timed(runs, lambda: browser.scroll("down"))
-    pss = await sandbox.exec(["sh", "-c", PSS])
-    results["browser PSS MiB"] = int(pss.stdout.decode().strip() or 0) / 1024
+    if runs:
+        results["web_go"] = await _timed(runs, lambda: browser.go(home))
+        results["web_go + web_click (navigates)"] = await _timed(runs, click)
+        results["web_go + web_type_submit (navigates)"] = await _timed(runs, submit)
+        results["the tree alone (web_scroll)"] = await _timed(runs, lambda: browser.scroll("down"))
+        pss = await sandbox.exec(["sh", "-c", PSS])
+        results["browser PSS MiB"] = int(pss.stdout.decode().strip() or 0) / 1024
     await browser.close()
     await forget_sandbox(sandbox)
 
     started = time.perf_counter()
-    again = await tool_support_sandbox(sandbox)
+    again = await tool_support_sandbox(sandbox, options=options)
     injected = time.perf_counter()
     browser = await open_browser(again)
     await _first_page(browser, home)
     done = time.perf_counter()
-    results["warm: runtime handle (reused install)"] = (injected - started) * 1000
-    results["warm: add-on check, new session, first page"] = (done - injected) * 1000
+    results["later handle: runtime handle (reused install)"] = (injected - started) * 1000
+    results["later handle: add-on check, new session, first page"] = (done - injected) * 1000
+    results["**later handle in all**"] = (done - started) * 1000
     await browser.close()
     await forget_sandbox(sandbox)
     return results
@@ -158,54 +195,66 @@ async def run(runs: int) -> dict[str, dict[str, Any]]:
         client, RootfsRecipe(suite="bookworm", arch=ARCH, include=("python3",)), store=roots
     )
     busybox = ensure_busybox_image(client, ARCH, store=roots)
-    # The host's digest of the archive, once per process: measured on its own.
-    started = time.perf_counter()
-    from sandbox_tools.artifacts import ArtifactFormat
-    from sandbox_tools.injector.acquire import acquire_artifact
-
-    addon = await asyncio.to_thread(acquire_artifact, ARCH, ArtifactFormat.TAR_XZ)
-    acquired = time.perf_counter()
-    with addon.located.open("rb") as handle:  # what tools build does once, for the record
-        digest_of_archive(handle)
-    digested = time.perf_counter()
-    out: dict[str, dict[str, Any]] = {
-        "host": {
-            "acquire the add-on (dist/, verified)": (acquired - started) * 1000,
-            "tree digest of the archive (tools build, once; never at eval time)": (
-                digested - acquired
-            )
-            * 1000,
+    with tempfile.TemporaryDirectory(prefix="browser-delivery-") as scratch:
+        options = InjectionOptions(addons_on_host=Path(scratch))
+        started = time.perf_counter()
+        addon = await asyncio.to_thread(acquire_artifact, ARCH, ArtifactFormat.TAR_XZ)
+        acquired = time.perf_counter()
+        with addon.located.open("rb") as handle:  # what tools build does once, for the record
+            digest_of_archive(handle)
+        digested = time.perf_counter()
+        copies, trees = addons_on_host(options)
+        await asyncio.to_thread(plain_copy, addon, copies)
+        copied = time.perf_counter()
+        await asyncio.to_thread(addon_tree, addon, copies, trees)
+        unpacked = time.perf_counter()
+        out: dict[str, dict[str, Any]] = {
+            "host, once": {
+                "acquire the add-on (dist/, verified)": (acquired - started) * 1000,
+                "tree digest of the archive (tools build, once per build)": (digested - acquired)
+                * 1000,
+                "plain copy (once per archive, for engines on this host)": (copied - digested)
+                * 1000,
+                "unpacked tree (once per tree, for the containers we make)": (unpacked - copied)
+                * 1000,
+            }
         }
-    }
-    with RunningContainer(client, debian, network_mode="none", policy=policy) as container:
-        out["Debian 12, root"] = await measure(
-            container,
-            [
-                "sh",
-                "-c",
-                f"cd /srv/site && nohup python3 -m http.server {PORT} --bind 127.0.0.1 "
-                ">/dev/null 2>&1 &",
-            ],
-            "/srv/site",
-            runs,
-        )
-    with RunningContainer(
-        client,
-        busybox,
-        network_mode="none",
-        read_only=True,
-        tmpfs={"/tmp": "exec,size=1g"},
-        user="1000:1000",
-        environment={"HOME": "/tmp"},
-        policy=policy,
-    ) as container:
-        out["busybox, uid 1000, read-only"] = await measure(
-            container,
-            ["busybox", "httpd", "-p", f"127.0.0.1:{PORT}", "-h", "/tmp/site"],
-            "/tmp/site",
-            runs,
-        )
+        python_site = [
+            "sh",
+            "-c",
+            f"cd /srv/site && nohup python3 -m http.server {PORT} --bind 127.0.0.1 "
+            ">/dev/null 2>&1 &",
+        ]
+        busybox_site = ["busybox", "httpd", "-p", f"127.0.0.1:{PORT}", "-h", "/tmp/site"]
+        locked: dict[str, Any] = {
+            "read_only": True,
+            "tmpfs": {"/tmp": "exec,size=1g"},
+            "user": "1000:1000",
+            "environment": {"HOME": "/tmp"},
+        }
+        plain: dict[str, Any] = {}
+        for label, image, server, root, extra in (
+            ("Debian 12, root", debian, python_site, "/srv/site", plain),
+            ("busybox, uid 1000, read-only", busybox, busybox_site, "/tmp/site", locked),
+        ):
+            for transfer in ("tar.xz", "tar", "mount"):
+                mounts = docker_addon_mounts(client, image, options) if transfer == "mount" else []
+                with RunningContainer(
+                    client, image, network_mode="none", policy=policy, mounts=mounts, **extra
+                ) as container:
+                    sandbox: Sandbox = container.sandbox
+                    if transfer == "tar.xz":
+                        sandbox = FarEngine(container.container, client)
+                    out[f"{label}: {transfer}"] = await measure(
+                        sandbox, server, root, runs if transfer == "mount" else 0, options
+                    )
     return out
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return f"{statistics.median(value):.0f} / {_p(value, 0.99):.0f}"
+    return "" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.1f}"
 
 
 def main() -> None:
@@ -213,19 +262,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
     results = asyncio.run(run(args.runs))
-    console = Console()
-    for where, numbers in results.items():
-        table = Table(title=where)
-        for column in ("what", "ms / value", "p50 ms", "p99 ms"):
-            table.add_column(column)
-        for label, value in numbers.items():
-            if isinstance(value, list):
-                table.add_row(
-                    label, "", f"{statistics.median(value):.0f}", f"{_p(value, 0.99):.0f}"
-                )
-            else:
-                table.add_row(label, f"{value:.0f}", "", "")
-        console.print(table)
+    console = Console(width=200)
+    host = results.pop("host, once")
+    table = Table(title="host, once (ms)")
+    table.add_column("what")
+    table.add_column("ms")
+    for label, value in host.items():
+        table.add_row(label, _cell(value))
+    console.print(table)
+    table = Table(title="per sandbox (ms; per action: p50 / p99)")
+    table.add_column("what")
+    for where in results:
+        table.add_column(where)
+    rows = list(dict.fromkeys(label for numbers in results.values() for label in numbers))
+    for label in rows:
+        table.add_row(label, *(_cell(numbers.get(label)) for numbers in results.values()))
+    console.print(table)
 
 
 if __name__ == "__main__":

@@ -328,3 +328,23 @@ def test_a_hostile_free_space_answer_is_a_typed_error(free: object) -> None:
     with pytest.raises(SandboxInjectionError, match="free_bytes"):
         _free_bytes({"state": "missing", "free_bytes": free}, "box")
     assert _free_bytes({"state": "missing", "free_bytes": 5}, "box") == 5
+
+
+def test_a_stream_that_fails_half_way_fails_the_install_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """The archive is read ahead in a thread of its own: its failure (a broken pipe from
+    the engine) is the install's, raised where the tree is unpacked, not lost with the
+    thread."""
+    data = _archive(GOOD, PLAIN)
+    digest, size = _pins(data, PLAIN)
+
+    class Breaking(io.BytesIO):
+        def read(self, size: int | None = -1, /) -> bytes:
+            if self.tell() > 1024:
+                raise OSError("the engine closed the stream")
+            return super().read(min(size or 1, 1024) if size and size > 0 else 1024)
+
+    with pytest.raises(OSError, match="closed the stream"):
+        install(str(tmp_path / "browser"), digest, size, Breaking(data), PLAIN)
+    _nothing_left(tmp_path)
