@@ -544,8 +544,9 @@ def get_tool_response(messages: list[Any], tool_call: Any) -> Any:
     )
 
 
-# What the injector's probe prints in a fresh Debian 12 container, as root.
-GOOD = b"""os_id=debian
+# The platform and user lines of what the injector's probe prints in a fresh Debian 12
+# container, as root.
+PROBE_HEADER = b"""os_id=debian
 os_version=12
 arch=x86_64
 libc=glibc
@@ -553,12 +554,17 @@ uid=0
 user=root
 sha256sum=yes
 home=/root
-cand.0=ok|0|755|yes
+"""
+# All of it, with every base judged.
+GOOD = (
+    PROBE_HEADER
+    + b"""cand.0=ok|0|755|yes
 cand.1=ok|0|1777|no
 cand.2=ok|0|1777|no
 cand.3=noexec|0|1777|no
 cand.4=ok|0|700|no
 """
+)
 
 
 BUILD_ID = "sha256:" + "ab" * 32
@@ -688,3 +694,26 @@ class RawMcpServer:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def addon_record(archive: Path, *, located: bool = False) -> Any:
+    """The record `tools build` would write for a browser add-on archive made by a test
+    (its tree digest computed from it); `located`: as the injector finds it on disk."""
+    import hashlib
+    import io
+
+    from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind
+    from sandbox_tools.runtime.addons import digest_of_archive
+
+    data = archive.read_bytes()
+    return Artifact(
+        name=archive.name,
+        arch=Arch.AMD64,
+        format=ArtifactFormat.TAR_XZ,
+        kind=ArtifactKind.BROWSER,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        build_id="sha256:" + "1" * 64,
+        tree=digest_of_archive(io.BytesIO(data)),
+        path=archive if located else None,
+    )

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind
+from sandbox_tools.artifacts import Artifact
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.addon_copy import forget_if_changed, plain_copy
-from sandbox_tools.platforms import Arch
 from sandbox_tools.runtime.addons import PLAIN, digest_of_archive
+from tests.support import addon_record
 
 
 def _tar() -> bytes:
@@ -39,17 +39,7 @@ def _tar() -> bytes:
 def addon(tmp_path: Path) -> Artifact:
     archive = tmp_path / "addon.tar.xz"
     archive.write_bytes(lzma.compress(_tar()))
-    return Artifact(
-        name=archive.name,
-        arch=Arch.AMD64,
-        format=ArtifactFormat.TAR_XZ,
-        kind=ArtifactKind.BROWSER,
-        size=archive.stat().st_size,
-        sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
-        build_id="sha256:" + "1" * 64,
-        tree=digest_of_archive(io.BytesIO(archive.read_bytes())),
-        path=archive,
-    )
+    return addon_record(archive, located=True)  # type: ignore[no-any-return]
 
 
 def test_the_copy_is_the_archive_decompressed_and_made_once(

@@ -10,7 +10,6 @@ same code in tests/integration/test_browser_delivery.py.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import lzma
 import os
@@ -285,25 +284,16 @@ def test_the_tree_digest_travels_in_the_record_and_validate_checks_it(tmp_path: 
     digest is not the archive's, or that has none."""
     from dataclasses import replace
 
-    from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind
+    from sandbox_tools.artifacts import Artifact
     from sandbox_tools.distro_matrix.static import _tree_problems
     from sandbox_tools.errors import SandboxInjectionError
     from sandbox_tools.injector.browser_addon import _tree_of
-    from sandbox_tools.platforms import Arch
+    from tests.support import addon_record
 
     archive = tmp_path / "addon.tar.xz"
     archive.write_bytes(_archive(GOOD))
-    tree = digest_of_archive(io.BytesIO(archive.read_bytes()))
-    record = Artifact(
-        name=archive.name,
-        arch=Arch.AMD64,
-        format=ArtifactFormat.TAR_XZ,
-        kind=ArtifactKind.BROWSER,
-        size=archive.stat().st_size,
-        sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
-        build_id="sha256:" + "1" * 64,
-        tree=tree,
-    )
+    record = addon_record(archive)
+    tree = record.tree
     assert Artifact.from_json(record.to_json()) == record
     assert Artifact.from_json(record.to_json(urls=True)) == record
     assert _tree_of(record) == tree and _tree_problems(archive, record) == []

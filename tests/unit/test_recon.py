@@ -18,7 +18,7 @@ from sandbox_tools.injector.recon import (
     parse_probe,
     probe_make_argument,
 )
-from tests.support import GOOD
+from tests.support import GOOD, PROBE_HEADER
 
 
 def test_a_well_formed_probe_parses() -> None:
@@ -131,21 +131,16 @@ def test_parsers_never_raise_anything_but_probe_error() -> None:
 TAGS = {"x86_64": "0123456789abcdef", "aarch64": "fedcba9876543210"}
 # A fresh Debian container as root, nothing installed before: the probe judged
 # /opt/sandbox-tools usable, made the directory there and left the rest untested.
-MADE = b"""os_id=debian
-os_version=12
-arch=x86_64
-libc=glibc
-uid=0
-user=root
-sha256sum=yes
-home=/root
-cand.0=ok|0|755|no
+MADE = (
+    PROBE_HEADER
+    + b"""cand.0=ok|0|755|no
 cand.1=untested|0|1777|no
 cand.2=untested|0|1777|no
 cand.3=untested|0|1777|no
 cand.4=untested|0|700|no
 made=/opt/sandbox-tools/sandbox-tools-0123456789abcdef|0|755
 """
+)
 
 
 def test_the_directory_the_probe_made_is_taken_when_it_is_what_was_asked() -> None:
