@@ -92,7 +92,10 @@ class BrowserInstall:
     reused: bool
     seconds: float  # acquisition, check, upload and unpack: what the first call waited
     sent_bytes: int  # what crossed into the sandbox (0 when reused)
-    transfer: str = ""  # the format sent: "tar.xz", or "tar" to an engine on this host
+    # How it arrived: "tar.xz" (streamed as built), "tar" (streamed as the host's plain
+    # copy, to an engine on this host), "mount" (mounted when we made the container), or
+    # "" (a checked copy was there already).
+    transfer: str = ""
 
     @property
     def executable(self) -> str:
