@@ -17,6 +17,7 @@ containers on the local engine:
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,49 @@ async def test_a_tree_of_a_host_user_who_is_not_root_is_mounted_and_used(
         assert install.transfer == "mount" and install.sent_bytes == 0, install
         await _genuine_page(support)
         await forget_sandbox(box.sandbox)
+
+
+@pytest.mark.parametrize("mounted", [True, False], ids=["with the mount", "without"])
+@pytest.mark.parametrize("how", ["look-alike names", "a volume inside ours"])
+async def test_volumes_an_image_declares_never_pass_for_our_mount(
+    docker_engine: Any, python_image: str, addons: InjectionOptions, mounted: bool, how: str
+) -> None:
+    """An image has the engine mount a volume at every VOLUME it declares, named as it
+    likes: read-write, and seeded with the image's files there. A name holding a
+    character mountinfo leaves unescaped (a separator to a naive split) once posed as a
+    read-only mount of its own and shadowed ours; a volume inside our tree would replace
+    one of its directories with the image's files. Neither is ever run: the runtime
+    refuses the look-alikes and a tree with a mount inside, the host then sends the
+    add-on, and it refuses any browser but the one it delivered."""
+    mounts = docker_addon_mounts(docker_engine, python_image, addons)
+    ours = mounts[0]["Target"]
+    fake = f"{ADDON_MOUNT_ROOT}/browser-evil"
+    if how == "look-alike names":
+        volumes = [f"{fake}\\u001cro", f"{ours}\\u001crw/x", f"{fake}\\u000bro"]
+        plant = f"mkdir -p {fake}"
+    else:
+        volumes = [f"{ours}/lib"]
+        fake = f"{ours}/lib"
+        plant = f"mkdir -p {fake}"
+    chrome = f"{fake}/chrome"
+    dockerfile = (
+        f"FROM {python_image}\n"
+        f"RUN {plant} && echo '#!/bin/sh' > {chrome} "
+        f"&& echo 'echo \"$(id -u) $*\" >> {RAN}' >> {chrome} && chmod 755 {chrome}\n"
+        f"VOLUME [{', '.join(json.dumps(v) for v in volumes).replace(chr(92) * 2, chr(92))}]\n"
+    )
+    tag = f"{python_image}-volumes-{how.replace(' ', '-')}"
+    docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    try:
+        with RunningContainer(
+            docker_engine, tag, network_mode="none", mounts=mounts if mounted else []
+        ) as box:
+            support = await tool_support_sandbox(box.sandbox, options=addons)
+            install = await ensure_browser(support)
+            expected = "mount" if mounted and how == "look-alike names" else "tar"
+            assert install.transfer == expected, install
+            await _genuine_page(support)
+            await _nothing_planted_ran(box.sandbox)
+            await forget_sandbox(box.sandbox)
+    finally:
+        docker_engine.images.remove(tag, force=True)

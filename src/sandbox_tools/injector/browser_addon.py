@@ -95,13 +95,19 @@ def _free_bytes(answer: dict[str, Any], sandbox: str) -> int:
     return free
 
 
+async def _would_start(support: ToolSupport) -> str:
+    """The browser the runtime would start now (`browser_info` without running it)."""
+    info = await support.client.call("browser_info", {"version": False})
+    executable = info.get("executable") if isinstance(info, dict) else None
+    return executable if isinstance(executable, str) else repr(executable)[:200]
+
+
 async def _runtime_uses(support: ToolSupport, mounted: str) -> bool:
     """Whether the runtime accepted the tree mounted at `mounted` as its browser. It
     refuses one it cannot trust as a mount (an image's world-writable or linked
-    `/.sandbox-tools-addons` moves or exposes it); the add-on is then sent as anywhere
-    else, and checked, rather than the runtime falling back to the image's browser."""
-    info = await support.client.call("browser_info", {"version": False})
-    uses = isinstance(info, dict) and info.get("executable") == f"{mounted}/{BROWSER_ENTRY}"
+    `/.sandbox-tools-addons` moves or exposes it, an image's volume stacks on it); the
+    add-on is then sent as anywhere else, and checked."""
+    uses = await _would_start(support) == f"{mounted}/{BROWSER_ENTRY}"
     if not uses:
         log.warning(
             "%s: the runtime does not use the browser add-on mounted at %s; sending it",
@@ -202,6 +208,16 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
                 "installed), or do without the browser there.",
             )
         sent, transfer = await _send(support, artifact, directory)
+    # The runtime must start what was checked: never a browser it takes for a mount of
+    # ours, or the image's, in its place.
+    starts = await _would_start(support)
+    if starts != f"{directory}/{BROWSER_ENTRY}":
+        raise SandboxInjectionError(
+            f"the runtime in {support.sandbox.name} would start {said(starts)} as its "
+            f"browser, not the add-on checked at {directory}",
+            remedy="Something in the image takes the add-on's place (a volume or a tree "
+            "under /.sandbox-tools-addons); use another image.",
+        )
     return _installed(support, artifact, directory, started, sent == 0, sent, transfer)
 
 

@@ -24,6 +24,7 @@ BROWSER_ENTRY = "chrome"
 # (`<root>/browser-<digest>`): a top-level directory, so that an image's /opt or /usr
 # link cannot lead the mount elsewhere.
 ADDON_MOUNT_ROOT = "/.sandbox-tools-addons"
+_BROWSER_MOUNT = re.compile(rf"{BROWSER_DIR}-[0-9a-f]{{16}}")
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH = 107
@@ -205,28 +206,33 @@ def installed_browser(launcher: str | None) -> str | None:
 
 
 def mounted_browser(
-    root: str = ADDON_MOUNT_ROOT, points: Mapping[str, Sequence[str]] | None = None
+    root: str = ADDON_MOUNT_ROOT, points: Mapping[str, Sequence[Sequence[str]]] | None = None
 ) -> str | None:
     """The browser in the add-on tree the host mounted read-only under `root` when it
-    made the container (`browser-<digest>`), if there is exactly one: a mount point of
-    this namespace, read-only, under directories only root and we can change. An image
-    or an agent cannot make a mount, and nobody in the container can write to a
-    read-only one (remounting needs CAP_SYS_ADMIN): so its files' owners do not matter
-    (they are the host user's, a uid the container may not know); a directory or a link
-    an image prepares at that path is not a mount point. `points`: the namespace's mount
-    points (mount_points(), read now by default). The host asks which browser the
-    runtime uses and sends the add-on when it is not the mounted one."""
+    made the container (`browser-<16 hex of its digest>`), if there is exactly one: one
+    mount at that point of this namespace, read-only, nothing mounted inside it, under
+    directories only root and we can change. Nobody in the container can write to a
+    read-only mount (remounting needs CAP_SYS_ADMIN), so its files' owners do not matter
+    (they are the host user's, a uid the container may not know). An image can have the
+    engine mount volumes (VOLUME), but read-write ones only: one at a look-alike name is
+    not read-only, one stacked on ours or inside it (shadowing a library of the tree with
+    the image's) makes the tree refused. `points`: each mount point's mounts' options
+    (mount_points(), read now by default). The host asks which browser the runtime would
+    start and refuses any but the one it delivered."""
     points = mount_points() if points is None else points
     if safe_for_us(root) != root:
         return None
     try:
-        names = sorted(n for n in os.listdir(root) if n.startswith(f"{BROWSER_DIR}-"))
+        names = sorted(n for n in os.listdir(root) if _BROWSER_MOUNT.fullmatch(n))
     except OSError:
         return None
     mounted = [
         path
         for path in (os.path.join(root, name) for name in names)
-        if "ro" in points.get(path, ()) and _is_dir(path)
+        if len(points.get(path, ())) == 1
+        and "ro" in points[path][0]
+        and not any(point.startswith(f"{path}/") for point in points)
+        and _is_dir(path)
     ]
     if len(mounted) != 1:
         return None
@@ -245,20 +251,27 @@ def _is_dir(path: str) -> bool:
         return False
 
 
-def mount_points(mountinfo: str = "/proc/self/mountinfo") -> dict[str, list[str]]:
-    """Each mount point of this mount namespace and its per-mount options; of mounts
-    stacked on one point, the last (the one on top)."""
-    points: dict[str, list[str]] = {}
+def mount_points(mountinfo: str = "/proc/self/mountinfo") -> dict[str, list[list[str]]]:
+    """Each mount point of this mount namespace, with the per-mount options of each
+    mount on it (several when mounts are stacked). The file is read as bytes and split
+    on single spaces and newlines only, as the kernel writes it: it escapes space, tab,
+    newline and backslash in a path as octal, and no other character (a path may hold a
+    carriage return or a vertical tab, which str.split and text-mode lines would take
+    for separators)."""
+    points: dict[str, list[list[str]]] = {}
     try:
-        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as info:
-            for line in info:
-                fields = line.split()
-                if len(fields) >= 6:
-                    # Spaces, tabs, newlines and backslashes in a path are octal escapes.
-                    point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-                    points[point] = fields[5].split(",")
+        with open(mountinfo, "rb") as info:
+            lines = info.read().split(b"\n")
     except OSError:
-        pass
+        return points
+    for line in lines:
+        fields = line.split(b" ")
+        if len(fields) >= 6:
+            point = re.sub(
+                rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8) & 0xFF]), fields[4]
+            ).decode("utf-8", "surrogateescape")
+            options = fields[5].decode("utf-8", "surrogateescape").split(",")
+            points.setdefault(point, []).append(options)
     return points
 
 
