@@ -88,7 +88,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "cache", "SANDBOX_TOOLS_CACHE", _path, None,
-        "cache root: debootstrapped roots and fetched artifacts (default "
+        "cache root: debootstrapped roots, fetched artifacts and the add-ons kept for local "
+        "engines, `addons/` (default "
         "`$XDG_CACHE_HOME/sandbox-tools`, else `~/.cache/sandbox-tools`)",
     ),
     Setting(
