@@ -227,13 +227,34 @@ async def test_a_restarted_server_is_noticed_and_the_proxy_answers_again(
     instead of hearing the new server's sessions."""
     port = free_port()
     server = StdioServerParameters(command=sys.executable, args=[HOSTILE, "quiet"])
+    orphans: list[int] = []
+    try:
+        await _restart_under_the_proxy(runtime, runtime_dir, port, server, orphans)
+    finally:
+        # The killed server's proxy process outlives it (its parent is gone, and the new
+        # server does not know it): on this host it would stay after the test.
+        for orphan in orphans:
+            with contextlib.suppress(OSError):
+                if b"model_proxy" in Path(f"/proc/{orphan}/cmdline").read_bytes():
+                    os.kill(orphan, signal.SIGKILL)
+
+
+async def _restart_under_the_proxy(
+    runtime: SourceRuntime,
+    runtime_dir: RuntimeDir,
+    port: int,
+    server: StdioServerParameters,
+    orphans: list[int],
+) -> None:
     async with (
         RecordingListener() as upstream,
-        ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=5),
+        ModelProxy(runtime, forward_to(upstream.url), port=port, timeout=5) as proxy,
         sandbox_mcp_client(runtime.client, server) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
+        if proxy._process is not None:
+            orphans.append(proxy._process.pid)
         pid = runtime_dir.server_pid()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
