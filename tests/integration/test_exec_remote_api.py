@@ -68,7 +68,12 @@ async def _wait_gone(pid: int) -> None:
     deadline = time.monotonic() + 30  # a loaded machine: the kill may take a while to land
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    assert not Path(f"/proc/{pid}").exists(), f"process {pid} survived"
+    try:  # a zombie (killed, not reaped) and a live process fail differently
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+    except (OSError, IndexError):
+        return
+    raise AssertionError(f"process {pid} survived 30 s: state {state}, {command!r}")
 
 
 async def _started_pid(marker: Path) -> int:
