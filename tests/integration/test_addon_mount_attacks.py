@@ -184,3 +184,34 @@ async def test_volumes_an_image_declares_never_pass_for_our_mount(
             await forget_sandbox(box.sandbox)
     finally:
         docker_engine.images.remove(tag, force=True)
+
+
+async def test_the_images_preload_never_reaches_the_browser(
+    docker_engine: Any, python_image: str, addons: InjectionOptions
+) -> None:
+    """The programs the runtime starts get the image's environment back, loader variables
+    included; the browser is the host's checked program, not one of the image's
+    commands: an image's LD_PRELOAD and LD_AUDIT never reach its processes."""
+    tag = f"{python_image}-preload"
+    dockerfile = (
+        f"FROM {python_image}\n"
+        "ENV LD_PRELOAD=/usr/local/lib/planted-preload.so LD_AUDIT=/usr/local/lib/planted.so\n"
+    )
+    docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    try:
+        mounts = docker_addon_mounts(docker_engine, tag, addons)
+        with RunningContainer(docker_engine, tag, network_mode="none", mounts=mounts) as box:
+            support = await tool_support_sandbox(box.sandbox, options=addons)
+            async with await open_browser(support) as browser:
+                page = await browser.go(PAGE)
+                assert 'heading "Genuine"' in page.tree, page
+                info = await support.client.call("browser_info", {"version": False})
+                assert info["running"] and info["pid"], info
+                environ = await box.sandbox.exec(["cat", f"/proc/{info['pid']}/environ"])
+                assert environ.returncode == 0, environ.stderr
+                names = {item.split(b"=", 1)[0] for item in environ.stdout.split(b"\0")}
+                assert b"XDG_CONFIG_HOME" in names  # the browser's own environment, read
+                assert not names & {b"LD_PRELOAD", b"LD_AUDIT"}, names
+            await forget_sandbox(box.sandbox)
+    finally:
+        docker_engine.images.remove(tag, force=True)

@@ -70,6 +70,9 @@ _FLAGS = (
     "--disable-blink-features=AutomationControlled",
 )
 
+# What the image's environment may not bring into the browser's processes.
+BROWSER_UNSET = ("LD_PRELOAD", "LD_AUDIT")
+
 
 @dataclass
 class BrowserProcess:
@@ -154,6 +157,11 @@ async def launch(
             "XDG_CACHE_HOME": os.path.join(profile, "cache"),
         }
     )
+    # The browser is the host's checked program, not one of the image's commands: the
+    # image's preload and audit libraries would load into it (THREAT_MODEL.md,
+    # "Delivering the add-on").
+    for name in BROWSER_UNSET:
+        env.pop(name, None)
     to_browser_read, to_browser_write = os.pipe()
     from_browser_read, from_browser_write = os.pipe()
     try:
