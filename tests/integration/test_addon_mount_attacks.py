@@ -16,9 +16,13 @@ containers on the local engine:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import posixpath
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,35 @@ PAGE = "data:text/html,<title>t</title><h1>Genuine</h1>"
 def addons(tmp_path_factory: pytest.TempPathFactory) -> InjectionOptions:
     """Add-ons on the host in a directory of the module's (made once)."""
     return InjectionOptions(addons_on_host=tmp_path_factory.mktemp("addons"))
+
+
+@contextlib.contextmanager
+def _hostile_image(engine: Any, base: str, name: str, *lines: str) -> Iterator[str]:
+    """An image built offline from `base` with Dockerfile `lines`, removed afterwards."""
+    tag = f"{base}-{name}-{secrets.token_hex(4)}"  # tests in parallel remove their own
+    dockerfile = "\n".join([f"FROM {base}", *lines]) + "\n"
+    engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    try:
+        yield tag
+    finally:
+        engine.images.remove(tag, force=True)
+
+
+def _plant(program: str) -> str:
+    """A shell command writing, at `program`, a script that notes each run in RAN."""
+    return (
+        f"mkdir -p {posixpath.dirname(program)} && echo '#!/bin/sh' > {program} "
+        f"&& echo 'echo \"$(id -u) $*\" >> {RAN}' >> {program} && chmod 755 {program}"
+    )
+
+
+async def _only_the_delivered_browser_runs(support: Any, transfer: str) -> None:
+    """The add-on arrives as `transfer`, shows a page, and nothing the image planted ran."""
+    install = await ensure_browser(support)
+    assert install.transfer == transfer, install
+    await _genuine_page(support)
+    await _nothing_planted_ran(support.sandbox)
+    await forget_sandbox(support.sandbox)
 
 
 async def _genuine_page(support: Any) -> None:
@@ -87,38 +120,26 @@ async def test_a_browser_an_image_ships_in_our_install_never_runs(
     with RunningContainer(docker_engine, image, network_mode="none", mounts=mounts) as box:
         support = await tool_support_sandbox(box.sandbox, options=addons)
         assert support.reused  # the genuine runtime the image ships is reused
-        install = await ensure_browser(support)
-        assert install.transfer == ("mount" if mounted else "tar"), install
-        await _genuine_page(support)
-        await _nothing_planted_ran(box.sandbox)
-        await forget_sandbox(box.sandbox)
+        await _only_the_delivered_browser_runs(support, "mount" if mounted else "tar")
 
 
 async def test_a_mount_the_runtime_refuses_is_sent_instead_never_the_images_browser(
     docker_engine: Any, python_image: str, addons: InjectionOptions
 ) -> None:
-    tag = f"{python_image}-open-addon-root"
     evil = "/usr/local/bin/evil"
-    dockerfile = (
-        f"FROM {python_image}\n"
-        f"RUN mkdir -m 0777 {ADDON_MOUNT_ROOT} && echo '#!/bin/sh' > {evil} "
-        f"&& echo 'echo \"$(id -u) $*\" >> {RAN}' >> {evil} && chmod 755 {evil}\n"
-        f"ENV SANDBOX_TOOLS_BROWSER={evil}\n"
-    )
-    docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
-    try:
+    with _hostile_image(
+        docker_engine,
+        python_image,
+        "open-addon-root",
+        f"RUN mkdir -m 0777 {ADDON_MOUNT_ROOT} && {_plant(evil)}",
+        f"ENV SANDBOX_TOOLS_BROWSER={evil}",
+    ) as tag:
         mounts = docker_addon_mounts(docker_engine, tag, addons)
         with RunningContainer(docker_engine, tag, network_mode="none", mounts=mounts) as box:
             support = await tool_support_sandbox(box.sandbox, options=addons)
             info = await support.client.call("browser_info", {"version": False})
-            assert info["executable"] == "/usr/local/bin/evil", info  # the mount refused
-            install = await ensure_browser(support)
-            assert install.transfer == "tar" and install.sent_bytes > 0, install
-            await _genuine_page(support)
-            await _nothing_planted_ran(box.sandbox)
-            await forget_sandbox(box.sandbox)
-    finally:
-        docker_engine.images.remove(tag, force=True)
+            assert info["executable"] == evil, info  # the mount refused
+            await _only_the_delivered_browser_runs(support, "tar")
 
 
 async def test_a_tree_of_a_host_user_who_is_not_root_is_mounted_and_used(
@@ -157,33 +178,25 @@ async def test_volumes_an_image_declares_never_pass_for_our_mount(
     fake = f"{ADDON_MOUNT_ROOT}/browser-evil"
     if how == "look-alike names":
         volumes = [f"{fake}\\u001cro", f"{ours}\\u001crw/x", f"{fake}\\u000bro"]
-        plant = f"mkdir -p {fake}"
     else:
         volumes = [f"{ours}/lib"]
         fake = f"{ours}/lib"
-        plant = f"mkdir -p {fake}"
-    chrome = f"{fake}/chrome"
-    dockerfile = (
-        f"FROM {python_image}\n"
-        f"RUN {plant} && echo '#!/bin/sh' > {chrome} "
-        f"&& echo 'echo \"$(id -u) $*\" >> {RAN}' >> {chrome} && chmod 755 {chrome}\n"
-        f"VOLUME [{', '.join(json.dumps(v) for v in volumes).replace(chr(92) * 2, chr(92))}]\n"
-    )
-    tag = f"{python_image}-volumes-{how.replace(' ', '-')}"
-    docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
-    try:
-        with RunningContainer(
+    declared = ", ".join(json.dumps(v) for v in volumes).replace(chr(92) * 2, chr(92))
+    with (
+        _hostile_image(
+            docker_engine,
+            python_image,
+            f"volumes-{how.replace(' ', '-')}",
+            f"RUN {_plant(f'{fake}/chrome')}",
+            f"VOLUME [{declared}]",
+        ) as tag,
+        RunningContainer(
             docker_engine, tag, network_mode="none", mounts=mounts if mounted else []
-        ) as box:
-            support = await tool_support_sandbox(box.sandbox, options=addons)
-            install = await ensure_browser(support)
-            expected = "mount" if mounted and how == "look-alike names" else "tar"
-            assert install.transfer == expected, install
-            await _genuine_page(support)
-            await _nothing_planted_ran(box.sandbox)
-            await forget_sandbox(box.sandbox)
-    finally:
-        docker_engine.images.remove(tag, force=True)
+        ) as box,
+    ):
+        support = await tool_support_sandbox(box.sandbox, options=addons)
+        expected = "mount" if mounted and how == "look-alike names" else "tar"
+        await _only_the_delivered_browser_runs(support, expected)
 
 
 async def test_the_images_preload_never_reaches_the_browser(
@@ -192,13 +205,12 @@ async def test_the_images_preload_never_reaches_the_browser(
     """The programs the runtime starts get the image's environment back, loader variables
     included; the browser is the host's checked program, not one of the image's
     commands: an image's LD_PRELOAD and LD_AUDIT never reach its processes."""
-    tag = f"{python_image}-preload"
-    dockerfile = (
-        f"FROM {python_image}\n"
-        "ENV LD_PRELOAD=/usr/local/lib/planted-preload.so LD_AUDIT=/usr/local/lib/planted.so\n"
-    )
-    docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
-    try:
+    with _hostile_image(
+        docker_engine,
+        python_image,
+        "preload",
+        "ENV LD_PRELOAD=/usr/local/lib/planted-preload.so LD_AUDIT=/usr/local/lib/planted.so",
+    ) as tag:
         mounts = docker_addon_mounts(docker_engine, tag, addons)
         with RunningContainer(docker_engine, tag, network_mode="none", mounts=mounts) as box:
             support = await tool_support_sandbox(box.sandbox, options=addons)
@@ -213,5 +225,3 @@ async def test_the_images_preload_never_reaches_the_browser(
                 assert b"XDG_CONFIG_HOME" in names  # the browser's own environment, read
                 assert not names & {b"LD_PRELOAD", b"LD_AUDIT"}, names
             await forget_sandbox(box.sandbox)
-    finally:
-        docker_engine.images.remove(tag, force=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import secrets
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -308,9 +309,9 @@ async def test_a_container_made_with_the_tree_mounted_sends_nothing(
 
 
 @pytest.fixture
-def planted_image(docker_engine: Any, python_image: str) -> str:
+def planted_image(docker_engine: Any, python_image: str) -> Iterator[str]:
     """An image with a browser of its own (and a link to it) where we mount add-ons."""
-    tag = f"{python_image}-planted-addon"
+    tag = f"{python_image}-planted-addon-{secrets.token_hex(4)}"  # each test removes its own
     planted = f"{ADDON_MOUNT_ROOT}/browser-0123456789abcdef"
     dockerfile = (
         f"FROM {python_image}\n"
@@ -318,7 +319,8 @@ def planted_image(docker_engine: Any, python_image: str) -> str:
         f"> {planted}/chrome && chmod 755 {planted}/chrome\n"
     )
     docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
-    return tag
+    yield tag
+    docker_engine.images.remove(tag, force=True)
 
 
 @pytest.mark.security
