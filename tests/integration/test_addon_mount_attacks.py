@@ -23,11 +23,13 @@ import os
 import posixpath
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sandbox_tools.injector.acquire import Dist
 from sandbox_tools.injector.addon_copy import docker_addon_mounts
 from sandbox_tools.injector.browser_addon import ensure_browser
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
@@ -43,9 +45,13 @@ PAGE = "data:text/html,<title>t</title><h1>Genuine</h1>"
 
 
 @pytest.fixture(scope="module")
-def addons(tmp_path_factory: pytest.TempPathFactory) -> InjectionOptions:
-    """Add-ons on the host in a directory of the module's (made once)."""
-    return InjectionOptions(addons_on_host=tmp_path_factory.mktemp("addons"))
+def addons(browser_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> InjectionOptions:
+    """This session's runtime and add-on (built before, so the mount, which only takes
+    an add-on already on the host, finds it), kept on the host in a directory of the
+    module's."""
+    return InjectionOptions(
+        sources=[Dist(browser_dist)], addons_on_host=tmp_path_factory.mktemp("addons")
+    )
 
 
 @contextlib.contextmanager
@@ -89,13 +95,15 @@ async def _nothing_planted_ran(sandbox: Any) -> None:
 
 
 @pytest.fixture
-async def image_with_a_planted_browser(docker_engine: Any, python_image: str) -> Any:
+async def image_with_a_planted_browser(
+    docker_engine: Any, python_image: str, addons: InjectionOptions
+) -> Any:
     """An image committed from a container we injected into, whose install directory
     (the exact path the injector reuses) holds a `browser/chrome` of the image's: root's,
     0755, in a lower layer of the image."""
     with RunningContainer(docker_engine, python_image, network_mode="none") as container:
         sandbox = container.sandbox
-        support = await tool_support_sandbox(sandbox)
+        support = await tool_support_sandbox(sandbox, options=addons)
         await support.client.call("sandbox_tools_shutdown")
         install_dir = support.install_dir
         await forget_sandbox(sandbox)
@@ -147,7 +155,7 @@ async def test_a_tree_of_a_host_user_who_is_not_root_is_mounted_and_used(
 ) -> None:
     """The host's cache belongs to its user (uid 1000 here), a uid the container does not
     know: a read-only mount nobody in the container can change is used all the same."""
-    mine = InjectionOptions(addons_on_host=tmp_path / "addons")
+    mine = replace(addons, addons_on_host=tmp_path / "addons")
     assert docker_addon_mounts(docker_engine, python_image, mine)  # made (as root, here)
     for path in (tmp_path / "addons").rglob("*"):
         os.lchown(path, 1000, 1000)

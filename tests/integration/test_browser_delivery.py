@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.errors import SandboxInjectionError, ToolError
+from sandbox_tools.injector.acquire import Dist
 from sandbox_tools.injector.addon_copy import docker_addon_mounts
 from sandbox_tools.injector.browser_addon import ensure_browser
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
@@ -275,13 +276,14 @@ async def test_too_little_space_is_refused_before_a_byte_is_sent(docker_engine: 
 
 
 async def test_a_container_made_with_the_tree_mounted_sends_nothing(
-    docker_engine: Any, python_image: str, tmp_path: Path
+    docker_engine: Any, python_image: str, browser_dist: Path, tmp_path: Path
 ) -> None:
     """Where our code makes the container (docker_sdk, the MCP gateway), the add-on's
     checked tree is mounted read-only: the first browser call sends and hashes nothing,
     the runtime finds the browser there by itself, and root in the container cannot
     change a byte of it."""
-    options = InjectionOptions(addons_on_host=tmp_path / "addons")
+    # This session's builds: the mount takes only an add-on already on the host.
+    options = InjectionOptions(sources=[Dist(browser_dist)], addons_on_host=tmp_path / "addons")
     mounts = docker_addon_mounts(docker_engine, python_image, options)
     assert len(mounts) == 1 and mounts[0]["ReadOnly"] is True
     # Made again for a second container: found, not unpacked again.
