@@ -25,14 +25,18 @@ import hashlib
 import json
 import logging
 import lzma
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from sandbox_tools.artifacts import Artifact, ArtifactFormat, sha256_of
+from sandbox_tools.artifacts import (
+    Artifact,
+    ArtifactFormat,
+    atomic_output,
+    atomic_write,
+    sha256_of,
+)
 from sandbox_tools.cache import cache_root, one_builder
 from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
 from sandbox_tools.injector.acquire import present_artifact
@@ -102,8 +106,7 @@ def _recorded(artifact: Artifact, directory: Path) -> PlainCopy | None:
 def plain_copy(artifact: Artifact, directory: Path) -> PlainCopy:
     """The plain tar of `artifact` (a located tar.xz add-on with a tree digest) in
     `directory`, made now if there is none; one maker per host at a time."""
-    if artifact.format is not ArtifactFormat.TAR_XZ or artifact.tree is None:
-        raise ValueError(f"{artifact.name} is not an add-on archive with a tree digest")
+    tree = _pinned_tree(artifact)
     found = _recorded(artifact, directory)
     if found is not None:
         return found
@@ -116,46 +119,44 @@ def plain_copy(artifact: Artifact, directory: Path) -> PlainCopy:
         for left in directory.glob(f".{tar.name}.*.partial"):
             left.unlink(missing_ok=True)
         made = _make(artifact, tar)
-        written = json.dumps(
-            {"sha256": made.sha256, "size": made.size, "tree": artifact.tree.digest}
+        atomic_write(
+            record, json.dumps({"sha256": made.sha256, "size": made.size, "tree": tree.digest})
         )
-        _write_atomically(record, written.encode())
         return made
 
 
 def _make(artifact: Artifact, tar: Path) -> PlainCopy:
-    """Decompress the archive into `tar`, checked against the record on the way."""
-    assert artifact.tree is not None
+    """Decompress the archive into `tar`, checked against the record on the way (a copy
+    that fails a check never appears at `tar`)."""
+    tree = _pinned_tree(artifact)
     tar.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=tar.parent, prefix=f".{tar.name}.", suffix=".partial")
-    try:
-        with (
-            os.fdopen(fd, "wb") as out,
-            artifact.located.open("rb") as raw,
-            lzma.LZMAFile(packed := Hashing(raw)) as unpacked,  # type: ignore[arg-type]
-        ):
-            # The archive's bytes are hashed as read (`packed`, as pinned); the tar that
-            # comes out of xz is hashed and written out while its tree is digested.
-            plain = Hashing(unpacked, sink=out)
-            try:
-                tree = digest_of_archive(plain, PLAIN, algorithm_of(artifact.tree.digest))
-            except (AddonError, OSError, EOFError, ValueError) as exc:
-                raise _refused(artifact, f"it cannot be read: {exc}") from None
-            while packed.read(1 << 20):
-                pass
-            out.flush()
-            os.fsync(out.fileno())
+    with (
+        atomic_output(tar) as out,
+        artifact.located.open("rb") as raw,
+        lzma.LZMAFile(packed := Hashing(raw)) as unpacked,  # type: ignore[arg-type]
+    ):
+        # The archive's bytes are hashed as read (`packed`, as pinned); the tar that
+        # comes out of xz is hashed and written out while its tree is digested.
+        plain = Hashing(unpacked, sink=out)
+        try:
+            found = digest_of_archive(plain, PLAIN, algorithm_of(tree.digest))
+        except (AddonError, OSError, EOFError, ValueError) as exc:
+            raise _refused(artifact, f"it cannot be read: {exc}") from None
+        while packed.read(1 << 20):
+            pass
         if packed.digest.hexdigest() != artifact.sha256:
             raise _refused(artifact, f"its SHA-256 is {packed.digest.hexdigest()}")
-        if tree.digest != artifact.tree.digest:
-            raise _refused(artifact, f"it unpacks to the tree {tree.digest}")
-        os.replace(temporary, tar)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+        if found.digest != tree.digest:
+            raise _refused(artifact, f"it unpacks to the tree {found.digest}")
     log.info("decompressed %s for engines on this host: %s", artifact.name, tar)
     return PlainCopy(tar, plain.digest.hexdigest(), plain.size)
+
+
+def _pinned_tree(artifact: Artifact) -> TreeDigest:
+    """The tree digest of an add-on archive's record; ValueError for anything else."""
+    if artifact.format is not ArtifactFormat.TAR_XZ or artifact.tree is None:
+        raise ValueError(f"{artifact.name} is not an add-on archive with a tree digest")
+    return artifact.tree
 
 
 class Hashing:
@@ -182,18 +183,6 @@ def _refused(artifact: Artifact, why: str) -> SandboxInjectionError:
         f"{artifact.name} at {artifact.located} is not the pinned add-on: {why}",
         remedy="Fetch or build it again (tools fetch --with-browser, tools build --with-browser).",
     )
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 def forget_if_changed(copy: PlainCopy) -> bool:
@@ -223,9 +212,7 @@ def addon_tree(artifact: Artifact, copies: Path, trees: Path) -> Path:
     read-only into the containers we make; made once per tree, one maker at a time. A
     tree is only ever renamed into place whole and checked, so one that is there is one
     that passed."""
-    tree = artifact.tree
-    if artifact.format is not ArtifactFormat.TAR_XZ or tree is None:
-        raise ValueError(f"{artifact.name} is not an add-on archive with a tree digest")
+    tree = _pinned_tree(artifact)
     dest = trees / tree.digest.replace(":", "-")
     if dest.is_dir():
         return dest

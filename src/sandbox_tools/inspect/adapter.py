@@ -72,18 +72,23 @@ class InspectSandbox(Sandbox):
         # A readable name for messages; the injector keys its state by object identity.
         self.name = name or describe(environment)
 
-    def mounted_read_only(self, target: str) -> bool:
+    def _wrapped(self) -> tuple[Any, Sandbox | None]:
+        """The environment inspect's event-recording proxy wraps, and our own Sandbox
+        inside it if it is one of ours (docker_sdk, modal)."""
         inner = getattr(self.environment, "_sandbox", self.environment)
         ours = getattr(inner, "sandbox", None)
-        return isinstance(ours, Sandbox) and ours.mounted_read_only(target)
+        return inner, ours if isinstance(ours, Sandbox) else None
+
+    def mounted_read_only(self, target: str) -> bool:
+        _, ours = self._wrapped()
+        return ours is not None and ours.mounted_read_only(target)
 
     @property
     def bytes_are_cheap(self) -> bool:
         """Ours (docker_sdk, modal) say for themselves; inspect's `local` is the host, and
         its `docker` is cheap where the docker CLI talks to an engine on this host."""
-        inner = getattr(self.environment, "_sandbox", self.environment)
-        ours = getattr(inner, "sandbox", None)
-        if isinstance(ours, Sandbox):
+        inner, ours = self._wrapped()
+        if ours is not None:
             return ours.bytes_are_cheap
         kind = type(inner).__name__
         if kind == "LocalSandboxEnvironment":

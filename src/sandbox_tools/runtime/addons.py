@@ -142,12 +142,16 @@ def link_target(path: str, target: str) -> str:
     return target
 
 
+def _known_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise AddonError(f"an add-on comes as {' or '.join(FORMATS)}, not {fmt!r}")
+
+
 @contextlib.contextmanager
 def _members(handle: Readable, fmt: str) -> Iterator[tarfile.TarFile]:
     """The archive read from `handle` as a tar stream; the whole of it is read, so a
     hash of `handle` covers every byte (an xz stream's index, the tar's zero blocks)."""
-    if fmt not in FORMATS:
-        raise AddonError(f"an add-on comes as {' or '.join(FORMATS)}, not {fmt!r}")
+    _known_format(fmt)
     # LZMAFile reads the archive's concatenated .xz streams as one (tarfile's "r|xz"
     # stops after the first).
     with contextlib.ExitStack() as stack:
@@ -377,8 +381,7 @@ def install(
     dest = dest.rstrip("/")
     parent = os.path.dirname(dest) or "/"
     algorithm = algorithm_of(digest)
-    if fmt not in FORMATS:
-        raise AddonError(f"an add-on comes as {' or '.join(FORMATS)}, not {fmt!r}")
+    _known_format(fmt)  # before a byte is read
     available, needed = free_bytes(parent), needed_bytes(tree_size)
     if available < needed:
         raise AddonError(
@@ -433,10 +436,9 @@ def _replace(new: str, dest: str) -> None:
 
 
 def _place(staging: str, dest: str, digest: str) -> str:
-    with contextlib.suppress(FileNotFoundError):
-        if check(dest, digest)["state"] == "ok":
-            shutil.rmtree(staging)
-            return "present"
+    if check(dest, digest)["state"] == "ok":  # a racing installer finished first
+        shutil.rmtree(staging)
+        return "present"
     _replace(staging, dest)
     return "installed"
 
