@@ -1,12 +1,13 @@
 """Cold injection and warm calls, side by side with a bare `docker exec true`.
 
-Cold: a fresh container, then tool_support_sandbox (the probe, which makes the install
-directory; the upload; the first start, which checks the upload's SHA-256, moves it into
-place, unpacks it and starts the server) and one `version` call; each of its steps is
-printed too, beside the bare exec measured in the same containers.
+Cold: a fresh container, then tool_support_sandbox with the default options (the probe,
+which makes the install directory; the first start, whose stream carries the runtime's
+bytes, which it checks, moves into place, unpacks and starts the server) and one
+`version` call; each of its steps is printed too, beside the bare exec measured in the
+same containers.
 Warm: one `version` call per exec afterwards, and through the persistent channel.
-Reuse: a new handle on the same container (probe, the install checks, among them the
-launcher comparing its unpacked tree with its payload, and the first answer).
+Reuse: a new handle on the same container (the probe, which checks the earlier install
+and has the launcher compare its unpacked tree with its payload, and the first answer).
 Usage: .venv/bin/python benchmarks/injection.py [--runs N] [--image debian-12]
 """
 
@@ -30,16 +31,12 @@ from sandbox_tools.injector.inject import (
     runtime_env,
     tool_support_sandbox,
 )
-from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import ContainerPolicy, RunningContainer
 from sandbox_tools.sandboxes.engines import docker_client
 from sandbox_tools.sandboxes.images import RootfsStore
 
 VERSION = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "version"})
-# The cold row's handle: one exec per call; the reuse handle has the default options
-# (the persistent channel, which the warm channel row times).
-EXEC_PER_CALL = InjectionOptions(persistent=False)
 
 
 async def main(runs: int, target: str) -> None:
@@ -49,8 +46,9 @@ async def main(runs: int, target: str) -> None:
     backend = DockerBackend(client, ContainerPolicy.from_cascade(), RootfsStore.from_cascade())
     image, _ = backend.resolve_image(distro, arch)
     assert image is not None
-    cold, warm_exec, warm_stream, bare, reuse, tree_check = [], [], [], [], [], []
+    cold, warm_exec, warm_stream, bare, reuse = [], [], [], [], []
     steps_of_cold: dict[str, list[float]] = {}
+    steps_of_reuse: dict[str, list[float]] = {}
     for _ in range(runs):
         with RunningContainer(client, image) as container:
             sandbox = container.sandbox
@@ -59,7 +57,7 @@ async def main(runs: int, target: str) -> None:
             bare.append(time.perf_counter() - started)
             started = time.perf_counter()
             with recording_steps() as cold_steps:
-                support = await tool_support_sandbox(sandbox, options=EXEC_PER_CALL)
+                support = await tool_support_sandbox(sandbox)
             await support.client.call("version")
             cold.append(time.perf_counter() - started)
             for step, seconds in cold_steps.items():
@@ -79,7 +77,8 @@ async def main(runs: int, target: str) -> None:
                 stream = await tool_support_sandbox(sandbox)  # reuses the install
             reuse.append(time.perf_counter() - started)
             assert stream.reused
-            tree_check.append(steps["verify the unpacked tree"])
+            for step, seconds in steps.items():
+                steps_of_reuse.setdefault(step, []).append(seconds)
             for _ in range(5):
                 started = time.perf_counter()
                 await stream.client.call("version")
@@ -90,19 +89,22 @@ async def main(runs: int, target: str) -> None:
     for column in ("what", "median", "max", "x bare exec"):
         table.add_column(column)
     floor = statistics.median(bare)
-    cold_rows = [
-        (f"cold, of which: {step}", samples)
-        for step, samples in steps_of_cold.items()
-        if max(samples) >= 0.0005  # steps a cold injection does not take
-    ]
+    cold_rows, reuse_rows = (
+        [
+            (f"{what}, of which: {step}", samples)
+            for step, samples in steps.items()
+            if max(samples) >= 0.0005  # steps an injection does not take
+        ]
+        for what, steps in (("cold", steps_of_cold), ("reuse", steps_of_reuse))
+    )
     for name, samples in (
         ("bare `docker exec true`", bare),
-        ("cold: probe + upload + first call (verify, unpack, server start)", cold),
+        ("cold: probe + first call (receive, verify, unpack, server start)", cold),
         *cold_rows,
         ("warm: `exec version` per call", warm_exec),
         ("warm: `version` via persistent channel", warm_stream),
-        ("reuse: probe + checks + first answer", reuse),
-        ("reuse: of which the tree check (`verify`)", tree_check),
+        ("reuse: probe (with the checks) + first answer", reuse),
+        *reuse_rows,
     ):
         median = statistics.median(samples)
         table.add_row(

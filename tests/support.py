@@ -553,6 +553,7 @@ libc=glibc
 uid=0
 user=root
 sha256sum=yes
+head_bytes=yes
 home=/root
 """
 # All of it, with every base judged.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -10,7 +11,9 @@ from sandbox_tools.injector.recon import (
     CHECK_SCRIPT,
     PROBE_SCRIPT,
     CandidateStatus,
+    EarlierInstall,
     InstallVerdict,
+    Pin,
     parse_check,
     parse_probe,
     probe_make_argument,
@@ -88,6 +91,68 @@ def test_an_earlier_install_anywhere_means_the_probe_makes_nothing(tmp_path: Pat
     assert recon.made == ""
     assert [c.status for c in recon.candidates[:2]] == [CandidateStatus.OK] * 2
     assert [p.name for p in first.iterdir()] == []
+
+
+def _earlier_install(base: Path, verify_exit: int, runs: Path) -> Pin:
+    """An install of TAG in `base` whose executable answers `verify` with `verify_exit`
+    (and records that it ran): the probe checks it against the returned pin."""
+    install = base / f"sandbox-tools-{TAG}"
+    install.mkdir(mode=0o755)
+    exe = install / "sandbox-tools"
+    exe.write_text(f'#!/bin/sh\necho "$1" >> {runs}\nexit $(cat "${{0%/*}}/exit")\n')
+    exe.chmod(0o755)
+    (install / "exit").write_text(str(verify_exit))
+    data = exe.read_bytes()
+    return Pin(hashlib.sha256(data).hexdigest(), len(data))
+
+
+def test_the_probe_checks_an_earlier_install_and_stops_at_the_first_that_matches(
+    tmp_path: Path,
+) -> None:
+    """With the artifact's pin, the probe checks the earlier installs itself, in the
+    host's order of bases (private before shared), runs `verify` only on one whose
+    executable is trusted, and stops at the first whose tree matches: the bases after it
+    are left untested, and nothing is made."""
+    shared, first, second = tmp_path / "shared", tmp_path / "first", tmp_path / "second"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    first.mkdir(mode=0o755)
+    second.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    runs = tmp_path / "runs"
+    pin = _earlier_install(first, 1, runs)  # trusted executable, but its tree differs
+    assert _earlier_install(second, 0, runs) == pin
+    assert _earlier_install(shared, 0, runs) == pin
+    dirs = (str(shared), str(first), str(second))
+    pins = {os.uname().machine: pin}
+    output = run_script(PROBE_SCRIPT, probe_make_argument(TAGS, pins), *dirs)
+    recon = parse_probe(output, dirs, tags=TAGS, pins=pins)
+    assert recon.earlier == (
+        EarlierInstall(str(first), InstallVerdict.TRUSTED, 1),
+        EarlierInstall(str(second), InstallVerdict.TRUSTED, 0),
+    )
+    assert recon.earlier_sha256 == pin.sha256 and recon.made == ""
+    assert {c.path: c.status for c in recon.candidates}[str(shared)] is CandidateStatus.UNTESTED
+    assert runs.read_text().split() == ["verify", "verify"]
+
+
+def test_the_probe_runs_nothing_of_an_install_it_does_not_trust(tmp_path: Path) -> None:
+    """An executable of other bytes, or one others may write, is never run by the
+    probe's check; every base is then judged, so the host can install afresh."""
+    base, other = tmp_path / "base", tmp_path / "other"
+    base.mkdir(mode=0o755)
+    other.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    runs = tmp_path / "runs"
+    pin = _earlier_install(base, 0, runs)
+    (base / f"sandbox-tools-{TAG}" / "sandbox-tools").write_text("#!/bin/sh\necho ran\n")
+    dirs = (str(base), str(other))
+    pins = {os.uname().machine: Pin(pin.sha256, pin.size)}
+    output = run_script(PROBE_SCRIPT, probe_make_argument(TAGS, pins), *dirs)
+    recon = parse_probe(output, dirs, tags=TAGS, pins=pins)
+    assert recon.earlier == (EarlierInstall(str(base), InstallVerdict.WRONG_SIZE, None),)
+    assert [c.status for c in recon.candidates[:2]] == [CandidateStatus.OK] * 2
+    assert not runs.exists()
 
 
 def test_probe_verdicts_for_prepared_directories(tmp_path: Path) -> None:

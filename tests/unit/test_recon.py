@@ -12,7 +12,9 @@ import pytest
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
     CandidateStatus,
+    EarlierInstall,
     InstallVerdict,
+    Pin,
     ProbeError,
     parse_check,
     parse_probe,
@@ -187,3 +189,35 @@ def test_only_machine_names_and_hex_tags_reach_the_probe() -> None:
     for bad in ({"x86_64": "ab cd"}, {"x86 64": "abcd"}, {"x86_64": "$(id)"}):
         with pytest.raises(ValueError):
             probe_make_argument(bad)
+
+
+PIN = Pin("cd" * 32, 8_929_920)
+PINS = {"x86_64": PIN}
+
+
+def test_the_probes_own_checks_of_earlier_installs_parse() -> None:
+    recon = parse_probe(GOOD + b"check.0=trusted|0\n", pins=PINS)
+    assert recon.earlier == (EarlierInstall("/opt/sandbox-tools", InstallVerdict.TRUSTED, 0),)
+    assert recon.earlier_sha256 == PIN.sha256
+    assert probe_make_argument({"x86_64": "ab"}, PINS) == f"x86_64=ab:{PIN.sha256}:{PIN.size}"
+
+
+@pytest.mark.parametrize(
+    ("line", "pins"),
+    [
+        (b"check.0=trusted|0\n", None),  # nothing was pinned: nothing could be checked
+        (b"check.1=trusted|0\n", PINS),  # /var/tmp holds no install
+        (b"check.3=trusted|0\n", PINS),  # /tmp is not usable (noexec)
+        (b"check.0=trusted|-\n", PINS),  # trusted, yet `verify` did not run
+        (b"check.0=wrong-digest|0\n", PINS),  # `verify` ran on an untrusted executable
+        (b"check.0=trusted|x\n", PINS),
+        (b"check.0=trusted\n", PINS),
+        (b"check.0=mine|-\n", PINS),
+        (b"check.0=trusted|0\ncheck.0=trusted|0\n", PINS),
+    ],
+)
+def test_a_forged_check_of_an_earlier_install_is_refused(
+    line: bytes, pins: dict[str, Pin] | None
+) -> None:
+    with pytest.raises(ProbeError):
+        parse_probe(GOOD + line, pins=pins)

@@ -44,8 +44,20 @@ from sandbox_tools.errors import (
     SandboxInjectionError,
     SandboxToolsError,
 )
-from sandbox_tools.injector.acquire import DEFAULT_FORMAT, acquire_artifact, current_build_id
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient, RuntimeInfo, connect_runtime
+from sandbox_tools.injector.acquire import (
+    DEFAULT_FORMAT,
+    acquire_artifact,
+    current_build_id,
+    present_artifact,
+)
+from sandbox_tools.injector.jsonrpc_client import (
+    STAGED_LINE,
+    FirstStartFailed,
+    NoStreamForInput,
+    RuntimeClient,
+    RuntimeInfo,
+    connect_runtime,
+)
 from sandbox_tools.injector.options import DEFAULT_OPTIONS, InjectionOptions
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
@@ -59,6 +71,7 @@ from sandbox_tools.injector.recon import (
     Candidate,
     CandidateStatus,
     InstallVerdict,
+    Pin,
     Recon,
     parse_check,
     parse_probe,
@@ -182,16 +195,22 @@ async def run_step(
 
 
 async def reconnoitre(
-    sandbox: Sandbox, timeout: float = PROBE_TIMEOUT, *, tags: Mapping[str, str] | None = None
+    sandbox: Sandbox,
+    timeout: float = PROBE_TIMEOUT,
+    *,
+    tags: Mapping[str, str] | None = None,
+    pins: Mapping[str, Pin] | None = None,
 ) -> Recon:
     """One shell probe of the sandbox: platform, libc, user and which install places are safe.
 
     Everything it prints is untrusted and parsed strictly (THREAT_MODEL.md); verdicts on
     directories are computed in the sandbox, never inferred from names. With `tags` (the
     install directory's tag per `uname -m`), the probe also makes the install directory
-    in the base its own verdicts chose, when nothing was installed before (`Recon.made`).
+    in the base its own verdicts chose, when nothing was installed before (`Recon.made`);
+    with `pins` (the artifact at hand per `uname -m`), it checks an earlier install of
+    that artifact itself (`Recon.earlier`).
     """
-    make = probe_make_argument(tags or {})
+    make = probe_make_argument(tags or {}, pins)
     try:
         out = await sandbox.exec(
             ["sh", "-c", PROBE_SCRIPT, "probe", make, *CANDIDATE_DIRS],
@@ -211,7 +230,7 @@ async def reconnoitre(
             ) from None
         out = None
     if out is not None and out.returncode == 0:
-        return parse_probe(out.stdout, tags=tags)
+        return parse_probe(out.stdout, tags=tags, pins=pins)
     # No shell at all (distroless, scratch): fall back to what the provider knows.
     hint = await sandbox.architecture_hint()
     if hint is None:
@@ -262,6 +281,8 @@ async def find_trusted_install(sandbox: Sandbox, recon: Recon, artifact: Artifac
     """
     if recon.uid is None or not any(c.has_installs for c in recon.candidates):
         return None
+    if recon.earlier_sha256 == artifact.sha256:
+        return await _trusted_from_the_probe(sandbox, recon, artifact)
     paths = tuple(
         f"{base.path.rstrip('/')}/{INSTALL_PREFIX}{_id_tag(artifact)}"
         for base in recon.install_bases()
@@ -293,6 +314,34 @@ async def find_trusted_install(sandbox: Sandbox, recon: Recon, artifact: Artifac
             and await _read_back_matches(sandbox, f"{path}/{EXE_NAME}", artifact)
         )
         if verified and await _unpacked_tree_matches(sandbox, path, artifact):
+            return path
+    return None
+
+
+async def _trusted_from_the_probe(sandbox: Sandbox, recon: Recon, artifact: Artifact) -> str | None:
+    """The first earlier install, in the host's order of bases, that the probe found
+    trusted with its unpacked tree the payload's; one it could not hash is read back
+    and compared here, as `find_trusted_install` does."""
+    verdicts = {earlier.base: earlier for earlier in recon.earlier}
+    for base in recon.install_bases():
+        earlier = verdicts.get(base.path)
+        if earlier is None:
+            continue
+        path = f"{base.path.rstrip('/')}/{INSTALL_PREFIX}{_id_tag(artifact)}"
+        if earlier.verdict is InstallVerdict.TRUSTED:
+            if earlier.tree_exit == 0 or artifact.format is not ArtifactFormat.PORTABLE:
+                return path
+            log.warning(
+                "not reusing the install at %s in %s: its unpacked tree is not its payload "
+                "(verify exited %s)",
+                path,
+                sandbox.name,
+                earlier.tree_exit,
+            )
+        elif earlier.verdict is InstallVerdict.UNVERIFIED and (
+            await _read_back_matches(sandbox, f"{path}/{EXE_NAME}", artifact)
+            and await _unpacked_tree_matches(sandbox, path, artifact)
+        ):
             return path
     return None
 
@@ -379,6 +428,18 @@ _VERIFY_MOVE_AND_RUN = (
     'if [ "$d" != "$3" ]; then echo "sandbox-tools: the staged runtime has sha256 $d" >&2; '
     'exit 97; fi; mv "$1" "$2" || exit 98; shift 3; exec "$@"'
 )
+# The same, with the runtime's bytes arriving on the first start's own stream (one round
+# trip less than an upload of their own): exactly SIZE ($4) bytes are taken from stdin
+# into a file only we can open (umask 077), checked, made executable and moved into
+# place; only then does the prefix print its fifth argument (the host sends nothing
+# after the bytes until it does: `head` may read ahead) and run the runtime.
+_RECEIVE_VERIFY_MOVE_AND_RUN = (
+    'umask 077; rm -f "$1" && head -c "$4" > "$1" || exit 96; '
+    'd=$(sha256sum < "$1" | cut -c1-64); '
+    'if [ "$d" != "$3" ]; then echo "sandbox-tools: the staged runtime has sha256 $d" >&2; '
+    'exit 97; fi; chmod 755 "$1" && mv "$1" "$2" || exit 98; umask 022; echo "$5"; '
+    'shift 5; exec "$@"'
+)
 # After a first start that did not answer: was the staged file moved into place, and if
 # not, what is its digest (a mismatch is reported as such, not as a silent runtime).
 _STAGED_DIGEST = (
@@ -397,25 +458,55 @@ def artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
 
 @dataclass(frozen=True)
 class _Install:
-    """A fresh install: where, how many files were written, and the check its first start
-    still goes through (the staged file's SHA-256, then the move into place), if any."""
+    """A fresh install: where, how many files were written, the check its first start
+    still goes through (the staged file's SHA-256, then the move into place), if any,
+    and the bytes that start receives first when they were not uploaded before it."""
 
     directory: str
     writes: int
     pending_check: tuple[str, ...] = ()
+    pending_input: bytes | None = None
 
     @property
     def staging(self) -> str:
         return f"{self.directory}/.{EXE_NAME}.partial"
 
+    @property
+    def exe(self) -> str:
+        return f"{self.directory}/{EXE_NAME}"
+
+    def uploaded(self, artifact: Artifact) -> _Install:
+        """The same install once its bytes were uploaded: the first start checks the
+        staged file and moves it into place."""
+        check = ("sh", "-c", _VERIFY_MOVE_AND_RUN, "install", self.staging, self.exe)
+        return _Install(self.directory, self.writes, (*check, artifact.sha256))
+
+    def received(self, artifact: Artifact, data: bytes) -> _Install:
+        """The same install with its bytes travelling on the first start's stream."""
+        receive = ("sh", "-c", _RECEIVE_VERIFY_MOVE_AND_RUN, "install", self.staging, self.exe)
+        staged = STAGED_LINE.decode("ascii").rstrip("\n")
+        return _Install(
+            self.directory,
+            self.writes,
+            (*receive, artifact.sha256, str(len(data)), staged),
+            data,
+        )
+
 
 async def _install(
-    sandbox: Sandbox, recon: Recon, artifact: Artifact, *, check_at_start: bool, made: str = ""
+    sandbox: Sandbox,
+    recon: Recon,
+    artifact: Artifact,
+    *,
+    check_at_start: bool,
+    on_the_stream: bool = False,
+    made: str = "",
 ) -> _Install:
     """Upload the artifact into a fresh directory. With `check_at_start` (and sha256sum in
     the sandbox), its check and move into place are left to the prefix of its first start
-    (`_Install.pending_check`), saving a round trip; nothing of it runs before the check
-    either way."""
+    (`_Install.pending_check`), saving a round trip; with `on_the_stream` too (and a
+    `head` that counts bytes), its bytes travel on that start's stream instead of an
+    upload of their own, saving another. Nothing of it runs before the check either way."""
     stat = artifact.located.stat()
     data = artifact_bytes(artifact.located, artifact.sha256, stat.st_size, stat.st_mtime_ns)
     tag = _id_tag(artifact)
@@ -437,7 +528,16 @@ async def _install(
         )
     wanted = f"{bases[0].path.rstrip('/')}/{INSTALL_PREFIX}{tag}"
     if made:  # by the probe, in bases[0] (recon.py checked it): one round trip less
-        return await _fill_new(sandbox, recon, artifact, made, data, check_at_start)
+        install_dir = made
+    else:
+        install_dir = await _make_install_dir(sandbox, wanted)
+    if check_at_start and on_the_stream and recon.has_sha256sum and recon.has_head_bytes:
+        return _Install(install_dir, 2).received(artifact, data)  # nothing written yet
+    return await _fill_new(sandbox, recon, artifact, install_dir, data, check_at_start)
+
+
+async def _make_install_dir(sandbox: Sandbox, wanted: str) -> str:
+    """The exact name `wanted` when it is free, else a fresh name beside it."""
     with _step("make the install directory"):
         code, stdout, stderr = await run_step(
             sandbox, ["sh", "-c", _MAKE_DIR, "mkdir", wanted], f"creating {wanted}"
@@ -452,7 +552,7 @@ async def _install(
             f"{stderr or stdout.strip()[:200] or f'exit {code}'}",
             remedy="Check free space and permissions of the directory.",
         )
-    return await _fill_new(sandbox, recon, artifact, install_dir, data, check_at_start)
+    return install_dir
 
 
 async def _fill_new(
@@ -469,9 +569,7 @@ async def _fill_new(
         if check_at_start and recon.has_sha256sum:
             with _step("upload"):
                 await _write_artifact(sandbox, recon, install.staging, data)
-            exe = f"{install_dir}/{EXE_NAME}"
-            check = ("sh", "-c", _VERIFY_MOVE_AND_RUN, "install", install.staging, exe)
-            return _Install(install_dir, 2, (*check, artifact.sha256))
+            return install.uploaded(artifact)
         await _fill(sandbox, recon, artifact, install_dir, data)
     except BaseException:
         await _remove_quietly(sandbox, install_dir)
@@ -641,9 +739,9 @@ async def prepare_tool_support(
     on it (an add-on's acquisition) makes the same choices as the injection did."""
     started = time.monotonic()
     with _step("install tags (host)"):
-        tags = await asyncio.to_thread(_install_tags, options)
-    with _step("probe (and make the install directory)"):
-        recon = await reconnoitre(sandbox, tags=tags)
+        tags, pins = await asyncio.to_thread(_install_tags, options)
+    with _step("probe (make the install directory, or check an earlier one)"):
+        recon = await reconnoitre(sandbox, tags=tags, pins=pins)
     try:
         return await _prepare(sandbox, recon, user, options, started)
     except BaseException:
@@ -660,23 +758,34 @@ def _named_for(directory: str, artifact: Artifact) -> bool:
     return name == wanted or name.startswith(f"{wanted}-")
 
 
-def _install_tags(options: InjectionOptions) -> dict[str, str]:
+def _install_tags(options: InjectionOptions) -> tuple[dict[str, str], dict[str, Pin]]:
     """The install directory's tag per machine (`uname -m`) of the artifact this injection
     will acquire for that machine, so that the probe can make the directory: the given
     artifact's, else the build id the sources make now (which every default source's
     artifact has). A wrong guess costs a round trip, never a wrong install: the directory
-    is used only for an artifact of that tag."""
+    is used only for an artifact of that tag. With them, the pins of the artifacts at
+    hand (given, or present without a download or a build), so that the probe can check
+    an earlier install itself; the verdicts count only for an artifact of that SHA-256."""
     given = options.artifact
     if given is not None:
-        return {MACHINES[given.arch]: _id_tag(given)}
+        machine = MACHINES[given.arch]
+        return {machine: _id_tag(given)}, {machine: Pin(given.sha256, given.size)}
     tags: dict[str, str] = {}
+    pins: dict[str, Pin] = {}
     for arch in Arch:
         try:
             build_id = current_build_id(arch, DEFAULT_FORMAT)
         except (OSError, ValueError, SandboxToolsError):
             continue  # the probe makes nothing for it: the install step will
-        tags[MACHINES[arch]] = build_id.removeprefix("sha256:")[:16]
-    return tags
+        machine = MACHINES[arch]
+        tags[machine] = build_id.removeprefix("sha256:")[:16]
+        try:
+            present = present_artifact(arch, DEFAULT_FORMAT, options.sources)
+        except (OSError, ValueError, SandboxToolsError):
+            continue  # acquired after the probe: the check takes a round trip then
+        if _id_tag(present) == tags[machine]:
+            pins[machine] = Pin(present.sha256, present.size)
+    return tags, pins
 
 
 async def _prepare(
@@ -720,7 +829,14 @@ async def _prepare(
     if install_dir is None:
         # As another user, the installer unpacks the runtime before the first start: its
         # bytes are checked before that, in a step of their own.
-        install = await _install(sandbox, recon, artifact, check_at_start=user is None, made=made)
+        install = await _install(
+            sandbox,
+            recon,
+            artifact,
+            check_at_start=user is None,
+            on_the_stream=options.persistent,
+            made=made,
+        )
         install_dir, writes = install.directory, install.writes
         pending_check = install if install.pending_check else None
     try:
@@ -757,19 +873,16 @@ async def _start(
     exe = f"{install_dir}/{EXE_NAME}"
     with _step("runtime environment"):
         env = await _runtime_env_for(sandbox, recon, install_dir, user)
-    with _step("connect (stdio: start the CLI)"):
-        client = await connect_runtime(
-            sandbox,
-            [exe],
-            env=env,
-            user=user,
-            persistent=options.persistent,
-            expected_build=artifact.build_id,
-            first_start_prefix=pending_check.pending_check if pending_check else (),
-        )
     first = "first answer (unpack, server start)"
-    if pending_check is not None:
+    if pending_check is not None and pending_check.pending_input is None:
         first = "verify, move into place and first answer (unpack, server start)"
+    connecting = "connect (stdio: start the CLI)"
+    if pending_check is not None and pending_check.pending_input is not None:
+        connecting = "connect: send on the stream, verify and move into place"
+    with _step(connecting):
+        client, pending_check = await _connect(
+            sandbox, recon, artifact, exe, env, user, pending_check, options
+        )
     try:
         with _step(first):
             answer = await client.call("runtime_info", timeout=FIRST_CALL_TIMEOUT)
@@ -792,6 +905,45 @@ async def _start(
     return ToolSupport(
         sandbox, recon, artifact, install_dir, client, False, 0, info, user, env, options=options
     )
+
+
+async def _connect(
+    sandbox: Sandbox,
+    recon: Recon,
+    artifact: Artifact,
+    exe: str,
+    env: dict[str, str],
+    user: str | None,
+    pending: _Install | None,
+    options: InjectionOptions,
+) -> tuple[RuntimeClient, _Install | None]:
+    """The runtime's client; a fresh install's first start goes through its check.
+    Bytes meant for a stream the provider cannot hold open are uploaded first."""
+    connect = functools.partial(
+        connect_runtime, sandbox, [exe], env=env, user=user, expected_build=artifact.build_id
+    )
+    if pending is None:
+        return await connect(persistent=options.persistent), None
+    try:
+        client = await connect(
+            persistent=options.persistent,
+            first_start_prefix=pending.pending_check,
+            first_start_input=pending.pending_input,
+        )
+    except NoStreamForInput:
+        assert pending.pending_input is not None
+        with _step("upload"):  # nothing ran: the bytes travel on their own
+            await _write_artifact(sandbox, recon, pending.staging, pending.pending_input)
+        pending = pending.uploaded(artifact)
+        client = await connect(first_start_prefix=pending.pending_check, persistent=False)
+    except FirstStartFailed as exc:
+        await _raise_if_the_check_failed(sandbox, pending, artifact)
+        raise SandboxInjectionError(
+            f"the runtime could not be installed at {exe} in {sandbox.name}: {exc.message}",
+            remedy="Check free space in the install directory, and the image's `head` and "
+            "`sha256sum`.",
+        ) from None
+    return client, pending
 
 
 def _refuse_other_options(whose: str, held: InjectionOptions, wanted: InjectionOptions) -> None:

@@ -62,6 +62,20 @@ MAX_RESPONSE_BYTES = MAX_FRAME_BYTES
 MIN_PIECE_BYTES = 1024
 # The channel's reader gives the event loop a turn after a sandbox message this long.
 YIELD_AFTER_BYTES = 64 * 1024
+# A first start that reads input (the runtime's bytes) prints this line once it has taken
+# and checked it, before the runtime starts; the input's transfer and check are bounded.
+STAGED_LINE = b"sandbox-tools: staged\n"
+HAND_OVER_TIMEOUT = 120.0
+
+
+class FirstStartFailed(RuntimeTransportError):
+    """A first start that was given input ran and did not take it: its prefix ran, so
+    nothing is tried again on another transport."""
+
+
+class NoStreamForInput(RuntimeTransportError):
+    """The provider holds no stream open, so a first start's input cannot travel with
+    it; nothing ran."""
 
 
 def _describe(value: object) -> str:
@@ -546,6 +560,9 @@ class _SandboxRuntimeClient(RuntimeClient):
         # A fixed command the first run of the runtime goes through, once (the injector's
         # check of a fresh install's bytes before anything of them runs; inject.py).
         self.first_start_prefix: list[str] = []
+        # What that command reads from stdin before anything else: the runtime's bytes,
+        # received into place in the same round trip (a stream only; inject.py).
+        self.first_start_input: bytes | None = None
 
     def _start_command(self, *args: str) -> list[str]:
         """The runtime's command with `args`; the first one goes through the prefix."""
@@ -750,7 +767,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
     async def _ensure_stream(self) -> Stream:
         async with self._open_lock:
             if self._stream is None:
-                prefix = self.first_start_prefix
+                prefix, payload = self.first_start_prefix, self.first_start_input
                 stream = await self.sandbox.open_stream(
                     [*prefix, *self.runtime_command, "stdio"], env=self.env, user=self.user
                 )
@@ -758,7 +775,9 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                     raise RuntimeTransportError(
                         f"{self.sandbox.name} cannot hold a stream open; use ExecRuntimeClient"
                     )
-                self.first_start_prefix = []
+                self.first_start_prefix, self.first_start_input = [], None
+                if payload is not None:
+                    await self._hand_over(stream, payload)
                 self._stream = stream
                 self._verify_pending = True
                 self._reader = asyncio.create_task(self._read_responses(stream))
@@ -817,6 +836,30 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             self._pending.clear()
             self._subscribed = False
             self._fail_listeners(reason)
+
+    async def _hand_over(self, stream: Stream, payload: bytes) -> None:
+        """Send the first start's input, then wait for its prefix to say it is done
+        (`STAGED_LINE`) before anything else is written: the command that reads the
+        input may read ahead of it (busybox's `head` through stdio), so nothing follows
+        the input on the stream until it has ended."""
+        try:
+            await stream.write(payload)
+            line = await asyncio.wait_for(stream.readline(), HAND_OVER_TIMEOUT)
+        except (SandboxToolsError, OSError, TimeoutError) as exc:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(stream.close(), CLOSE_TIMEOUT)
+            raise FirstStartFailed(
+                f"the first start in {self.sandbox.name} did not take its input: "
+                f"{_describe(exc) if str(exc) else type(exc).__name__}"
+            ) from None
+        if line != STAGED_LINE:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(stream.close(), CLOSE_TIMEOUT)
+            said = line.decode(errors="replace").strip()[:200] if line else "nothing (it ended)"
+            raise FirstStartFailed(
+                f"the first start in {self.sandbox.name} said {said!r}, not that its input "
+                "was received and checked"
+            )
 
     async def _why_it_did_not_start(self) -> str:
         """What the runtime says when run once more over exec (a full disk while it
@@ -905,22 +948,31 @@ async def connect_runtime(
     persistent: bool = True,
     expected_build: str | None = None,
     first_start_prefix: Sequence[str] = (),
+    first_start_input: bytes | None = None,
 ) -> RuntimeClient:
     """The cheapest client the provider supports: a persistent channel where possible.
 
     With `expected_build`, a persistent channel checks the build of the server it reaches,
     once per connection (the injector checks the first answer on either transport).
     `first_start_prefix`: a fixed command the runtime's first run goes through (it ends
-    by running the command it is given); later runs start the runtime directly."""
+    by running the command it is given); later runs start the runtime directly.
+    `first_start_input`: what that command reads first (on a stream only); it prints
+    `STAGED_LINE` once it has taken and checked it. NoStreamForInput, with nothing run,
+    where the provider holds no stream open."""
     if persistent:
         client = StdioRuntimeClient(sandbox, runtime_command, env, user, expected_build)
         client.first_start_prefix = list(first_start_prefix)
+        client.first_start_input = first_start_input
         try:
             await client._ensure_stream()
+        except FirstStartFailed:
+            raise  # the prefix ran: nothing to try again with
         except (RuntimeTransportError, NotImplementedError):
             first_start_prefix = client.first_start_prefix  # still there: nothing ran
         else:
             return client
+    if first_start_input is not None:
+        raise NoStreamForInput(f"{sandbox.name} cannot hold a stream open to send input")
     exec_client = ExecRuntimeClient(sandbox, runtime_command, env, user, expected_build)
     exec_client.first_start_prefix = list(first_start_prefix)
     return exec_client

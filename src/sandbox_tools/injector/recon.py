@@ -60,17 +60,46 @@ chain_verdict() {
   echo ok
 }
 clean() { tr -cd 'A-Za-z0-9._+-' | cut -c1-64; }
+# `check_install PATH SHA SIZE UID` prints the verdict on an earlier install at PATH:
+# "trusted" only when the type, owner and mode of the directory, its ancestors and the
+# executable leave nobody else a way to swap the file, and then its digest matches.
+check_install() {
+  ci_p=$1; ci_v=; ci_x=$1/sandbox-tools
+  if [ -L "$ci_p" ] || [ ! -d "$ci_p" ]; then echo absent; return; fi
+  ci_m=$(stat -c '%u %a' "$ci_p" 2>/dev/null) || ci_m=
+  case ${ci_m#* } in *[2367]?|*[2367]) ci_v=writable-by-others ;; esac
+  [ -n "$ci_m" ] && [ "${ci_m% *}" != "$4" ] && ci_v=foreign-owner
+  [ -z "$ci_m" ] && ci_v=unreadable
+  ci_q=${ci_p%/*}; [ -n "$ci_q" ] || ci_q=/
+  [ -z "$ci_v" ] && ci_c=$(chain_verdict "$ci_q" "$4") && [ "$ci_c" != ok ] && ci_v=$ci_c
+  if [ -n "$ci_v" ]; then echo "$ci_v"; return; fi
+  if [ -L "$ci_x" ] || [ ! -f "$ci_x" ]; then echo no-executable; return; fi
+  ci_e=$(stat -c '%u %a %s' "$ci_x" 2>/dev/null) || ci_e=
+  ci_o=${ci_e%% *}; ci_r=${ci_e#* }; ci_a=${ci_r% *}; ci_s=${ci_r#* }
+  if [ "$ci_o" != 0 ] && [ "$ci_o" != "$4" ]; then echo foreign-executable; return; fi
+  case $ci_a in *[2367]?|*[2367]) echo writable-executable; return ;; esac
+  if [ "$ci_s" != "$3" ]; then echo wrong-size; return; fi
+  if ! command -v sha256sum >/dev/null 2>&1; then echo unverified; return; fi
+  ci_d=$(sha256sum < "$ci_x" | cut -c1-64)
+  if [ "$ci_d" = "$2" ]; then echo trusted; else echo wrong-digest; fi
+}
 """
 
 # The first argument names the install directory the probe may make, per machine
-# (`uname -m`): "x86_64=TAG aarch64=TAG", or nothing. The candidates follow. Each
+# (`uname -m`): "x86_64=TAG aarch64=TAG", or nothing; "TAG:SHA256:SIZE" where the host
+# has that artifact at hand. The candidates follow. Each
 # candidate's own owner and mode, and whether an earlier install is there, are read
 # first. With a TAG for this machine, no earlier install anywhere and a numeric uid, the
 # candidates are then judged in the host's order of preference (private before shared,
 # each in argument order) only until one is usable, and the install directory is made
 # there: `<dir>/sandbox-tools-TAG`, or a fresh `mktemp -d` beside that name when it is
 # taken, reported as `made=PATH|OWNER|MODE`; the rest are reported `untested`. Else
-# every candidate is judged and nothing is made.
+# every candidate is judged and nothing is made. Where an earlier install is there and
+# the artifact's SHA-256 and size were given, the candidates holding installs are judged
+# first, in the same order, and the install of the tag in each usable one is checked as
+# CHECK_SCRIPT does, a trusted one's unpacked tree then compared with its payload
+# (`verify`, run only then): `check.N=VERDICT|EXIT` ("-" unrun). At the first that
+# matches, the rest are reported `untested`: a reuse costs no round trip of its own.
 PROBE_SCRIPT = (
     _CHAIN
     + r"""
@@ -102,16 +131,22 @@ uid=$(id -u 2>/dev/null | clean)
 echo "uid=$uid"
 echo "user=$(id -un 2>/dev/null | clean)"
 command -v sha256sum >/dev/null 2>&1 && echo "sha256sum=yes" || echo "sha256sum=no"
+if [ "$(printf abc | head -c 2 2>/dev/null)" = ab ]; then echo "head_bytes=yes"
+else echo "head_bytes=no"; fi
 home=
 case $HOME in
   /*) case $HOME in *[!A-Za-z0-9/._-]*) ;; *) [ ${#HOME} -le 1024 ] && home=$HOME ;; esac ;;
 esac
 home=${home%/}
 echo "home=$home"
-tag=
+tag=; sha=; size=
 for pair in $make; do case $pair in "$arch="*) tag=${pair#*=} ;; esac; done
+case $tag in *:*:*) size=${tag##*:}; sha=${tag#*:}; sha=${sha%:*}; tag=${tag%%:*} ;; esac
 case $tag in *[!0-9a-f]*) tag= ;; esac
+case $sha in *[!0-9a-f]*) sha= ;; esac
+case $size in *[!0-9]*) size= ;; esac
 case $uid in ''|*[!0-9]*) tag= ;; esac
+known=$tag
 i=0; earlier=no
 for d in "$@" "$home"; do
   n=$i; i=$((i + 1))
@@ -142,7 +177,28 @@ judge() {
   fi
   rm -rf "$scratch"
 }
-made=
+made=; reused=
+if [ "$earlier" = yes ] && [ -n "$known" ] && [ -n "$sha" ] && [ -n "$size" ]; then
+  for pass in no yes; do
+    i=0
+    for d in "$@" "$home"; do
+      n=$i; i=$((i + 1))
+      eval "v=\$v_$n s=\$s_$n e=\$e_$n"
+      [ -z "$v" ] && [ "$s" = "$pass" ] && [ "$e" = yes ] && [ -z "$reused" ] || continue
+      judge "$d"
+      eval "v_$n=\$v"
+      [ "$v" = ok ] || continue
+      verdict=$(check_install "$d/sandbox-tools-$known" "$sha" "$size" "$uid")
+      tree=-
+      if [ "$verdict" = trusted ]; then
+        "$d/sandbox-tools-$known/sandbox-tools" verify >/dev/null 2>&1 </dev/null
+        tree=$?
+        [ "$tree" != 0 ] || reused=$d
+      fi
+      echo "check.$n=$verdict|$tree"
+    done
+  done
+fi
 for pass in no yes all; do
   [ -n "$tag" ] || [ "$pass" = all ] || continue
   i=0
@@ -150,7 +206,7 @@ for pass in no yes all; do
     n=$i; i=$((i + 1))
     eval "v=\$v_$n s=\$s_$n"
     [ -z "$v" ] || continue
-    if [ "$pass" = all ]; then [ -z "$made" ] || v=untested
+    if [ "$pass" = all ]; then [ -z "$made$reused" ] || v=untested
     elif [ "$s" != "$pass" ] || [ -n "$made" ]; then continue; fi
     [ -n "$v" ] || judge "$d"
     if [ "$v" = ok ] && [ -n "$tag" ] && [ -z "$made" ]; then
@@ -183,38 +239,7 @@ sha=$1; size=$2; uid=$3; shift 3
 i=0
 for p in "$@"; do
   n=$i; i=$((i + 1))
-  v=
-  exe=$p/sandbox-tools
-  if [ -L "$p" ] || [ ! -d "$p" ]; then v=absent
-  else
-    m=$(stat -c '%u %a' "$p" 2>/dev/null) || m=
-    case ${m#* } in *[2367]?|*[2367]) v=writable-by-others ;; esac
-    [ -n "$m" ] && [ "${m% *}" != "$uid" ] && v=foreign-owner
-    [ -z "$m" ] && v=unreadable
-    q=${p%/*}; [ -n "$q" ] || q=/
-    [ -z "$v" ] && c=$(chain_verdict "$q" "$uid") && [ "$c" != ok ] && v=$c
-    if [ -z "$v" ]; then
-      if [ -L "$exe" ] || [ ! -f "$exe" ]; then v=no-executable
-      else
-        e=$(stat -c '%u %a %s' "$exe" 2>/dev/null) || e=
-        eo=${e%% *}; rest=${e#* }; ea=${rest% *}; es=${rest#* }
-        if [ "$eo" != 0 ] && [ "$eo" != "$uid" ]; then v=foreign-executable
-        else
-          case $ea in *[2367]?|*[2367]) v=writable-executable ;; esac
-        fi
-        [ -z "$v" ] && [ "$es" != "$size" ] && v=wrong-size
-        if [ -z "$v" ]; then
-          if command -v sha256sum >/dev/null 2>&1; then
-            d=$(sha256sum < "$exe" | cut -c1-64)
-            if [ "$d" = "$sha" ]; then v=trusted; else v=wrong-digest; fi
-          else
-            v=unverified
-          fi
-        fi
-      fi
-    fi
-  fi
-  echo "check.$n=$v"
+  echo "check.$n=$(check_install "$p" "$sha" "$size" "$uid")"
 done
 """
 )
@@ -224,6 +249,8 @@ _DIGITS = re.compile(r"[0-9]{1,10}")
 _MODE = re.compile(r"[0-7]{3,4}")
 _HOME = re.compile(r"/[A-Za-z0-9/._-]{0,1023}")
 _TAG = re.compile(r"[0-9a-f]{1,64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_EXIT = re.compile(r"[0-9]{1,3}")
 
 
 class ProbeError(SandboxInjectionError):
@@ -297,6 +324,13 @@ class Recon:
     has_sha256sum: bool
     candidates: tuple[Candidate, ...]
     notes: tuple[str, ...] = field(default=())
+    # Whether `head -c N` takes exactly N bytes from stdin: the runtime's bytes can then
+    # travel on the first start's own stream instead of an upload of their own.
+    has_head_bytes: bool = False
+    # The probe's own checks of earlier installs (in usable bases), against the artifact
+    # of SHA-256 `earlier_sha256`: a reuse needs no round trip of its own.
+    earlier: tuple[EarlierInstall, ...] = ()
+    earlier_sha256: str = ""
     # The install directory the probe made (in the first of `install_bases()`, checked
     # to be the name the host asked for, the runtime's uid's and 0755), or "".
     made: str = ""
@@ -369,33 +403,59 @@ def _candidate(path: str, value: str) -> Candidate:
     return Candidate(path, status, int(owner) if owner else None, mode, existing == "yes")
 
 
-def probe_make_argument(tags: Mapping[str, str]) -> str:
-    """The probe's first argument: the install directory's tag per machine (`uname -m`)."""
+@dataclass(frozen=True)
+class Pin:
+    """The artifact the host has at hand for a machine: an earlier install of its tag is
+    checked against these by the probe itself."""
+
+    sha256: str
+    size: int
+
+
+def probe_make_argument(tags: Mapping[str, str], pins: Mapping[str, Pin] | None = None) -> str:
+    """The probe's first argument: the install directory's tag per machine (`uname -m`),
+    with the artifact's SHA-256 and size where `pins` has them."""
+    words = []
     for machine, tag in tags.items():
         if not (_WORD.fullmatch(machine) and _TAG.fullmatch(tag)):
             raise ValueError(f"not a machine and an install tag: {machine!r}, {tag!r}")
-    return " ".join(f"{machine}={tag}" for machine, tag in tags.items())
+        pin = (pins or {}).get(machine)
+        if pin is not None and not (_SHA256.fullmatch(pin.sha256) and pin.size > 0):
+            raise ValueError(f"not an artifact's SHA-256 and size: {pin!r}")
+        words.append(f"{machine}={tag}" + (f":{pin.sha256}:{pin.size}" if pin else ""))
+    return " ".join(words)
 
 
 def parse_probe(
-    output: bytes, dirs: tuple[str, ...] = CANDIDATE_DIRS, tags: Mapping[str, str] | None = None
+    output: bytes,
+    dirs: tuple[str, ...] = CANDIDATE_DIRS,
+    tags: Mapping[str, str] | None = None,
+    pins: Mapping[str, Pin] | None = None,
 ) -> Recon:
     """The probe's output as facts; anything but exactly its format raises ProbeError.
 
     `tags`: what the probe was asked to make (`probe_make_argument`); a directory it
-    reports is accepted only as exactly that, in the base the host itself would choose."""
-    scalars = {"os_id", "os_version", "arch", "libc", "uid", "user", "sha256sum", "home"}
+    reports is accepted only as exactly that, in the base the host itself would choose.
+    `pins`: what it was asked to check earlier installs against (`Recon.earlier`)."""
+    scalars = {
+        *("os_id", "os_version", "arch", "libc", "uid", "user", "home"),
+        *("sha256sum", "head_bytes"),
+    }
     slots = {f"cand.{index}" for index in range(len(dirs) + 1)}
-    facts = _facts(_lines(output, "probe"), scalars | slots | {"made"}, "probe")
+    checks = {f"check.{index}" for index in range(len(dirs) + 1)}
+    facts = _facts(_lines(output, "probe"), scalars | slots | checks | {"made"}, "probe")
     missing = sorted((scalars | slots) - facts.keys())
     made = facts.pop("made", None)
+    checked = {key: facts.pop(key) for key in checks & facts.keys()}
     if missing:
         raise ProbeError(f"the probe's output lacks {', '.join(missing)}")
     home = facts["home"]
     if home and not _HOME.fullmatch(home):
         raise ProbeError(f"the probe's 'home' is malformed: {home[:120]!r}")
-    if facts["libc"] not in ("glibc", "musl", "none") or facts["sha256sum"] not in ("yes", "no"):
-        raise ProbeError("the probe's 'libc' or 'sha256sum' is malformed")
+    if facts["libc"] not in ("glibc", "musl", "none") or not all(
+        facts[key] in ("yes", "no") for key in ("sha256sum", "head_bytes")
+    ):
+        raise ProbeError("the probe's 'libc', 'sha256sum' or 'head_bytes' is malformed")
     uid_text = _word(facts, "uid")
     uid = int(uid_text) if _DIGITS.fullmatch(uid_text) else None
     raw_arch = _word(facts, "arch")
@@ -421,10 +481,39 @@ def parse_probe(
         has_shell=True,
         has_sha256sum=facts["sha256sum"] == "yes",
         candidates=candidates,
+        has_head_bytes=facts["head_bytes"] == "yes",
     )
+    if checked:
+        recon = _with_earlier(recon, paths, checked, (pins or {}).get(raw_arch))
     if made is None:
         return recon
     return replace(recon, made=_made_directory(recon, made, (tags or {}).get(raw_arch)))
+
+
+def _with_earlier(
+    recon: Recon, paths: tuple[str, ...], checked: dict[str, str], pin: Pin | None
+) -> Recon:
+    """The probe's checks of earlier installs: only where it was given a pin, each of a
+    usable candidate with installs, a known verdict, and the tree's exit code only
+    where the verdict let `verify` run."""
+    if pin is None or recon.uid is None:
+        raise ProbeError("the probe checked earlier installs it was given nothing to check by")
+    usable = {c.path for c in recon.install_bases() if c.has_installs}
+    earlier = []
+    for key, value in sorted(checked.items()):
+        path = paths[int(key.removeprefix("check."))]
+        verdict_text, sep, tree = value.partition("|")
+        try:
+            verdict = InstallVerdict(verdict_text)
+        except ValueError:
+            raise ProbeError(f"unknown install verdict for {path}: {value[:40]!r}") from None
+        ran = verdict is InstallVerdict.TRUSTED
+        if path not in usable or not sep or (tree == "-") == ran:
+            raise ProbeError(f"a malformed check of an earlier install in {path}: {value[:60]!r}")
+        if ran and not _EXIT.fullmatch(tree):
+            raise ProbeError(f"a malformed check of an earlier install in {path}: {value[:60]!r}")
+        earlier.append(EarlierInstall(path, verdict, int(tree) if ran else None))
+    return replace(recon, earlier=tuple(earlier), earlier_sha256=pin.sha256)
 
 
 def _made_directory(recon: Recon, value: str, tag: str | None) -> str:
@@ -443,6 +532,16 @@ def _made_directory(recon: Recon, value: str, tag: str | None) -> str:
             f"the directory the probe made is not the runtime's uid's 0755: {rest[:40]!r}"
         )
     return path
+
+
+@dataclass(frozen=True)
+class EarlierInstall:
+    """An earlier install the probe checked: its base (`sandbox-tools-TAG` in it), the
+    verdict, and where that was "trusted", the exit code of its `verify`."""
+
+    base: str
+    verdict: InstallVerdict
+    tree_exit: int | None
 
 
 class InstallVerdict(str, Enum):
