@@ -16,6 +16,7 @@ import signal
 import stat
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from sandbox_tools.protocol import (
@@ -79,7 +80,7 @@ class RuntimeServer:
         self._stop = asyncio.Event()
         self._lock_fd: int | None = None
         self.controllers: Controllers | None = None
-        self.methods: dict[str, Method] = {}
+        self.methods: Mapping[str, Method] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._socket_inode: int | None = None
         self._home: tuple[int, int] | None = None  # the directory's (device, inode)
@@ -160,8 +161,12 @@ class RuntimeServer:
         self.controllers = Controllers(
             self.limits, lost_jobs_note=note, state_directory=self.paths.directory
         )
-        self.methods = all_methods(self.paths.directory, self._stop.set, self.controllers)
-        self.methods[RESPONSE_CHUNK_METHOD] = self.held.continuation
+        self.methods = all_methods(
+            self.paths.directory,
+            self._stop.set,
+            self.controllers,
+            {RESPONSE_CHUNK_METHOD: self.held.continuation},
+        )
         servers = [await self._listen()]
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -236,7 +241,7 @@ class RuntimeServer:
     async def _collect_garbage(self) -> None:
         while True:
             await asyncio.sleep(GC_INTERVAL_S)
-            if self.controllers is not None:
+            if self.controllers is not None and self.controllers.loaded("exec_remote"):
                 await self.controllers.exec_remote.collect_garbage()
 
     async def _handle_connection(

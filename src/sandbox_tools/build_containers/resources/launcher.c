@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -226,13 +227,25 @@ static void read_trailer(int fd, struct trailer *t) {
         die("%s is truncated or corrupted (payload size mismatch)", self_path);
 }
 
+#define HUGE_PAGE (2UL << 20)
+
+/* The archive, decompressed into memory of its own (release it with release_archive).
+ * The payload is mapped rather than read, and the archive's memory asks for huge pages:
+ * on a small VM, faulting in 4 KiB pages one by one for the payload's copy and the
+ * archive was a large part of the first start's unpack. */
 static unsigned char *decompress_archive(int fd, const struct trailer *t) {
-    unsigned char *payload = malloc(t->payload_size);
-    unsigned char *archive = malloc(t->archive_size ? t->archive_size : 1);
-    if (!payload || !archive) die("out of memory unpacking %s", self_path);
-    if (lseek(fd, (off_t)t->payload_offset, SEEK_SET) < 0 ||
-        read_full(fd, payload, t->payload_size) != 0)
-        die("cannot read the payload of %s: %s", self_path, strerror(errno));
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t skip = (size_t)t->payload_offset % page;
+    size_t mapped_len = skip + t->payload_size;
+    unsigned char *mapped = mmap(NULL, mapped_len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd,
+                                 (off_t)(t->payload_offset - skip));
+    if (mapped == MAP_FAILED) die("cannot map the payload of %s: %s", self_path, strerror(errno));
+    const unsigned char *payload = mapped + skip;
+    size_t cap = ((size_t)t->archive_size + HUGE_PAGE) & ~(HUGE_PAGE - 1);
+    unsigned char *archive =
+        mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (archive == MAP_FAILED) die("out of memory unpacking %s", self_path);
+    madvise(archive, cap, MADV_HUGEPAGE); /* a hint: without it, ordinary pages */
     size_t in = 0, out = 0;
     while (in < t->payload_size) {
         if (t->payload_size - in < 8) die("corrupted payload block header");
@@ -244,10 +257,14 @@ static unsigned char *decompress_archive(int fd, const struct trailer *t) {
         in += comp_len;
         out += raw_len;
     }
-    free(payload);
+    munmap(mapped, mapped_len);
     if (out != t->archive_size || crc32_update(0, archive, out) != t->archive_crc)
         die("corrupted payload in %s (archive checksum mismatch)", self_path);
     return archive;
+}
+
+static void release_archive(unsigned char *archive, const struct trailer *t) {
+    munmap(archive, ((size_t)t->archive_size + HUGE_PAGE) & ~(HUGE_PAGE - 1));
 }
 
 /* Re-read what was just written through the same descriptor and check it. */
@@ -499,7 +516,7 @@ static void ensure_tree(char *tree, size_t n) {
     unsigned char *archive = decompress_archive(fd, &t);
     close(fd);
     extract(archive, t.archive_size, root_fd, staging);
-    free(archive);
+    release_archive(archive, &t);
     int mfd = openat(root_fd, ".complete", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                      0644);
     if (mfd < 0 || write_full(mfd, t.tree_id, 32) != 0 || close(mfd) != 0)
@@ -691,7 +708,7 @@ static void verify_tree(void) {
     qsort(index, count, sizeof *index, by_name);
     no_extra_entries(tree, root_fd, name, 0, index, count);
     free(index);
-    free(archive);
+    release_archive(archive, &t);
     exit(0);
 }
 

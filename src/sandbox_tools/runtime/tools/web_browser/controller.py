@@ -34,6 +34,7 @@ from sandbox_tools.protocol import ErrorReason
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
+from sandbox_tools.runtime.paths import BROWSER_PROFILES_FILE
 from sandbox_tools.runtime.tools.web_browser import browser as chromium
 from sandbox_tools.runtime.tools.web_browser.cdp import (
     BrowserFailed,
@@ -91,9 +92,6 @@ HEALTH_CHECK_S = 10.0
 SHUTDOWN_REMOVAL_S = 10.0
 # Commands that start a navigation: one the page does not answer is stopped, not reset.
 _NAVIGATIONS = ("Page.navigate", "Page.reload", "Page.navigateToHistoryEntry")
-# In the server's directory: the profiles not yet removed, so a server killed before it
-# removed them has the next server remove them.
-PROFILES_FILE = "browser-profiles.json"
 _PROFILE_PREFIX = "sandbox-tools-browser-"
 
 
@@ -151,7 +149,7 @@ class WebBrowserController:
     def __init__(self, limits: Limits = DEFAULT_LIMITS, state_directory: str | None = None) -> None:
         self.limits = limits  # read once by the server (Limits.from_environ)
         self._profiles_file = (
-            os.path.join(state_directory, PROFILES_FILE) if state_directory else None
+            os.path.join(state_directory, BROWSER_PROFILES_FILE) if state_directory else None
         )
         self._profiles: dict[str, Identity] = {}  # not yet removed
         self._browser: chromium.BrowserProcess | None = None
