@@ -7,6 +7,7 @@ present (tests/integration/test_provider_conformance.py), and are skipped otherw
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -155,3 +156,39 @@ def test_compose_without_an_image_or_with_a_bind_mount_is_refused() -> None:
         config_from_compose({"services": {"default": {"build": "."}}})
     with pytest.raises(ConfigurationError, match="named volumes only"):
         config_from_compose({"services": {"s": {"image": "x", "volumes": ["./src:/src"]}}})
+
+
+class _BoundedStdin:
+    """A stdin that, like Modal's, refuses more than 2 MiB buffered between drains."""
+
+    def __init__(self) -> None:
+        self.buffered = 0
+        self.sent = bytearray()
+        self.drain = self
+
+    def write(self, data: bytes) -> None:
+        if self.buffered + len(data) > 2 << 20:
+            raise BufferError("Buffer size exceed limit. Call drain to flush the buffer.")
+        self.buffered += len(data)
+        self.sent += data
+
+    async def aio(self) -> None:
+        self.buffered = 0
+
+
+async def test_a_large_write_reaches_modals_stdin_in_pieces_it_accepts() -> None:
+    """The first start's input (the runtime's 9 MB) goes to a stream's stdin in one call:
+    Modal's writer refuses that much between drains, so it goes in pieces."""
+    from types import SimpleNamespace
+
+    from sandbox_tools.sandboxes.modal import _ModalStream
+
+    async def nothing() -> Any:
+        return
+        yield
+
+    stdin = _BoundedStdin()
+    stream = _ModalStream(SimpleNamespace(stdin=stdin, stdout=nothing()))
+    data = bytes(range(256)) * (9 << 12)  # 9 MiB
+    await stream.write(data)
+    assert bytes(stdin.sent) == data

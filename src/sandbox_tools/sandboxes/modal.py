@@ -310,6 +310,9 @@ class ModalSandbox(Sandbox):
             pass
 
 
+_STDIN_PIECE = 1 << 20
+
+
 class _ModalStream(ChunkedLineStream):
     def __init__(self, process: Any) -> None:
         super().__init__()
@@ -317,8 +320,12 @@ class _ModalStream(ChunkedLineStream):
         self._chunks = process.stdout.__aiter__()
 
     async def write(self, data: bytes) -> None:
-        self._process.stdin.write(data)
-        await self._process.stdin.drain.aio()
+        # Modal's stdin buffer refuses more than a few MiB between drains: the runtime's
+        # bytes (the first start's input) go in pieces.
+        view = memoryview(data)
+        for start in range(0, max(len(view), 1), _STDIN_PIECE):
+            self._process.stdin.write(bytes(view[start : start + _STDIN_PIECE]))
+            await self._process.stdin.drain.aio()
 
     async def _next_chunk(self) -> bytes | None:
         try:
