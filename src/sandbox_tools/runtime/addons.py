@@ -19,14 +19,14 @@ what `lstat` says of every entry: path, kind, mode, owner, size, inode, device, 
 and ctime. The host keeps it in its own memory (never in the sandbox) and passes it to
 the next `addon-check` of that sandbox and directory, which then only stats the entries
 (the same owner and mode rules) and answers "ok" when the signature is the same, else
-hashes the tree as before. Content cannot change without moving ctime, and ctime is the
-kernel's clock at the change: no call sets it, and only CAP_SYS_TIME (which containers
-lack) sets the clock. So a tree whose signature is the one taken when its content was
-checked has not changed since, provided no change could share a clock tick with the
-recorded ctimes: a signature is given only for a tree whose every ctime is older than
-the moment its first stat walk began by more than the file system's timestamp
-granularity can hide (`_settled_at`). THREAT_MODEL.md, "Delivering the add-on", says
-what this does not see.
+hashes the tree as before. A write, chmod, chown, rename or utimensat moves ctime to
+the kernel's clock at that moment: no call sets ctime, and only CAP_SYS_TIME (which
+engines do not give a container) sets the clock. So a tree whose signature is the one
+taken when its content was checked has not been changed that way since, provided no
+change could share a clock tick with the recorded ctimes: a signature is given only for
+a tree whose every ctime is older than the moment its first stat walk began by more
+than the file system's timestamp granularity can hide (`_settled_at`). THREAT_MODEL.md,
+"Delivering the add-on", says what this does not see (a shared writable mapping).
 
 The tree digest is one definition for both sides: the host computes it from the archive
 it pins (`digest_of_archive`), the sandbox from the directory (`digest_of_tree`). Each
