@@ -166,7 +166,8 @@ async def test_first_use_installs_the_add_on_and_later_handles_reuse_it(
     debian: RunningContainer,
 ) -> None:
     """Debian as root, no network: the add-on arrives with the first browser, a second
-    handle (a later sample) finds it after the in-place check and sends nothing."""
+    handle (a later sample) finds it after the in-place check (by the tree's stat
+    signature, without hashing it) and sends nothing."""
     sandbox = debian.sandbox
     support = await tool_support_sandbox(sandbox)
     base = await _serve_with_python(support)
@@ -197,6 +198,8 @@ async def test_first_use_installs_the_add_on_and_later_handles_reuse_it(
     async with await open_browser(again) as browser:
         assert browser.install is not None and browser.install.reused
         assert browser.install.sent_bytes == 0
+        # Checked by the stat signature this process recorded: nothing hashed.
+        assert browser.install.check == "signature"
         page = await browser.go(f"{base}/about.html")
         assert 'heading "About the shop"' in page.tree
     await forget_sandbox(sandbox)
@@ -299,7 +302,7 @@ async def test_a_container_made_with_the_tree_mounted_sends_nothing(
         base = await _serve_with_python(support)
         async with await open_browser(support) as browser:
             assert browser.install is not None and browser.install.transfer == "mount"
-            assert browser.install.sent_bytes == 0
+            assert browser.install.sent_bytes == 0 and browser.install.check == ""
             target = mounts[0]["Target"]
             assert browser.install.executable == f"{target}/chrome"
             info = await support.client.call("browser_info")

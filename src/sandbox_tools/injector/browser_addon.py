@@ -10,6 +10,12 @@ owned by root or the installer, writable by nobody else. Free space is checked b
 byte is sent. Every step is a fixed command with a deadline; failures are
 SandboxInjectionError with the reason and the remedy.
 
+A later handle in the same sandbox does not hash the tree again: the check or install
+that last accepted it answered the tree's stat signature (runtime/addons.py), which this
+process keeps on the sandbox object (`CheckedTrees`) and hands to the next
+`addon-check`; the runtime stats the entries and answers "ok" only when nothing moved
+since, else hashes the tree as before. The record is host memory, never the sandbox's.
+
 The runtime finds the add-on by itself (`<install dir>/browser/chrome`), also when its
 server started before the add-on arrived, so inspect's own host code and our MCP mode
 use it without being told.
@@ -35,8 +41,9 @@ from sandbox_tools.injector.addon_copy import (
 )
 from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
 from sandbox_tools.injector.log_bounds import said
-from sandbox_tools.runtime.addons import PLAIN, XZ, TreeDigest, needed_bytes
+from sandbox_tools.runtime.addons import PLAIN, SIGNATURE, XZ, TreeDigest, needed_bytes
 from sandbox_tools.runtime.paths import BROWSER_DIR, BROWSER_ENTRY
+from sandbox_tools.sandboxes.base import Sandbox
 
 __all__ = ["BrowserInstall", "ensure_browser", "install_browser"]
 
@@ -44,6 +51,50 @@ CHECK_TIMEOUT = 120.0  # walking and hashing ~300 MiB; QEMU included
 INSTALL_TIMEOUT = 900.0  # 100 MB streamed in, unpacked and hashed: ~6 s native, minutes under QEMU
 
 log = logging.getLogger(__name__)
+
+
+class CheckedTrees:
+    """The stat signatures of the add-on trees this process saw checked in one sandbox,
+    by (directory, tree digest): what lets a later handle skip the hash.
+
+    It lives on the sandbox object (`of`), as `tool_support_sandbox` keeps its Injector
+    there, and not on a handle or an Injector: a later sample's handle is a new
+    ToolSupport, often from a new Injector (`forget_sandbox` drops the old one, and the
+    MCP gateway keys handles by user too), but the same sandbox object. A sandbox
+    object is one sandbox for its life (a container made again under the same name is
+    another object), so a record never reaches another sandbox; a process-wide table
+    keyed by `id(sandbox)` would outlive the object, and another sandbox could get its
+    id. A new host process, or a new sandbox object, starts with none: its first check
+    hashes the tree. The record is only ever handed back to the runtime, which
+    compares it with what it stats; on its own it makes nothing "ok"."""
+
+    _ATTRIBUTE = "_sandbox_tools_checked_trees"
+
+    def __init__(self) -> None:
+        self._signatures: dict[tuple[str, str], str] = {}
+
+    @classmethod
+    def of(cls, sandbox: Sandbox) -> CheckedTrees:
+        trees = vars(sandbox).get(cls._ATTRIBUTE)
+        if not isinstance(trees, CheckedTrees):
+            trees = cls()
+            setattr(sandbox, cls._ATTRIBUTE, trees)
+        return trees
+
+    def signature(self, directory: str, digest: str) -> str | None:
+        return self._signatures.get((directory, digest))
+
+    def record(self, directory: str, digest: str, answer: dict[str, Any]) -> None:
+        """Keep the signature of `answer` (an addon-check or addon-install that accepted
+        the tree); drop the record when it has none, or none of the right form."""
+        signature = answer.get("signature")
+        if isinstance(signature, str) and SIGNATURE.fullmatch(signature):
+            self._signatures[directory, digest] = signature
+        else:
+            self.forget(directory, digest)
+
+    def forget(self, directory: str, digest: str) -> None:
+        self._signatures.pop((directory, digest), None)
 
 
 def _tree_of(artifact: Artifact) -> TreeDigest:
@@ -117,10 +168,12 @@ async def _runtime_uses(support: ToolSupport, mounted: str) -> bool:
     return uses
 
 
-async def _send(support: ToolSupport, artifact: Artifact, directory: str) -> tuple[int, str]:
+async def _send(
+    support: ToolSupport, artifact: Artifact, directory: str
+) -> tuple[int, str, dict[str, Any]]:
     """Stream the add-on into the runtime's `addon-install`: its plain tar where bytes
     into the sandbox are cheap (an engine on this host), else the pinned archive.
-    (bytes sent, the format sent as)."""
+    (bytes sent, the format sent as, addon-install's answer)."""
     tree = _tree_of(artifact)
     located = artifact.located
     copy: PlainCopy | None = None
@@ -133,7 +186,7 @@ async def _send(support: ToolSupport, artifact: Artifact, directory: str) -> tup
     # One copy of the bytes for every install at once (as for the runtime's).
     data = await asyncio.to_thread(artifact_bytes, path, sha256, size, path.stat().st_mtime_ns)
     try:
-        await _runtime_command(
+        answer = await _runtime_command(
             support,
             ["addon-install", directory, tree.digest, str(tree.size), fmt],
             "installing the browser add-on",
@@ -146,7 +199,7 @@ async def _send(support: ToolSupport, artifact: Artifact, directory: str) -> tup
             # drop it, so that the next call makes it again from the pinned archive.
             await asyncio.to_thread(forget_if_changed, copy)
         raise
-    return len(data), fmt
+    return len(data), fmt, answer
 
 
 async def ensure_browser(support: ToolSupport) -> BrowserInstall:
@@ -184,14 +237,20 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
         # We made the container with the checked tree mounted there: nothing to send or
         # hash, and the runtime finds it by itself (paths.mounted_browser).
         return _installed(support, artifact, mounted, started, reused=False)
+    checked = CheckedTrees.of(support.sandbox)
+    recorded = checked.signature(directory, tree.digest)
     found = await _runtime_command(
         support,
-        ["addon-check", directory, tree.digest],
+        ["addon-check", directory, tree.digest, *([recorded] if recorded else [])],
         "checking the browser add-on",
         CHECK_TIMEOUT,
     )
-    sent, transfer = 0, ""
-    if found.get("state") != "ok":
+    sent, transfer, method = 0, "", ""
+    if found.get("state") == "ok":
+        checked.record(directory, tree.digest, found)
+        method = "signature" if found.get("method") == "signature" else "hash"
+    else:
+        checked.forget(directory, tree.digest)
         if found.get("state") == "different":
             log.warning(
                 "%s: %s is not the pinned add-on (%s); installing it again",
@@ -207,7 +266,8 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
                 remedy="Give the sandbox more disk (or a larger tmpfs where the runtime is "
                 "installed), or do without the browser there.",
             )
-        sent, transfer = await _send(support, artifact, directory)
+        sent, transfer, installed = await _send(support, artifact, directory)
+        checked.record(directory, tree.digest, installed)
     # The runtime must start what was checked: never a browser it takes for a mount of
     # ours, or the image's, in its place.
     starts = await _would_start(support)
@@ -218,7 +278,7 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
             remedy="Something in the image takes the add-on's place (a volume or a tree "
             "under /.sandbox-tools-addons); use another image.",
         )
-    return _installed(support, artifact, directory, started, sent == 0, sent, transfer)
+    return _installed(support, artifact, directory, started, sent == 0, sent, transfer, method)
 
 
 def _installed(
@@ -229,6 +289,7 @@ def _installed(
     reused: bool,
     sent: int = 0,
     transfer: str = "mount",
+    check: str = "",
 ) -> BrowserInstall:
     install = BrowserInstall(
         directory=directory,
@@ -237,11 +298,12 @@ def _installed(
         seconds=time.monotonic() - started,
         sent_bytes=sent,
         transfer=transfer,
+        check=check,
     )
     log.info(
         "browser add-on in %s: %s %s (%s) at %s in %.1f s",
         support.sandbox.name,
-        "reused" if reused else f"installed ({transfer}):",
+        f"reused (checked by {check}):" if reused else f"installed ({transfer}):",
         artifact.name,
         artifact.provenance,
         directory,

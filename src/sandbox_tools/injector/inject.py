@@ -109,6 +109,10 @@ class BrowserInstall:
     # copy, to an engine on this host), "mount" (mounted when we made the container), or
     # "" (a checked copy was there already).
     transfer: str = ""
+    # How a copy found in place was checked: "signature" (its stat signature was the one
+    # this process recorded when it last saw the tree checked: nothing read), "hash"
+    # (hashed in full), or "" (none was found in place: sent now, or mounted).
+    check: str = ""
 
     @property
     def executable(self) -> str:

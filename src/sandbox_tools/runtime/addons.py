@@ -13,6 +13,21 @@ and checks that every entry belongs to root or the installer and that nobody els
 write to it. A tree that an image planted beside a genuine runtime therefore fails it,
 exactly as a planted runtime fails the runtime's own check (THREAT_MODEL.md, rule 2).
 
+A later check of a tree the host saw checked need not hash it again: a full check (and
+`addon-install`) also answers the tree's *stat signature* (`signature_of`), a digest of
+what `lstat` says of every entry: path, kind, mode, owner, size, inode, device, mtime
+and ctime. The host keeps it in its own memory (never in the sandbox) and passes it to
+the next `addon-check` of that sandbox and directory, which then only stats the entries
+(the same owner and mode rules) and answers "ok" when the signature is the same, else
+hashes the tree as before. A write, chmod, chown, rename or utimensat moves ctime to
+the kernel's clock at that moment: no call sets ctime, and only CAP_SYS_TIME (which
+engines do not give a container) sets the clock. So a tree whose signature is the one
+taken when its content was checked has not been changed that way since, provided no
+change could share a clock tick with the recorded ctimes: a signature is given only for
+a tree whose every ctime is older than the moment its first stat walk began by more
+than the file system's timestamp granularity can hide (`_settled_at`). THREAT_MODEL.md,
+"Delivering the add-on", says what this does not see (a shared writable mapping).
+
 The tree digest is one definition for both sides: the host computes it from the archive
 it pins (`digest_of_archive`), the sandbox from the directory (`digest_of_tree`). Each
 entry contributes its path, kind, permission bits and content (or link target), sorted
@@ -63,6 +78,20 @@ ALGORITHMS: dict[str, Callable[[], Hasher]] = {
 }
 TREE_ALGORITHM = "blake2b"  # what new records are made with
 TREE_DIGEST = re.compile(rf"(?:{'|'.join(ALGORITHMS)}):[0-9a-f]{{64}}")
+# A tree's stat signature (`signature_of`): BLAKE2b-256 over every entry's lstat.
+SIGNATURE = re.compile(r"stat:[0-9a-f]{64}")
+SIGNATURE_HEADER = "sandbox-tools stat signature 1"  # changes with the line's format
+# How much older than a stat walk every ctime must be for the walk to give a signature.
+# A change's ctime is the kernel's coarse clock, at most a tick (10 ms at the lowest HZ,
+# 100) behind the real time, so a change after the walk began cannot share a recorded
+# ctime older than that. A ctime in whole milliseconds is taken for a file system that
+# keeps no finer time (whole seconds; FAT's two): it must be older by more than that.
+FINE_AGE_NS = 50_000_000
+COARSE_AGE_NS = 3_000_000_000
+# How long a check or an install waits for a tree changed just now (its own unpacking)
+# to become old enough for a signature; longer, and it gives none (the next check
+# hashes the tree and gives one then).
+SIGNATURE_PATIENCE_NS = 250_000_000
 
 
 class AddonError(Exception):
@@ -191,18 +220,16 @@ def digest_of_archive(
     return _combine(lines, size, algorithm)
 
 
-def digest_of_tree(
-    root: str, owners: frozenset[int], algorithm: str = TREE_ALGORITHM
-) -> TreeDigest:
-    """The digest of the tree at `root` (the sandbox's side), walked without following
-    links. Raises AddonError if an entry belongs to anyone but `owners` or has bits
-    beyond ALLOWED_BITS (then someone else could change it, or it could gain rights)."""
-    lines: list[tuple[str, bytes]] = []
-    size = 0
+def _walk(root: str, owners: frozenset[int]) -> Iterator[tuple[str, str, os.stat_result]]:
+    """Every entry of the tree at `root` as (path relative to it, full path, lstat),
+    the top directory first as "", without following links. Raises AddonError if an
+    entry belongs to anyone but `owners`, has bits beyond ALLOWED_BITS (then someone
+    else could change it, or it could gain rights) or is no file, directory or link."""
     top = os.lstat(root)
     _check_entry(root, top, owners)
     if not stat.S_ISDIR(top.st_mode):
         raise AddonError(f"{root} is not a directory")
+    yield "", root, top
     pending = [""]
     while pending:
         relative = pending.pop()
@@ -212,20 +239,128 @@ def digest_of_tree(
                 path = f"{relative}/{entry.name}" if relative else entry.name
                 info = entry.stat(follow_symlinks=False)
                 _check_entry(entry.path, info, owners)
-                mode = stat.S_IMODE(info.st_mode)
                 if stat.S_ISDIR(info.st_mode):
-                    lines.append((path, _entry(path, "d", mode, "")))
                     pending.append(path)
-                elif stat.S_ISREG(info.st_mode):
-                    with open(entry.path, "rb", opener=_no_follow) as handle:
-                        content, length = _hash_stream(handle, algorithm)
-                    size += length
-                    lines.append((path, _entry(path, "f", mode, content)))
-                elif stat.S_ISLNK(info.st_mode):
-                    lines.append((path, _entry(path, "l", 0, os.readlink(entry.path))))
-                else:
+                elif not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
                     raise AddonError(f"{entry.path} is not a file, directory or link")
+                yield path, entry.path, info
+
+
+def digest_of_tree(
+    root: str, owners: frozenset[int], algorithm: str = TREE_ALGORITHM
+) -> TreeDigest:
+    """The digest of the tree at `root` (the sandbox's side), walked without following
+    links. Raises AddonError if an entry belongs to anyone but `owners` or has bits
+    beyond ALLOWED_BITS (then someone else could change it, or it could gain rights)."""
+    lines: list[tuple[str, bytes]] = []
+    size = 0
+    for path, full, info in _walk(root, owners):
+        if not path:
+            continue  # the top directory: its place, not part of the add-on
+        mode = stat.S_IMODE(info.st_mode)
+        if stat.S_ISDIR(info.st_mode):
+            lines.append((path, _entry(path, "d", mode, "")))
+        elif stat.S_ISREG(info.st_mode):
+            with open(full, "rb", opener=_no_follow) as handle:
+                content, length = _hash_stream(handle, algorithm)
+            size += length
+            lines.append((path, _entry(path, "f", mode, content)))
+        else:
+            lines.append((path, _entry(path, "l", 0, os.readlink(full))))
     return _combine(lines, size, algorithm)
+
+
+@dataclass(frozen=True)
+class EntryStat:
+    """What `lstat` says of one entry of a tree, as far as a stat signature covers it."""
+
+    path: str  # relative to the tree's top; "" for the top itself
+    kind: str  # "d", "f" or "l"
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    inode: int
+    device: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, path: str, info: os.stat_result) -> EntryStat:
+        kind = "d" if stat.S_ISDIR(info.st_mode) else "l" if stat.S_ISLNK(info.st_mode) else "f"
+        return cls(
+            path,
+            kind,
+            stat.S_IMODE(info.st_mode),
+            info.st_uid,
+            info.st_gid,
+            info.st_size,
+            info.st_ino,
+            info.st_dev,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+        )
+
+    def line(self) -> bytes:
+        fields = (self.mode, self.uid, self.gid, self.size, self.inode, self.device)
+        numbers = " ".join(str(n) for n in (*fields, self.mtime_ns, self.ctime_ns))
+        return f"{self.kind} {numbers} {self.path}\0".encode("utf-8", "surrogateescape")
+
+
+def stat_entries(root: str, owners: frozenset[int]) -> list[EntryStat]:
+    """Every entry of the tree at `root`, stat'ed and not read: the owner and mode rules
+    of `digest_of_tree` (AddonError), no link followed, no file opened."""
+    return [EntryStat.of(path, info) for path, _, info in _walk(root, owners)]
+
+
+def signature_of(root: str, entries: Iterable[EntryStat]) -> str:
+    """The stat signature of the tree at `root` (an absolute path) made of `entries`:
+    BLAKE2b-256 over the format's name, `root`, and one line per entry sorted by path.
+
+    Every field a change moves is in it: a file written in place moves its ctime (and
+    mtime, and maybe size), one replaced has another inode and ctime, an entry added or
+    removed adds or removes a line and moves its directory's mtime and ctime, a chmod or
+    chown moves the mode or owner and the ctime. The path of the tree and its top
+    directory's inode and device are in it too, so the signature of one directory (or
+    of a copy of it, in another sandbox) never matches another."""
+    digest = hashlib.blake2b(digest_size=32)
+    digest.update(f"{SIGNATURE_HEADER}\n{root}\0".encode("utf-8", "surrogateescape"))
+    for entry in sorted(entries, key=lambda e: e.path):
+        digest.update(entry.line())
+    return f"stat:{digest.hexdigest()}"
+
+
+def signature_from(text: str) -> str:
+    """A stat signature given on the command line, or AddonError naming its form."""
+    if SIGNATURE.fullmatch(text) is None:
+        raise AddonError(f"{text[:80]!r} is not a stat signature (stat:<64 hex>)")
+    return text
+
+
+def _settled_at(entries: Iterable[EntryStat]) -> int:
+    """The time (ns since the epoch) after which a stat walk that begins then can be
+    sure that any later change to these entries moves a ctime it recorded: every ctime
+    plus the age its file system's granularity asks for (FINE_AGE_NS, COARSE_AGE_NS)."""
+    return max(
+        (e.ctime_ns + (COARSE_AGE_NS if e.ctime_ns % 1_000_000 == 0 else FINE_AGE_NS))
+        for e in entries
+    )
+
+
+def settled_signature(root: str, owners: frozenset[int]) -> tuple[list[EntryStat], str | None]:
+    """The entries of the tree at `root` and its stat signature, or None for the
+    signature when a ctime is too recent for one (`_settled_at`): then this waits, at
+    most SIGNATURE_PATIENCE_NS in all, and walks again."""
+    give_up = time.time_ns() + SIGNATURE_PATIENCE_NS
+    while True:
+        began = time.time_ns()
+        entries = stat_entries(root, owners)
+        ready = _settled_at(entries)
+        if ready < began:
+            return entries, signature_of(root, entries)
+        if ready > give_up:
+            return entries, None
+        time.sleep((ready - began) / 1e9)
 
 
 def _not_plain(path: str) -> AddonError:
@@ -259,26 +394,44 @@ def needed_bytes(tree_size: int) -> int:
     return int(tree_size * (1 + SPACE_MARGIN)) + (8 << 20)
 
 
-def check(dest: str, digest: str) -> dict[str, object]:
+def check(dest: str, digest: str, signature: str | None = None) -> dict[str, object]:
     """Whether the add-on at `dest` is the pinned one: "ok", "missing" or "different"
-    (with why), and the free space beside it, so that the host can refuse early."""
+    (with why), and the free space beside it, so that the host can refuse early.
+
+    With `signature` (the stat signature an earlier check or install of this tree gave
+    the host), the entries are only stat'ed: the same signature is "ok" without a byte
+    read (`method` "signature"); another one, and the tree is hashed as without it
+    (`method` "hash"). A hashed tree that matches answers its `signature` (None when its
+    ctimes are too recent for one, `settled_signature`): the stat walks before and after
+    the hash must agree, so the content hashed is the content the signature describes."""
     started = time.monotonic()
-    parent = os.path.dirname(dest.rstrip("/")) or "/"
-    answer: dict[str, object] = {"free_bytes": free_bytes(parent)}
+    dest = os.path.abspath(dest)
+    parent = os.path.dirname(dest)
+    answer: dict[str, object] = {"free_bytes": free_bytes(parent), "method": "hash"}
     algorithm = algorithm_of(digest)
+    owners = _owners()
     try:
-        found = digest_of_tree(dest, _owners(), algorithm)
+        if signature is not None and signature_of(dest, stat_entries(dest, owners)) == signature:
+            answer.update(state="ok", method="signature", signature=signature)
+        else:
+            answer.update(_hashed(dest, digest, algorithm, owners))
     except FileNotFoundError:
         answer.update(state="missing")
     except (AddonError, OSError) as exc:
         answer.update(state="different", why=str(exc))
-    else:
-        if found.digest == digest:
-            answer.update(state="ok")
-        else:
-            answer.update(state="different", why=f"its tree digest is {found.digest}")
     answer["seconds"] = round(time.monotonic() - started, 3)
     return answer
+
+
+def _hashed(dest: str, digest: str, algorithm: str, owners: frozenset[int]) -> dict[str, object]:
+    """The full check of `check`: the tree hashed between two stat walks."""
+    before, signature = settled_signature(dest, owners)
+    found = digest_of_tree(dest, owners, algorithm)
+    if found.digest != digest:
+        return {"state": "different", "why": f"its tree digest is {found.digest}"}
+    if signature_of(dest, stat_entries(dest, owners)) != signature_of(dest, before):
+        return {"state": "different", "why": "it changed while it was checked"}
+    return {"state": "ok", "signature": signature}
 
 
 class _ReadAhead:
@@ -399,13 +552,14 @@ def install(
                 f"the unpacked tree's digest is {found.digest}, not the pinned {digest}"
             )
         os.chmod(staging, 0o755)
-        state = _place(staging, dest, digest)
+        state, signature = _place(staging, dest, digest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return {
         "state": state,
         "tree_bytes": found.size,
+        "signature": signature,
         "seconds": round(time.monotonic() - started, 3),
     }
 
@@ -435,27 +589,39 @@ def _replace(new: str, dest: str) -> None:
     os.rename(new, dest)
 
 
-def _place(staging: str, dest: str, digest: str) -> str:
-    if check(dest, digest)["state"] == "ok":  # a racing installer finished first
+def _place(staging: str, dest: str, digest: str) -> tuple[str, str | None]:
+    """Put the checked tree in `staging` at `dest`: the state and the tree's stat
+    signature. The tree in place is the one this install digested as it wrote it (the
+    staging directory was the installer's alone, as `dest`'s directory is: root and the
+    installer can change either), so its signature is taken without reading it again;
+    this waits up to SIGNATURE_PATIENCE_NS for its ctimes to settle (`settled_signature`),
+    and gives none when they do not or the walk fails."""
+    present = check(dest, digest)
+    if present["state"] == "ok":  # a racing installer finished first
         shutil.rmtree(staging)
-        return "present"
+        signature = present.get("signature")
+        return "present", signature if isinstance(signature, str) else None
     _replace(staging, dest)
-    return "installed"
+    try:
+        return "installed", settled_signature(os.path.abspath(dest), _owners())[1]
+    except (AddonError, OSError):  # changed already: the next check hashes it
+        return "installed", None
 
 
 def main(argv: list[str]) -> int:
-    """`addon-check DEST DIGEST` and `addon-install DEST DIGEST TREE_BYTES FORMAT` (the
-    archive on stdin, FORMAT one of FORMATS): one JSON line on stdout; a failure is one
-    sentence on stderr and exit code 1."""
+    """`addon-check DEST DIGEST [SIGNATURE]` and `addon-install DEST DIGEST TREE_BYTES
+    FORMAT` (the archive on stdin, FORMAT one of FORMATS): one JSON line on stdout; a
+    failure is one sentence on stderr and exit code 1."""
     try:
-        if len(argv) == 3 and argv[0] == "check":
-            answer = check(argv[1], argv[2])
+        if len(argv) in (3, 4) and argv[0] == "check":
+            signature = signature_from(argv[3]) if len(argv) == 4 else None
+            answer = check(argv[1], argv[2], signature)
         elif len(argv) == 5 and argv[0] == "install" and argv[3].isdigit():
             answer = install(argv[1], argv[2], int(argv[3]), sys.stdin.buffer, argv[4])
         else:
             print(
-                "usage: addon-check DEST DIGEST | addon-install DEST DIGEST TREE_BYTES "
-                f"{'|'.join(FORMATS)}",
+                "usage: addon-check DEST DIGEST [SIGNATURE] | addon-install DEST DIGEST "
+                f"TREE_BYTES {'|'.join(FORMATS)}",
                 file=sys.stderr,
             )
             return 2

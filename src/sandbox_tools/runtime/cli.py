@@ -58,8 +58,9 @@ commands:
   stop-server      ask the server to shut down and wait until it has
   healthcheck      exit 0 only if this CLI and the server both answer `version`
   unpack           make the runtime ready to run (the portable launcher unpacks itself)
-  addon-check DEST DIGEST
-                   whether the add-on tree at DEST is the pinned one (JSON)
+  addon-check DEST DIGEST [SIGNATURE]
+                   whether the add-on tree at DEST is the pinned one (JSON); with the
+                   stat SIGNATURE an earlier check gave, an unchanged tree is not hashed
   addon-install DEST DIGEST TREE_BYTES tar.xz|tar
                    unpack the add-on archive read from stdin into DEST, checked first
   model_proxy [--port N] [--timeout S]
