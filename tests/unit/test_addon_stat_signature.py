@@ -231,3 +231,66 @@ def test_the_hosts_records_are_per_sandbox_object_directory_and_digest() -> None
     assert CheckedTrees.of(two).signature("/opt/st/browser", "blake2b:" + "0" * 64) is None
     assert CheckedTrees.of(one).signature("/opt/other/browser", "blake2b:" + "0" * 64) is None
     assert CheckedTrees.of(one).signature("/opt/st/browser", "blake2b:" + "1" * 64) is None
+
+
+async def test_the_server_checks_the_add_on_as_the_installers_command_does(tmp_path: Path) -> None:
+    """`browser_info` with the add-on's directory and digest makes the same check on the
+    channel (a later handle's check without an exec), by the signature where given."""
+    from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
+    from sandbox_tools.runtime.tools.web_browser.tool_types import InfoParams
+
+    tree, digest, signature = _installed(tmp_path)
+    controller = WebBrowserController()
+    try:
+        by_signature = await controller.info(
+            InfoParams.parse(
+                {
+                    "version": False,
+                    "addon_dir": str(tree),
+                    "addon_digest": digest,
+                    "addon_signature": signature,
+                }
+            )
+        )
+        assert by_signature["addon"]["state"] == "ok", by_signature
+        assert by_signature["addon"]["method"] == "signature"
+        (tree / "lib/extra").write_bytes(b"")
+        after = await controller.info(
+            InfoParams.parse(
+                {
+                    "version": False,
+                    "addon_dir": str(tree),
+                    "addon_digest": digest,
+                    "addon_signature": signature,
+                }
+            )
+        )
+        assert after["addon"]["state"] == "different", after
+        plain = await controller.info(InfoParams.parse({"version": False}))
+        assert "addon" not in plain
+    finally:
+        await controller.shutdown()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"addon_dir": "/x"},  # no digest
+        {"addon_digest": "blake2b:" + "0" * 64},  # no directory
+        {"addon_dir": "relative", "addon_digest": "blake2b:" + "0" * 64},
+        {"addon_dir": "/x", "addon_digest": "md5:00"},
+        {"addon_dir": "/x", "addon_digest": "blake2b:" + "0" * 64, "addon_signature": "x"},
+        {"addon_signature": "stat:" + "0" * 64},
+    ],
+)
+async def test_a_malformed_add_on_check_is_refused_as_bad_params(params: dict[str, Any]) -> None:
+    from sandbox_tools.runtime.jsonrpc import InvalidParams
+    from sandbox_tools.runtime.tools.web_browser.controller import WebBrowserController
+    from sandbox_tools.runtime.tools.web_browser.tool_types import InfoParams
+
+    controller = WebBrowserController()
+    try:
+        with pytest.raises(InvalidParams):
+            await controller.info(InfoParams.parse({"version": False, **params}))
+    finally:
+        await controller.shutdown()

@@ -168,6 +168,36 @@ async def _runtime_uses(support: ToolSupport, mounted: str) -> bool:
     return uses
 
 
+async def _check(
+    support: ToolSupport, directory: str, digest: str, signature: str | None
+) -> tuple[dict[str, Any], str | None]:
+    """The add-on's check (`runtime/addons.py`), by `signature` where there is one, and
+    the browser the runtime would start now where that came with it. A server running
+    as the installer makes the check on the channel (`browser_info`): one round trip
+    where an exec started an interpreter, a third of a later handle's time; a server
+    running as another user (`user=`) may not judge the installer's tree, so there the
+    installer's `addon-check` makes it."""
+    if support.user is not None:
+        found = await _runtime_command(
+            support,
+            ["addon-check", directory, digest, *([signature] if signature else [])],
+            "checking the browser add-on",
+            CHECK_TIMEOUT,
+        )
+        return found, None
+    params: dict[str, Any] = {"version": False, "addon_dir": directory, "addon_digest": digest}
+    if signature:
+        params["addon_signature"] = signature
+    info = await support.client.call("browser_info", params, timeout=CHECK_TIMEOUT)
+    answer = info.get("addon") if isinstance(info, dict) else None
+    if not isinstance(answer, dict) or not isinstance(answer.get("state"), str):
+        raise SandboxInjectionError(
+            f"checking the browser add-on in {support.sandbox.name} gave no answer: {said(answer)}"
+        )
+    executable = info.get("executable")
+    return answer, executable if isinstance(executable, str) else repr(executable)[:200]
+
+
 async def _send(
     support: ToolSupport, artifact: Artifact, directory: str
 ) -> tuple[int, str, dict[str, Any]]:
@@ -239,12 +269,7 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
         return _installed(support, artifact, mounted, started, reused=False)
     checked = CheckedTrees.of(support.sandbox)
     recorded = checked.signature(directory, tree.digest)
-    found = await _runtime_command(
-        support,
-        ["addon-check", directory, tree.digest, *([recorded] if recorded else [])],
-        "checking the browser add-on",
-        CHECK_TIMEOUT,
-    )
+    found, starts = await _check(support, directory, tree.digest, recorded)
     sent, transfer, method = 0, "", ""
     if found.get("state") == "ok":
         checked.record(directory, tree.digest, found)
@@ -268,9 +293,11 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
             )
         sent, transfer, installed = await _send(support, artifact, directory)
         checked.record(directory, tree.digest, installed)
+        starts = None
     # The runtime must start what was checked: never a browser it takes for a mount of
     # ours, or the image's, in its place.
-    starts = await _would_start(support)
+    if starts is None:
+        starts = await _would_start(support)
     if starts != f"{directory}/{BROWSER_ENTRY}":
         raise SandboxInjectionError(
             f"the runtime in {support.sandbox.name} would start {said(starts)} as its "

@@ -33,6 +33,14 @@ class InfoParams(WireParams):
     # False: which browser the next session would start, without starting any process
     # (the host asks so after mounting an add-on, before anything of it runs).
     version: bool = True
+    # With `addon_dir` and `addon_digest`: the add-on there is first checked against that
+    # tree digest, as the installer's `addon-check` does (by `addon_signature`, the stat
+    # signature an earlier check gave, where there is one), and the answer's "addon" is
+    # that check's: one round trip on the channel where an exec of its own started an
+    # interpreter. The host asks so only of a server running as the installer.
+    addon_dir: str | None = None
+    addon_digest: str | None = None
+    addon_signature: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +137,11 @@ class CloseResult(TypedDict):
     closed: bool
 
 
-class BrowserInfo(TypedDict):
+class _AddonChecked(TypedDict, total=False):
+    addon: dict[str, object]  # the add-on's check, where one was asked (InfoParams)
+
+
+class BrowserInfo(_AddonChecked):
     installed: bool
     executable: str
     version: str | None
