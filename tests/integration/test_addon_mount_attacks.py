@@ -16,6 +16,7 @@ containers on the local engine:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -233,3 +234,66 @@ async def test_the_images_preload_never_reaches_the_browser(
                 assert b"XDG_CONFIG_HOME" in names  # the browser's own environment, read
                 assert not names & {b"LD_PRELOAD", b"LD_AUDIT"}, names
             await forget_sandbox(box.sandbox)
+
+
+# A library that notes, in LOADED, the program of every process it is loaded into.
+_PLANTED_LIBRARY = r"""
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void noted(void) {
+    char exe[512] = {0};
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 2);
+    if (n < 0) n = 0;
+    exe[n] = '\n';
+    int fd = open("/tmp/planted-loaded", O_WRONLY | O_CREAT | O_APPEND, 0666);
+    if (fd >= 0) { write(fd, exe, (size_t)n + 1); close(fd); }
+}
+"""
+LOADED = "/tmp/planted-loaded"
+# Where an image puts libraries for the loader to find: its preload list, and the names
+# Chromium opens on its own when the tree does not carry them, in the system directory
+# and the image's library cache.
+_LIBRARY_PLACES = (
+    "/usr/local/lib/planted.so",
+    "/usr/lib/x86_64-linux-gnu/libpci.so.3",
+    "/usr/lib/x86_64-linux-gnu/libva.so.2",
+    "/usr/lib/x86_64-linux-gnu/libva-drm.so.2",
+    "/usr/lib/x86_64-linux-gnu/libgbm.so.1",
+)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the planted library is built here")
+@pytest.mark.parametrize("mounted", [True, False], ids=["mounted", "copied"])
+async def test_the_images_libraries_never_load_into_the_browser(
+    docker_engine: Any, python_image: str, addons: InjectionOptions, tmp_path: Path, mounted: bool
+) -> None:
+    """The browser is the tree the host checked and nothing else: the bundled loader
+    reads no preload list of the image's, no library cache of its, and searches none of
+    its system directories, so a library the image plants where a loader looks (here
+    one that notes every program it loads into) is never loaded into the browser,
+    whichever way the add-on arrived. The image's own programs load it (the note shows
+    the plant works)."""
+    import subprocess
+
+    source = tmp_path / "planted.c"
+    source.write_text(_PLANTED_LIBRARY)
+    library = tmp_path / "planted.so"
+    build = ["gcc", "-shared", "-fPIC", "-o", str(library), str(source)]
+    await asyncio.to_thread(subprocess.run, build, check=True)
+    mounts = docker_addon_mounts(docker_engine, python_image, addons) if mounted else []
+    with RunningContainer(docker_engine, python_image, network_mode="none", mounts=mounts) as box:
+        sandbox = box.sandbox
+        for place in _LIBRARY_PLACES:
+            await sandbox.write_file(place, library.read_bytes(), mode=0o755)
+        await sandbox.write_file("/etc/ld.so.preload", f"{_LIBRARY_PLACES[0]}\n".encode())
+        assert (await sandbox.exec(["ldconfig"])).returncode == 0
+        support = await tool_support_sandbox(sandbox, options=addons)
+        install = await ensure_browser(support)
+        assert install.transfer == ("mount" if mounted else "tar"), install
+        await _genuine_page(support)
+        noted = (await sandbox.exec(["cat", LOADED])).stdout.decode().splitlines()
+        assert "/usr/bin/cat" in noted  # the image's programs load what it planted
+        into_the_browser = [exe for exe in noted if exe.startswith(install.directory)]
+        assert not into_the_browser, f"loaded into the browser: {into_the_browser}"
+        await forget_sandbox(sandbox)

@@ -47,6 +47,22 @@ def build_inputs(package_root: Path = _PACKAGE_ROOT) -> list[Path]:
     return sorted({*shared, *runtime, *recipe, *packer})
 
 
+# Each input's SHA-256 by path, with the size and modification time it was read at: the
+# build id is computed on every injection (the probe's install tags, the acquisition),
+# each time over every runtime source. A file is read again when either moved.
+_DIGESTS: dict[Path, tuple[int, int, bytes]] = {}
+
+
+def _input_digest(path: Path) -> bytes:
+    info = path.stat()
+    known = _DIGESTS.get(path)
+    if known is not None and known[:2] == (info.st_size, info.st_mtime_ns):
+        return known[2]
+    digest = hashlib.sha256(path.read_bytes()).digest()
+    _DIGESTS[path] = (info.st_size, info.st_mtime_ns, digest)
+    return digest
+
+
 def compute_build_id(
     arch: Arch, fmt: ArtifactFormat, builder_digest: str, package_root: Path = _PACKAGE_ROOT
 ) -> str:
@@ -63,7 +79,7 @@ def compute_build_id(
         if "__pycache__" in path.parts:
             continue
         digest.update(path.relative_to(package_root).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(_input_digest(path))
     return "sha256:" + digest.hexdigest()
 
 
@@ -122,5 +138,5 @@ def browser_build_id(arch: Arch) -> str:
         if "__pycache__" in path.parts:
             continue
         digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(_input_digest(path))
     return "sha256:" + digest.hexdigest()

@@ -186,6 +186,45 @@ def plan_tree(roots: dict[str, str], arch: str) -> tuple[dict[str, str], set[str
     return tree, used, missing
 
 
+# The loader reads the preload list the image owns, and no variable or switch turns that
+# off: the bundled copy gets a path that cannot exist (/dev/null is no directory), of
+# the same length, as the runtime's loader does (bundle_libs.py).
+PRELOAD_LIST = b"/etc/ld.so.preload\0"
+NO_PRELOAD_LIST = b"/dev/null/.preload\0"
+
+
+def confine_to_the_tree(tree: dict[str, str], arch: str, work: str) -> None:
+    """Make the bundled loader find the browser's libraries in the tree alone.
+
+    Chromium opens optional libraries the tree does not carry (libpci, libva, libgbm):
+    a loader looking in the image's preload list, library cache and system directories
+    would load the image's code into the checked browser. So the loader gets a preload
+    list that cannot exist, the launcher passes --inhibit-cache, and every dynamic
+    object of the tree is marked DF_1_NODEFLIB (`patchelf --no-default-lib`): what it
+    needs or opens by name is then searched in the launcher's --library-path only, never
+    in the default directories. The tree's entries are copied first: the unpacked
+    packages stay as they were."""
+    loader = LOADERS[arch]
+    for path in sorted(tree):
+        source = tree[path]
+        with open(source, "rb") as handle:
+            data = handle.read()
+        if path == loader:
+            if data.count(PRELOAD_LIST) != 1:
+                raise SystemExit(f"assemble: {loader} names {PRELOAD_LIST!r} not once")
+            data = data.replace(PRELOAD_LIST, NO_PRELOAD_LIST)
+        elif not (is_elf(data) and read_elf(data).dynamic):
+            continue
+        copy = os.path.join(work, "confined", path)
+        os.makedirs(os.path.dirname(copy), exist_ok=True)
+        with open(copy, "wb") as handle:
+            handle.write(data)
+        shutil.copymode(source, copy)
+        if path != loader:
+            subprocess.run(["patchelf", "--no-default-lib", copy], check=True)
+        tree[path] = copy
+
+
 def copyright_of(roots: dict[str, str], package: str) -> tuple[str | None, str | None]:
     """(copyright file, or the package whose doc directory this one's points to)."""
     doc = os.path.join(roots[package], "usr/share/doc", package)
@@ -208,6 +247,7 @@ def build(arch: str, debs_dir: str, launcher: str, out: str) -> None:
     unused = sorted(set(debs) - used - set(locked.get("licence_only", [])))
     if unused:
         raise SystemExit(f"assemble: locked but unused: {', '.join(unused)}")
+    confine_to_the_tree(tree, arch, work)
     tree["chrome"] = launcher
     tree["fonts.conf"] = FONTS_CONF
     licences: dict[str, str] = {}

@@ -9,6 +9,9 @@
  * process gets our switches (--no-zygote: the zygote forks itself from /proc/self/exe;
  * it needs --no-sandbox). FONTCONFIG_FILE names the bundled fonts.conf unless the
  * caller set one: without a configuration Chromium aborts, even for --dump-dom.
+ * The loader searches the tree alone: no library cache of the image's (--inhibit-cache),
+ * no preload list and no system directories (the assembly made the loader and every
+ * object in the tree so), so a library the image plants never loads into the browser.
  */
 #include <errno.h>
 #include <limits.h>
@@ -62,6 +65,7 @@ int main(int argc, char **argv) {
     int n = 0;
     char *loader = joined(dir, LOADER);
     args[n++] = loader;
+    args[n++] = "--inhibit-cache"; /* the image's /etc/ld.so.cache names its libraries */
     args[n++] = "--library-path";
     args[n++] = joined(dir, "lib");
     args[n++] = joined(dir, BROWSER);
