@@ -252,13 +252,15 @@ DISKS = {
 }
 
 
+# Not strict: the same unbounded write as above, but here the engine decides when it
+# ends. With 1 MiB free it hung past 15 s in 4 runs out of 4 and past 60 s in 2 of 2
+# with 4 MiB free; in other runs the engine ended it after 4-14 s.
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="`head` fails at ENOSPC and the prefix exits, but the host's write of the rest "
     "of the bytes has no deadline (_hand_over: stream.write outside wait_for) and the "
-    "engine stops reading the exec's stdin: the injection waits (past 60 s in most runs; "
-    "with 4 MiB free the engine sometimes ended it after 9-14 s); the agent arranges it by "
-    "filling a shared /tmp",
+    "engine often stops reading the exec's stdin without closing it: the injection waits "
+    "as long as the engine likes; the agent arranges it by filling a shared /tmp",
 )
 @pytest.mark.parametrize("disk", sorted(DISKS))
 async def test_a_full_disk_leaves_no_half_made_install(
