@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +29,6 @@ from tests.support import arches_under_test, ensure_target_image
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(120)]
 
-DIST = Path(__file__).parents[2] / "dist"
 PWNED = "/tmp/.pwned"  # what the image's or the agent's programs write when they run
 # A program of the agent's or the image's: notes its uid, then answers as a runtime would.
 IMPOSTOR = (
@@ -44,12 +42,12 @@ BOUND = 15.0
 
 
 @pytest.fixture
-def artifact() -> Any:
-    """The runtime from dist/ (copied from the prebuilt one; its build id matches src/)."""
-    from sandbox_tools.artifacts import ArtifactFormat
-    from sandbox_tools.injector.acquire import Dist, acquire_artifact
+def artifact(built_artifacts: Any) -> Any:
+    """This run's runtime (built once for the whole run; a fresh clone has no dist/)."""
+    from sandbox_tools.artifacts import Provenance
 
-    return acquire_artifact(arches_under_test()[0], ArtifactFormat.PORTABLE, [Dist(DIST)])
+    record, path = built_artifacts(arches_under_test()[0])
+    return record.found_at(path, Provenance.DIST)
 
 
 @pytest.fixture
@@ -142,15 +140,7 @@ HOSTILE_HEADS = {
 @pytest.mark.parametrize(
     "variant",
     [
-        pytest.param(
-            "never-reads",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the host writes the runtime's bytes with no deadline "
-                "(_hand_over: stream.write outside wait_for): a head that never reads "
-                "holds the injection for ever",
-            ),
-        ),
+        "never-reads",  # held the injection for ever before the write had a deadline
         "reads-to-the-end",
         "reads-short",
         "writes-its-own",
@@ -177,11 +167,6 @@ FLOODING_RM = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the host writes the bytes without reading the stream: a prefix that prints "
-    "first fills the socket, stops, and never reads; neither side moves again",
-)
 async def test_output_before_the_bytes_are_taken_cannot_deadlock_the_host(
     docker_engine: Any, debian_image: str, artifact: Any, short_hand_over: None
 ) -> None:
@@ -252,16 +237,8 @@ DISKS = {
 }
 
 
-# Not strict: the same unbounded write as above, but here the engine decides when it
-# ends. With 1 MiB free it hung past 15 s in 4 runs out of 4 and past 60 s in 2 of 2
-# with 4 MiB free; in other runs the engine ended it after 4-14 s.
-@pytest.mark.xfail(
-    strict=False,
-    reason="`head` fails at ENOSPC and the prefix exits, but the host's write of the rest "
-    "of the bytes has no deadline (_hand_over: stream.write outside wait_for) and the "
-    "engine often stops reading the exec's stdin without closing it: the injection waits "
-    "as long as the engine likes; the agent arranges it by filling a shared /tmp",
-)
+# A write with no deadline made these wait as long as the engine liked (found by an
+# attacker walk); the write now shares the hand-over's deadline.
 @pytest.mark.parametrize("disk", sorted(DISKS))
 async def test_a_full_disk_leaves_no_half_made_install(
     docker_engine: Any, debian_image: str, artifact: Any, short_hand_over: None, disk: str

@@ -841,25 +841,49 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         """Send the first start's input, then wait for its prefix to say it is done
         (`STAGED_LINE`) before anything else is written: the command that reads the
         input may read ahead of it (busybox's `head` through stdio), so nothing follows
-        the input on the stream until it has ended."""
+        the input on the stream until it has ended.
+
+        The sandbox decides how fast the input is taken, and whether at all (a `head`
+        that never reads, a full disk): the write and the wait share one deadline, and
+        the stream is read while the input is written, so output before the input is
+        taken (a line, or no newline for megabytes) cannot stall both sides. A failure,
+        a timeout or a cancellation closes the stream."""
+        writing = asyncio.ensure_future(stream.write(payload))
+        writing.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
-            await stream.write(payload)
-            line = await asyncio.wait_for(stream.readline(), HAND_OVER_TIMEOUT)
-        except (SandboxToolsError, OSError, TimeoutError) as exc:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(stream.close(), CLOSE_TIMEOUT)
+            line = await asyncio.wait_for(self._staged(stream, writing), HAND_OVER_TIMEOUT)
+        except BaseException as exc:
+            writing.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
+            if not isinstance(exc, (SandboxToolsError, OSError, TimeoutError)):
+                raise  # a cancellation: nothing is left open behind it
+            if isinstance(exc, TimeoutError):
+                reason = f"it was not taken and checked within {HAND_OVER_TIMEOUT:g} s"
+            else:
+                reason = _describe(exc) if str(exc) else type(exc).__name__
             raise FirstStartFailed(
-                f"the first start in {self.sandbox.name} did not take its input: "
-                f"{_describe(exc) if str(exc) else type(exc).__name__}"
+                f"the first start in {self.sandbox.name} did not take its input: {reason}"
             ) from None
         if line != STAGED_LINE:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(stream.close(), CLOSE_TIMEOUT)
+            writing.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
             said = line.decode(errors="replace").strip()[:200] if line else "nothing (it ended)"
             raise FirstStartFailed(
                 f"the first start in {self.sandbox.name} said {said!r}, not that its input "
                 "was received and checked"
             )
+
+    @staticmethod
+    async def _staged(stream: Stream, writing: asyncio.Future[None]) -> bytes:
+        """The prefix's first line, read while the input is still being written; the
+        write must end too before anything else is sent (a line that came before the
+        input was all taken is not the prefix's: it is refused by the caller)."""
+        line = await stream.readline()
+        if line == STAGED_LINE:
+            await writing
+        return line
 
     async def _why_it_did_not_start(self) -> str:
         """What the runtime says when run once more over exec (a full disk while it
