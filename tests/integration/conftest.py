@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from tests.support import MCP_SERVERS_MOUNT, MCP_SITE_MOUNT, NONROOT
+from tests.support import (
+    MCP_SERVERS_MOUNT,
+    MCP_SITE_MOUNT,
+    NONROOT,
+    arches_under_test,
+    ensure_target_image,
+)
 
 
 @pytest.fixture
@@ -132,3 +138,18 @@ def self_check_image(docker_engine: Any) -> str:
         dockerfile = f"FROM {base}\nRUN useradd --create-home --shell /bin/sh {NONROOT}\n"
         docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
     return tag
+
+
+@pytest.fixture
+def artifact(built_artifacts: Any) -> Any:
+    """This run's runtime for the first architecture under test (built once for the
+    whole run: a fresh clone has no dist/)."""
+    from sandbox_tools.artifacts import Provenance
+
+    record, path = built_artifacts(arches_under_test()[0])
+    return record.found_at(path, Provenance.DIST)
+
+
+@pytest.fixture
+def debian_image(docker_engine: Any) -> str:
+    return ensure_target_image(docker_engine, "debian-12", arches_under_test()[0])

@@ -12,7 +12,7 @@ from sandbox_tools.injector.exec_remote import exec_remote
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.support import arches_under_test, ensure_target_image
+from tests.support import arches_under_test
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -23,11 +23,6 @@ def dist_env(built_artifacts: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     record, path = built_artifacts(arches_under_test()[0])
     monkeypatch.setenv("SANDBOX_TOOLS_DIST", str(path.parent))
     return record
-
-
-@pytest.fixture
-def debian_image(docker_engine: Any) -> str:
-    return ensure_target_image(docker_engine, "debian-12", arches_under_test()[0])
 
 
 async def test_second_call_reuses_without_writing(

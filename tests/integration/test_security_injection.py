@@ -23,7 +23,7 @@ from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.tool_clients import text_editor
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.support import arches_under_test, ensure_target_image, peak_rss_mib
+from tests.support import peak_rss_mib
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
 
@@ -37,19 +37,6 @@ AGENT_EXE = (
     f"#!/bin/sh\nid -u >> {PWNED}\n"
     'echo "{\\"jsonrpc\\":\\"2.0\\",\\"id\\":1,\\"result\\":{\\"build_id\\":\\"forged\\"}}"\n'
 )
-
-
-@pytest.fixture
-def artifact(built_artifacts: Any) -> Any:
-    from sandbox_tools.artifacts import Provenance
-
-    record, path = built_artifacts(arches_under_test()[0])
-    return record.found_at(path, Provenance.DIST)
-
-
-@pytest.fixture
-def debian_image(docker_engine: Any) -> str:
-    return ensure_target_image(docker_engine, "debian-12", arches_under_test()[0])
 
 
 def tag_of(artifact: Any) -> str:

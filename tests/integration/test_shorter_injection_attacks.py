@@ -25,7 +25,6 @@ from sandbox_tools.injector.inject import Injector
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-from tests.support import arches_under_test, ensure_target_image
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(120)]
 
@@ -39,20 +38,6 @@ IMPOSTOR = (
 # deadline is shortened to HAND_OVER seconds; every other step keeps its own).
 HAND_OVER = 5.0
 BOUND = 15.0
-
-
-@pytest.fixture
-def artifact(built_artifacts: Any) -> Any:
-    """This run's runtime (built once for the whole run; a fresh clone has no dist/)."""
-    from sandbox_tools.artifacts import Provenance
-
-    record, path = built_artifacts(arches_under_test()[0])
-    return record.found_at(path, Provenance.DIST)
-
-
-@pytest.fixture
-def debian_image(docker_engine: Any) -> str:
-    return ensure_target_image(docker_engine, "debian-12", arches_under_test()[0])
 
 
 @pytest.fixture
