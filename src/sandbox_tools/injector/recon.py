@@ -98,8 +98,10 @@ check_install() {
 # the artifact's SHA-256 and size were given, the candidates holding installs are judged
 # first, in the same order, and the install of the tag in each usable one is checked as
 # CHECK_SCRIPT does, a trusted one's unpacked tree then compared with its payload
-# (`verify`, run only then): `check.N=VERDICT|EXIT` ("-" unrun). At the first that
-# matches, the rest are reported `untested`: a reuse costs no round trip of its own.
+# (`verify`, run only then): `check.N=VERDICT|EXIT` ("-" unrun), for usable bases. At
+# the first that matches, the rest are reported `untested`, and that base is usable
+# without the write-and-run test (its check covered it and our program just ran
+# there): a reuse costs no round trip of its own.
 PROBE_SCRIPT = (
     _CHAIN
     + r"""
@@ -185,17 +187,17 @@ if [ "$earlier" = yes ] && [ -n "$known" ] && [ -n "$sha" ] && [ -n "$size" ]; t
       n=$i; i=$((i + 1))
       eval "v=\$v_$n s=\$s_$n e=\$e_$n"
       [ -z "$v" ] && [ "$s" = "$pass" ] && [ "$e" = yes ] && [ -z "$reused" ] || continue
-      judge "$d"
-      eval "v_$n=\$v"
-      [ "$v" = ok ] || continue
       verdict=$(check_install "$d/sandbox-tools-$known" "$sha" "$size" "$uid")
       tree=-
       if [ "$verdict" = trusted ]; then
         "$d/sandbox-tools-$known/sandbox-tools" verify >/dev/null 2>&1 </dev/null
         tree=$?
-        [ "$tree" != 0 ] || reused=$d
       fi
-      echo "check.$n=$verdict|$tree"
+      # An install that passed ran from this base, which its check found safe: usable
+      # without a test of its own; any other base is judged as for a fresh install.
+      if [ "$tree" = 0 ]; then v=ok; reused=$d; else judge "$d"; fi
+      eval "v_$n=\$v"
+      [ "$v" != ok ] || echo "check.$n=$verdict|$tree"
     done
   done
 fi
