@@ -62,11 +62,15 @@ def test_no_two_tools_share_a_prefix_and_every_name_is_its_tools() -> None:
     assert {"web_go", "bash_session", "exec_remote_poll", "mcp_kill_server"} <= names
 
 
+@pytest.mark.parametrize("failure", [ImportError, SystemExit])
 async def test_a_tool_that_cannot_load_answers_why_and_the_rest_still_serve(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, failure: type[BaseException]
 ) -> None:
+    """An import that fails answers each call of that tool with why; the server goes on
+    (PyInstaller's importer raises SystemExit when its archive is gone from under it)."""
+
     def broken(controllers: Controllers) -> Any:
-        raise ImportError("a module is missing from the runtime")
+        raise failure("a module is missing from the runtime")
 
     monkeypatch.setitem(server_methods.TOOLS, "web_browser", Tool(("web_", "browser_"), broken))
     table = all_methods("/nonexistent", lambda: None, Controllers(Limits()))

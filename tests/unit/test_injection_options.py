@@ -60,12 +60,11 @@ class Scripted(ScriptedDebian):
         timeout: float | None = DEFAULT_EXEC_TIMEOUT,
         max_output: int = 1 << 26,
     ) -> ExecOutput:
-        if cmd[1:2] == ["addon-check"]:
-            return ExecOutput(0, b'{"state": "ok", "free_bytes": 0}\n', b"")
         request = json.loads(input or "{}") if cmd[-1] == "exec" else {}
-        if request.get("method") == "browser_info":  # the runtime starts the add-on checked
+        if request.get("method") == "browser_info":  # the add-on checked, and started
             chrome = f"{posixpath.dirname(cmd[0])}/browser/chrome"
-            response = {"jsonrpc": "2.0", "id": request["id"], "result": {"executable": chrome}}
+            result = {"executable": chrome, "addon": {"state": "ok", "free_bytes": 0}}
+            response = {"jsonrpc": "2.0", "id": request["id"], "result": result}
             return ExecOutput(0, json.dumps(response).encode() + b"\n", b"")
         return await super().exec(cmd, input, cwd, env, user, timeout, max_output)
 

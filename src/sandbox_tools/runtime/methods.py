@@ -178,6 +178,10 @@ class Controllers:
     def loaded(self, tool: str) -> bool:
         return tool in self._loaded
 
+    def load_all(self) -> None:
+        for tool in TOOLS:
+            self.load(tool)
+
     @property
     def exec_remote(self) -> ExecRemoteController:
         return cast("ExecRemoteController", self.load("exec_remote"))
@@ -228,13 +232,13 @@ class ServedMethods(Mapping[str, Method]):
             raise KeyError(name)
         try:
             self._controllers.load(tool)
-        except Exception as exc:  # an unloadable tool answers why, on each of its calls
+        except (Exception, SystemExit) as exc:  # answers why, on each of its calls
+            # (SystemExit: PyInstaller's importer gives up so when its archive is gone)
             return _failed_to_load(tool, exc)
         return self._controllers.methods[name]  # KeyError: not a name the tool serves
 
     def __iter__(self) -> Iterator[str]:
-        for tool in TOOLS:
-            self._controllers.load(tool)
+        self._controllers.load_all()
         yield from self._core
         yield from self._controllers.methods
 
@@ -242,7 +246,7 @@ class ServedMethods(Mapping[str, Method]):
         return sum(1 for _ in self)
 
 
-def _failed_to_load(tool: str, exc: Exception) -> Method:
+def _failed_to_load(tool: str, exc: BaseException) -> Method:
     async def failed(params: Params) -> Any:
         raise RpcError(INTERNAL_ERROR, f"the runtime's {tool} tool could not be loaded: {exc}")
 

@@ -28,6 +28,7 @@ from sandbox_tools.protocol import (
     RESPONSE_LIMIT_MAX_DIGITS,
     RESPONSE_LIMIT_OPTION,
 )
+from sandbox_tools.runtime.build_info import build_info
 from sandbox_tools.runtime.child_env import protect_from_oom
 from sandbox_tools.runtime.chunks import HeldResponses
 from sandbox_tools.runtime.host_messages import CURRENT_CONNECTION, Connection
@@ -71,6 +72,12 @@ def _locked(fd: int) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+# Formats whose code can vanish under a running server: staticx unpacks the program
+# into a temporary directory it removes once the command that started the server
+# ends, and a tool imported on its first call would then find nothing to import.
+LOADS_EVERY_TOOL_AT_START = frozenset({"staticx"})
 
 
 class RuntimeServer:
@@ -161,6 +168,8 @@ class RuntimeServer:
         self.controllers = Controllers(
             self.limits, lost_jobs_note=note, state_directory=self.paths.directory
         )
+        if build_info()["format"] in LOADS_EVERY_TOOL_AT_START:
+            self.controllers.load_all()
         self.methods = all_methods(
             self.paths.directory,
             self._stop.set,
