@@ -261,7 +261,7 @@ _WAIT_FOR = 'for i in $(seq 400); do [ -e "$1" ] && exit 0; sleep 0.025; done; e
             "overlay, page dirtied before the check",
             marks=pytest.mark.xfail(
                 strict=False,
-                reason="documented open (THREAT_MODEL.md), broke in 2 of 6 runs here: "
+                reason="documented open (THREAT_MODEL.md), broke in 2 of 7 runs here: "
                 "root dirties a page of a tree file through a shared writable mapping "
                 "before a handle's check (ctime moves then, the check hashes the same "
                 "bytes), then writes a byte through it: no fault, no ctime, and the next "
