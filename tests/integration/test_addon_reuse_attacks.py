@@ -302,12 +302,6 @@ async def test_a_write_through_a_shared_mapping_is_seen_by_the_next_handle(
         await forget_sandbox(sandbox)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broke: file capabilities (security.capability) are not in the tree digest or "
-    "the owner/mode rules; a tree whose loader root gave cap_setuid+ep is reused, and "
-    "uid 1000 then becomes root through it",
-)
 async def test_a_tree_with_file_capabilities_is_not_reused(
     docker_engine: Any, python_image: str
 ) -> None:
@@ -493,13 +487,6 @@ async def test_a_server_of_another_user_never_judges_the_installers_tree(
 _NEST = "import os\nfor _ in range(1100):\n    os.mkdir('d')\n    os.chdir('d')"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broke (low): the runtime (Python 3.11) removes a replaced tree with "
-    "shutil.rmtree, which recurses per directory level: 1100 nested directories raise "
-    "RecursionError, addon-install fails with a Python traceback as its message (not "
-    "one sentence), and the old tree is left beside the install",
-)
 async def test_a_deep_directory_in_the_tree_is_replaced_not_a_failure(
     docker_engine: Any, python_image: str
 ) -> None:
@@ -520,13 +507,6 @@ async def test_a_deep_directory_in_the_tree_is_replaced_not_a_failure(
         await forget_sandbox(sandbox)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broke (low): an image that ships our install with a 1100-deep browser/ "
-    "fails the first ensure_browser of every container: RecursionError in the runtime's "
-    "rmtree, an unhandled exception (PyInstaller's 'Failed to execute script') and a "
-    "traceback as the host's error; the next call succeeds",
-)
 async def test_a_deep_tree_an_image_ships_in_our_install_never_denies_the_browser(
     docker_engine: Any, python_image: str
 ) -> None:
@@ -597,14 +577,6 @@ VULKAN = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broke (high): the tree's libvulkan.so.1 (the GPU process, SwiftShader, also "
-    "with --disable-gpu) reads layer and driver manifests from the image's "
-    "/usr/share/vulkan, XDG_DATA_DIRS, VK_ADD_LAYER_PATH/VK_INSTANCE_LAYERS and "
-    "VK_DRIVER_FILES, and dlopens the library_path they name by absolute path: the "
-    "image's code runs in the browser's GPU process as the browser's user (root)",
-)
 @pytest.mark.parametrize("way", list(VULKAN))
 async def test_an_images_vulkan_library_never_loads_into_the_browser(
     docker_engine: Any, python_image: str, planted_library: bytes, way: str
@@ -653,14 +625,6 @@ LOCALES = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broke (high): the image's LANG/LC_ALL, LOCPATH and GCONV_PATH reach the "
-    "browser (only LD_PRELOAD and LD_AUDIT are unset); Chromium's setlocale(LC_ALL, '') "
-    "and a multibyte conversion at start make the bundled glibc dlopen the gconv module "
-    "for the locale's charset, by absolute path, from GCONV_PATH or the image's own "
-    "/usr/lib/x86_64-linux-gnu/gconv, into the browser process (root)",
-)
 @pytest.mark.parametrize("how", list(LOCALES))
 async def test_an_images_locale_never_loads_a_gconv_module_into_the_browser(
     docker_engine: Any, python_image: str, planted_library: bytes, host_locale: Path, how: str
@@ -688,17 +652,7 @@ async def test_an_images_locale_never_loads_a_gconv_module_into_the_browser(
     "user",
     [
         None,
-        pytest.param(
-            "1000",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="broke (medium): the image's /etc/nsswitch.conf names a hosts "
-                "service with a slash (`x/planted`); the bundled glibc dlopens "
-                "`libnss_x/planted.so.2`, a path relative to the browser's cwd, which is "
-                "/ for a session of another user: the image's /libnss_x/planted.so.2 runs "
-                "in the browser (uid 1000) when a page names a host",
-            ),
-        ),
+        "1000",
     ],
     ids=["root", "uid-1000"],
 )
@@ -719,13 +673,6 @@ async def test_an_images_nss_module_never_loads_into_the_browser(
         await forget_sandbox(sandbox)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broke (low): the launcher sets FONTCONFIG_FILE only where it is unset, and "
-    "the runtime passes the image's on: the image's fontconfig configuration (its font "
-    "directories and binary cache files, parsed without Chromium's font sanitizer) "
-    "replaces the tree's in the browser (root)",
-)
 async def test_the_images_fontconfig_never_replaces_the_trees(
     docker_engine: Any, python_image: str
 ) -> None:

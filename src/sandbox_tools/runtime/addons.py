@@ -51,7 +51,6 @@ import posixpath
 import queue
 import re
 import secrets
-import shutil
 import stat
 import sys
 import tarfile
@@ -378,6 +377,20 @@ def _check_entry(path: str, info: os.stat_result, owners: frozenset[int]) -> Non
         raise AddonError(
             f"{path} has mode {stat.S_IMODE(info.st_mode):04o}: others could change it"
         )
+    if stat.S_ISREG(info.st_mode) and _has_capabilities(path):
+        # What a setuid bit would give, which the mode above refuses; neither the digest
+        # nor lstat sees it (the tree's loader with cap_setuid ran a user's program as root).
+        raise AddonError(f"{path} carries file capabilities")
+
+
+def _has_capabilities(path: str) -> bool:
+    try:
+        os.getxattr(path, "security.capability", follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return False
+        raise
+    return True
 
 
 def _owners() -> frozenset[int]:
@@ -554,7 +567,8 @@ def install(
         os.chmod(staging, 0o755)
         state, signature = _place(staging, dest, digest)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(staging)
         raise
     return {
         "state": state,
@@ -581,12 +595,35 @@ def _replace(new: str, dest: str) -> None:
         if exc.errno != errno.EXDEV:
             raise
         aside = dest
-    # rmtree does not follow links: whatever was there is removed, nothing outside it.
-    if os.path.isdir(aside) and not os.path.islink(aside):
-        shutil.rmtree(aside, ignore_errors=aside != dest)
-    else:
-        os.unlink(aside)
+    if aside != dest:
+        os.rename(new, dest)
+        with contextlib.suppress(OSError):  # a leftover nobody uses: never the install's end
+            remove_tree(aside)
+        return
+    remove_tree(dest)
     os.rename(new, dest)
+
+
+def remove_tree(top: str) -> None:
+    """Remove `top` and what it holds, following no link, without recursion: the tree
+    may be an image's, and `shutil.rmtree` gave up on one 1100 directories deep
+    (Python's recursion limit), failing the install with a traceback."""
+    if not os.path.isdir(top) or os.path.islink(top):
+        os.unlink(top)
+        return
+    stack = [(top, False)]
+    while stack:
+        path, emptied = stack.pop()
+        if emptied:
+            os.rmdir(path)
+            continue
+        stack.append((path, True))
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, False))
+                else:
+                    os.unlink(entry.path)
 
 
 def _place(staging: str, dest: str, digest: str) -> tuple[str, str | None]:
@@ -598,7 +635,7 @@ def _place(staging: str, dest: str, digest: str) -> tuple[str, str | None]:
     and gives none when they do not or the walk fails."""
     present = check(dest, digest)
     if present["state"] == "ok":  # a racing installer finished first
-        shutil.rmtree(staging)
+        remove_tree(staging)
         signature = present.get("signature")
         return "present", signature if isinstance(signature, str) else None
     _replace(staging, dest)

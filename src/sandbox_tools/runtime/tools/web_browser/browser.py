@@ -70,8 +70,54 @@ _FLAGS = (
     "--disable-blink-features=AutomationControlled",
 )
 
-# What the image's environment may not bring into the browser's processes.
-BROWSER_UNSET = ("LD_PRELOAD", "LD_AUDIT")
+# What the browser's processes get of the image's environment: where to send traffic,
+# the time zone and the temporary directory, which name no code. Everything else is
+# left behind: the browser is the host's checked program, and variables of the image's
+# named code for it to load (LD_PRELOAD, a locale whose charset loads a gconv module,
+# Vulkan layers and drivers, a fontconfig configuration naming the image's files).
+BROWSER_PASSED = (
+    "TZ",
+    "TMPDIR",
+    *(f"{scheme}_proxy" for scheme in ("http", "https", "all", "no")),
+    *(f"{scheme}_PROXY" for scheme in ("HTTP", "HTTPS", "ALL", "NO")),
+)
+# Beside the add-on's entry point: its fonts and its Vulkan driver (SwiftShader).
+BROWSER_FONTS = "fonts.conf"
+BROWSER_VULKAN_DRIVER = "vk_swiftshader_icd.json"
+
+
+def browser_environment(executable: str, identity: Identity, profile: str) -> dict[str, str]:
+    """The browser's whole environment (BROWSER_PASSED of the image's, the rest ours).
+
+    Its home is the private profile, so nothing of a home directory (an NSS database
+    naming PKCS#11 modules, configuration) is read; the locale is the C library's own
+    "C", which reads no locale file and loads no conversion module; every XDG directory
+    is the profile's or the add-on's; Vulkan loads no layer, and only the add-on's
+    driver where the add-on is what runs."""
+    image = child_environment()
+    tree = os.path.dirname(executable)
+    env = {name: image[name] for name in BROWSER_PASSED if name in image}
+    env.update(
+        {
+            "PATH": "/usr/bin:/bin",
+            "HOME": profile,
+            "LC_ALL": "C",
+            "XDG_CONFIG_HOME": os.path.join(profile, "config"),
+            "XDG_CACHE_HOME": os.path.join(profile, "cache"),
+            "XDG_DATA_HOME": os.path.join(profile, "data"),
+            "XDG_CONFIG_DIRS": tree,
+            "XDG_DATA_DIRS": tree,
+            "VK_LOADER_LAYERS_DISABLE": "~all~",
+        }
+    )
+    if identity.name is not None:
+        env["USER"] = env["LOGNAME"] = identity.name
+    beside = {"FONTCONFIG_FILE": BROWSER_FONTS, "VK_DRIVER_FILES": BROWSER_VULKAN_DRIVER}
+    for variable, name in beside.items():
+        path = os.path.join(tree, name)
+        if os.path.isfile(path):
+            env[variable] = path
+    return env
 
 
 @dataclass
@@ -150,18 +196,9 @@ async def launch(
             "before the runtime's server starts"
         )
     profile = _private_profile(identity)
-    env = child_environment(
-        {
-            **identity.env(),
-            "XDG_CONFIG_HOME": os.path.join(profile, "config"),
-            "XDG_CACHE_HOME": os.path.join(profile, "cache"),
-        }
-    )
-    # The browser is the host's checked program, not one of the image's commands: the
-    # image's preload and audit libraries would load into it (THREAT_MODEL.md,
-    # "Delivering the add-on").
-    for name in BROWSER_UNSET:
-        env.pop(name, None)
+    # The browser is the host's checked program, not one of the image's commands
+    # (THREAT_MODEL.md, "Delivering the add-on").
+    env = browser_environment(executable, identity, profile)
     to_browser_read, to_browser_write = os.pipe()
     from_browser_read, from_browser_write = os.pipe()
     try:
@@ -174,7 +211,9 @@ async def launch(
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             env=env,
-            cwd=profile if identity.uid is None else "/",
+            # Its own directory, whoever it runs as: the C library opens an NSS module
+            # the image's /etc/nsswitch.conf names with a slash relative to it.
+            cwd=profile,
             start_new_session=True,
             user=identity.uid,
             group=identity.gid,
