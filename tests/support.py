@@ -718,3 +718,22 @@ def addon_record(archive: Path, *, located: bool = False) -> Any:
         tree=digest_of_archive(io.BytesIO(data)),
         path=archive if located else None,
     )
+
+
+# A shared library that notes, in PLANTED_LOADED, the program of every process it is
+# loaded into (a browser's processes show the add-on's loader there): what an image
+# plants where a loader looks, in the add-on attack tests.
+PLANTED_LIBRARY_SOURCE = r"""
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void noted(void) {
+    char exe[512] = {0};
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 2);
+    if (n < 0) n = 0;
+    exe[n] = '\n';
+    int fd = open("/tmp/planted-loaded", O_WRONLY | O_CREAT | O_APPEND, 0666);
+    if (fd >= 0) { write(fd, exe, (size_t)n + 1); close(fd); }
+}
+"""
+PLANTED_LOADED = "/tmp/planted-loaded"

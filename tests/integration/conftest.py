@@ -153,3 +153,21 @@ def artifact(built_artifacts: Any) -> Any:
 @pytest.fixture
 def debian_image(docker_engine: Any) -> str:
     return ensure_target_image(docker_engine, "debian-12", arches_under_test()[0])
+
+
+@pytest.fixture(scope="session")
+def planted_library(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """PLANTED_LIBRARY_SOURCE built here (x86_64 only: the host's compiler)."""
+    import os
+    import subprocess
+
+    from tests.support import PLANTED_LIBRARY_SOURCE
+
+    if os.uname().machine != "x86_64":
+        pytest.skip("the planted library is built here, for x86_64")
+    where = tmp_path_factory.mktemp("planted")
+    (where / "planted.c").write_text(PLANTED_LIBRARY_SOURCE)
+    out = where / "planted.so"
+    build = ["gcc", "-shared", "-fPIC", "-o", str(out), str(where / "planted.c")]
+    subprocess.run(build, check=True)
+    return out.read_bytes()

@@ -16,7 +16,6 @@ containers on the local engine:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
@@ -38,6 +37,7 @@ from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.web_browser import open_browser
 from sandbox_tools.runtime.paths import ADDON_MOUNT_ROOT
 from sandbox_tools.sandboxes.containers import RunningContainer
+from tests.support import PLANTED_LOADED
 
 pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
 RAN = "/tmp/planted-ran"
@@ -236,21 +236,7 @@ async def test_the_images_preload_never_reaches_the_browser(
             await forget_sandbox(box.sandbox)
 
 
-# A library that notes, in LOADED, the program of every process it is loaded into.
-_PLANTED_LIBRARY = r"""
-#include <fcntl.h>
-#include <string.h>
-#include <unistd.h>
-__attribute__((constructor)) static void noted(void) {
-    char exe[512] = {0};
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 2);
-    if (n < 0) n = 0;
-    exe[n] = '\n';
-    int fd = open("/tmp/planted-loaded", O_WRONLY | O_CREAT | O_APPEND, 0666);
-    if (fd >= 0) { write(fd, exe, (size_t)n + 1); close(fd); }
-}
-"""
-LOADED = "/tmp/planted-loaded"
+LOADED = PLANTED_LOADED
 # Where an image puts libraries for the loader to find: its preload list, and the names
 # Chromium opens on its own when the tree does not carry them, in the system directory
 # and the image's library cache.
@@ -263,10 +249,13 @@ _LIBRARY_PLACES = (
 )
 
 
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the planted library is built here")
 @pytest.mark.parametrize("mounted", [True, False], ids=["mounted", "copied"])
 async def test_the_images_libraries_never_load_into_the_browser(
-    docker_engine: Any, python_image: str, addons: InjectionOptions, tmp_path: Path, mounted: bool
+    docker_engine: Any,
+    python_image: str,
+    addons: InjectionOptions,
+    planted_library: bytes,
+    mounted: bool,
 ) -> None:
     """The browser is the tree the host checked and nothing else: the bundled loader
     reads no preload list of the image's, no library cache of its, and searches none of
@@ -274,18 +263,11 @@ async def test_the_images_libraries_never_load_into_the_browser(
     one that notes every program it loads into) is never loaded into the browser,
     whichever way the add-on arrived. The image's own programs load it (the note shows
     the plant works)."""
-    import subprocess
-
-    source = tmp_path / "planted.c"
-    source.write_text(_PLANTED_LIBRARY)
-    library = tmp_path / "planted.so"
-    build = ["gcc", "-shared", "-fPIC", "-o", str(library), str(source)]
-    await asyncio.to_thread(subprocess.run, build, check=True)
     mounts = docker_addon_mounts(docker_engine, python_image, addons) if mounted else []
     with RunningContainer(docker_engine, python_image, network_mode="none", mounts=mounts) as box:
         sandbox = box.sandbox
         for place in _LIBRARY_PLACES:
-            await sandbox.write_file(place, library.read_bytes(), mode=0o755)
+            await sandbox.write_file(place, planted_library, mode=0o755)
         await sandbox.write_file("/etc/ld.so.preload", f"{_LIBRARY_PLACES[0]}\n".encode())
         assert (await sandbox.exec(["ldconfig"])).returncode == 0
         support = await tool_support_sandbox(sandbox, options=addons)

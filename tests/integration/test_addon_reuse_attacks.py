@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import os
 import secrets
 import subprocess
 import time
@@ -43,28 +42,13 @@ from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.web_browser import open_browser
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import RunningContainer
+from tests.support import PLANTED_LOADED
 
 pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(900)]
 PAGE = "data:text/html,<title>t</title><h1>Genuine</h1>"
 UNRESOLVED = "http://sandbox-tools-nowhere.invalid/"  # a name only a resolver answers
-LOADED = "/tmp/planted-loaded"
+LOADED = PLANTED_LOADED
 PLANTED = "/usr/local/lib/planted.so"
-
-# A library that notes, in LOADED, the program of every process it is loaded into
-# (the browser's processes show the tree's loader there).
-_PLANTED_LIBRARY = r"""
-#include <fcntl.h>
-#include <string.h>
-#include <unistd.h>
-__attribute__((constructor)) static void noted(void) {
-    char exe[512] = {0};
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 2);
-    if (n < 0) n = 0;
-    exe[n] = '\n';
-    int fd = open("/tmp/planted-loaded", O_WRONLY | O_CREAT | O_APPEND, 0666);
-    if (fd >= 0) { write(fd, exe, (size_t)n + 1); close(fd); }
-}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -72,19 +56,6 @@ def addons(browser_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Inje
     return InjectionOptions(
         sources=[Dist(browser_dist)], addons_on_host=tmp_path_factory.mktemp("addons")
     )
-
-
-@pytest.fixture(scope="module")
-def planted_library(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    if os.uname().machine != "x86_64":
-        pytest.skip("the planted library is built here, for x86_64")
-    where = tmp_path_factory.mktemp("planted")
-    (where / "planted.c").write_text(_PLANTED_LIBRARY)
-    out = where / "planted.so"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-o", str(out), str(where / "planted.c")], check=True
-    )
-    return out.read_bytes()
 
 
 @pytest.fixture(scope="module")
