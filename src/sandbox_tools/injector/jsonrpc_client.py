@@ -856,9 +856,10 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             writing.cancel()
             with contextlib.suppress(BaseException):
                 await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
-            if not isinstance(exc, (SandboxToolsError, OSError, TimeoutError)):
+            # asyncio's TimeoutError: wait_for's, not the builtin one before 3.11.
+            if not isinstance(exc, (SandboxToolsError, OSError, asyncio.TimeoutError)):
                 raise  # a cancellation: nothing is left open behind it
-            if isinstance(exc, TimeoutError):
+            if isinstance(exc, asyncio.TimeoutError):
                 reason = f"it was not taken and checked within {HAND_OVER_TIMEOUT:g} s"
             else:
                 reason = _describe(exc) if str(exc) else type(exc).__name__
