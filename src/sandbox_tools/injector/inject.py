@@ -163,6 +163,11 @@ def _id_tag(artifact: Artifact) -> str:
     return artifact.build_id.removeprefix("sha256:")[:16]
 
 
+def _install_path(base: str, artifact: Artifact) -> str:
+    """The exact path an install of `artifact` in `base` has (the only one reused)."""
+    return f"{base.rstrip('/')}/{INSTALL_PREFIX}{_id_tag(artifact)}"
+
+
 def runtime_env(install_dir: str, uid: int | None = None) -> dict[str, str]:
     """The runtime's server directory: in the install directory (ours, on a file system
     known to be writable, which /tmp is not under a read-only root); one per uid when
@@ -288,9 +293,7 @@ async def find_trusted_install(sandbox: Sandbox, recon: Recon, artifact: Artifac
     if recon.earlier_sha256 == artifact.sha256:
         return await _trusted_from_the_probe(sandbox, recon, artifact)
     paths = tuple(
-        f"{base.path.rstrip('/')}/{INSTALL_PREFIX}{_id_tag(artifact)}"
-        for base in recon.install_bases()
-        if base.has_installs
+        _install_path(base.path, artifact) for base in recon.install_bases() if base.has_installs
     )
     if not paths:
         return None
@@ -331,7 +334,7 @@ async def _trusted_from_the_probe(sandbox: Sandbox, recon: Recon, artifact: Arti
         earlier = verdicts.get(base.path)
         if earlier is None:
             continue
-        path = f"{base.path.rstrip('/')}/{INSTALL_PREFIX}{_id_tag(artifact)}"
+        path = _install_path(base.path, artifact)
         if earlier.verdict is InstallVerdict.TRUSTED:
             if earlier.tree_exit == 0 or artifact.format is not ArtifactFormat.PORTABLE:
                 return path
@@ -427,11 +430,12 @@ _VERIFY_AND_MOVE = (
 # The same check as the first start's prefix: the staged file's SHA-256 in the sandbox,
 # then the move into place, then (only then) the runtime's first run, the command given
 # after the three fixed arguments. One engine round trip less than checking first.
-_VERIFY_MOVE_AND_RUN = (
+_CHECK_STAGED = (
     'd=$(sha256sum < "$1" | cut -c1-64); '
     'if [ "$d" != "$3" ]; then echo "sandbox-tools: the staged runtime has sha256 $d" >&2; '
-    'exit 97; fi; mv "$1" "$2" || exit 98; shift 3; exec "$@"'
+    "exit 97; fi; "
 )
+_VERIFY_MOVE_AND_RUN = _CHECK_STAGED + 'mv "$1" "$2" || exit 98; shift 3; exec "$@"'
 # The same, with the runtime's bytes arriving on the first start's own stream (one round
 # trip less than an upload of their own): exactly SIZE ($4) bytes are taken from stdin
 # into a file only we can open (umask 077), checked, made executable and moved into
@@ -439,10 +443,8 @@ _VERIFY_MOVE_AND_RUN = (
 # after the bytes until it does: `head` may read ahead) and run the runtime.
 _RECEIVE_VERIFY_MOVE_AND_RUN = (
     'umask 077; rm -f "$1" && head -c "$4" > "$1" || exit 96; '
-    'd=$(sha256sum < "$1" | cut -c1-64); '
-    'if [ "$d" != "$3" ]; then echo "sandbox-tools: the staged runtime has sha256 $d" >&2; '
-    'exit 97; fi; chmod 755 "$1" && mv "$1" "$2" || exit 98; umask 022; echo "$5"; '
-    'shift 5; exec "$@"'
+    + _CHECK_STAGED
+    + 'chmod 755 "$1" && mv "$1" "$2" || exit 98; umask 022; echo "$5"; shift 5; exec "$@"'
 )
 # After a first start that did not answer: was the staged file moved into place, and if
 # not, what is its digest (a mismatch is reported as such, not as a silent runtime).
@@ -530,7 +532,7 @@ async def _install(
             remedy="Give the sandbox a writable location without noexec, e.g. "
             "`--tmpfs /tmp:exec` or a writable /opt.",
         )
-    wanted = f"{bases[0].path.rstrip('/')}/{INSTALL_PREFIX}{tag}"
+    wanted = _install_path(bases[0].path, artifact)
     if made:  # by the probe, in bases[0] (recon.py checked it): one round trip less
         install_dir = made
     else:

@@ -853,9 +853,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         try:
             line = await asyncio.wait_for(self._staged(stream, writing), HAND_OVER_TIMEOUT)
         except BaseException as exc:
-            writing.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
+            await self._abandon(stream, writing)
             # asyncio's TimeoutError: wait_for's, not the builtin one before 3.11.
             if not isinstance(exc, (SandboxToolsError, OSError, asyncio.TimeoutError)):
                 raise  # a cancellation: nothing is left open behind it
@@ -867,14 +865,20 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                 f"the first start in {self.sandbox.name} did not take its input: {reason}"
             ) from None
         if line != STAGED_LINE:
-            writing.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
+            await self._abandon(stream, writing)
             said = line.decode(errors="replace").strip()[:200] if line else "nothing (it ended)"
             raise FirstStartFailed(
                 f"the first start in {self.sandbox.name} said {said!r}, not that its input "
                 "was received and checked"
             )
+
+    @staticmethod
+    async def _abandon(stream: Stream, writing: asyncio.Future[None]) -> None:
+        """Stop the input's write and close the stream, whatever happens on the way (a
+        cancellation included: nothing is left open behind the first start)."""
+        writing.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
 
     @staticmethod
     async def _staged(stream: Stream, writing: asyncio.Future[None]) -> bytes:

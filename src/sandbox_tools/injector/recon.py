@@ -509,10 +509,9 @@ def _with_earlier(
             verdict = InstallVerdict(verdict_text)
         except ValueError:
             raise ProbeError(f"unknown install verdict for {path}: {value[:40]!r}") from None
-        ran = verdict is InstallVerdict.TRUSTED
-        if path not in usable or not sep or (tree == "-") == ran:
-            raise ProbeError(f"a malformed check of an earlier install in {path}: {value[:60]!r}")
-        if ran and not _EXIT.fullmatch(tree):
+        ran = verdict is InstallVerdict.TRUSTED  # `verify` runs on a trusted one alone
+        exit_ok = _EXIT.fullmatch(tree) is not None if ran else tree == "-"
+        if path not in usable or not sep or not exit_ok:
             raise ProbeError(f"a malformed check of an earlier install in {path}: {value[:60]!r}")
         earlier.append(EarlierInstall(path, verdict, int(tree) if ran else None))
     return replace(recon, earlier=tuple(earlier), earlier_sha256=pin.sha256)

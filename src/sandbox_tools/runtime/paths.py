@@ -18,11 +18,11 @@ from sandbox_tools.runtime.build_info import build_info
 
 # Where the browser add-on goes in the runtime's install directory (addons.py installs
 # it), and its entry point: build_containers/resources/browser/assemble.py has the tree.
+BROWSER_DIR = "browser"
+BROWSER_ENTRY = "chrome"
 # Where a server records the browser profiles it has not removed yet (in its directory):
 # the next server removes what one killed left.
 BROWSER_PROFILES_FILE = "browser-profiles.json"
-BROWSER_DIR = "browser"
-BROWSER_ENTRY = "chrome"
 # Where a container the host made sees add-ons' checked trees, mounted read-only
 # (`<root>/browser-<digest>`): a top-level directory, so that an image's /opt or /usr
 # link cannot lead the mount elsewhere.

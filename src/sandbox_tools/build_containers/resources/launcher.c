@@ -229,6 +229,11 @@ static void read_trailer(int fd, struct trailer *t) {
 
 #define HUGE_PAGE (2UL << 20)
 
+/* The archive's memory: its size rounded up to whole huge pages. */
+static size_t archive_capacity(const struct trailer *t) {
+    return ((size_t)t->archive_size + HUGE_PAGE) & ~(HUGE_PAGE - 1);
+}
+
 /* The archive, decompressed into memory of its own (release it with release_archive).
  * The payload is mapped rather than read, and the archive's memory asks for huge pages:
  * on a small VM, faulting in 4 KiB pages one by one for the payload's copy and the
@@ -241,7 +246,7 @@ static unsigned char *decompress_archive(int fd, const struct trailer *t) {
                                  (off_t)(t->payload_offset - skip));
     if (mapped == MAP_FAILED) die("cannot map the payload of %s: %s", self_path, strerror(errno));
     const unsigned char *payload = mapped + skip;
-    size_t cap = ((size_t)t->archive_size + HUGE_PAGE) & ~(HUGE_PAGE - 1);
+    size_t cap = archive_capacity(t);
     unsigned char *archive =
         mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (archive == MAP_FAILED) die("out of memory unpacking %s", self_path);
@@ -264,7 +269,7 @@ static unsigned char *decompress_archive(int fd, const struct trailer *t) {
 }
 
 static void release_archive(unsigned char *archive, const struct trailer *t) {
-    munmap(archive, ((size_t)t->archive_size + HUGE_PAGE) & ~(HUGE_PAGE - 1));
+    munmap(archive, archive_capacity(t));
 }
 
 /* Re-read what was just written through the same descriptor and check it. */

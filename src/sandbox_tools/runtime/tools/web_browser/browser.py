@@ -97,6 +97,7 @@ def browser_environment(executable: str, identity: Identity, profile: str) -> di
     image = child_environment()
     tree = os.path.dirname(executable)
     env = {name: image[name] for name in BROWSER_PASSED if name in image}
+    env.update(identity.env())  # its user's names; its home is the profile (below)
     env.update(
         {
             "PATH": "/usr/bin:/bin",
@@ -110,8 +111,6 @@ def browser_environment(executable: str, identity: Identity, profile: str) -> di
             "VK_LOADER_LAYERS_DISABLE": "~all~",
         }
     )
-    if identity.name is not None:
-        env["USER"] = env["LOGNAME"] = identity.name
     beside = {"FONTCONFIG_FILE": BROWSER_FONTS, "VK_DRIVER_FILES": BROWSER_VULKAN_DRIVER}
     for variable, name in beside.items():
         path = os.path.join(tree, name)
