@@ -464,16 +464,19 @@ def locked_down_busybox(client: Any, arch: Arch, tmp_size: str = "1g") -> Any:
 
 
 def site_handler(
-    pages: dict[str, str], slow_seconds: float
+    pages: dict[str, str], slow_seconds: float, slow_requested: threading.Event | None = None
 ) -> type[http.server.BaseHTTPRequestHandler]:
     """A handler for `serve_site` serving `pages` by path: `/search?q` answers with what
-    was searched, `/slow` waits `slow_seconds` and then shows `/next`; any other path is
-    a 404."""
+    was searched, `/slow` sets `slow_requested`, waits `slow_seconds` and then shows
+    `/next`; any other path is a 404. A test that must act while a slow page is under way
+    waits for the event instead of guessing a time."""
 
     class Site(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
             if path == "/slow":
+                if slow_requested is not None:
+                    slow_requested.set()
                 time.sleep(slow_seconds)
             if path == "/search":
                 body = (

@@ -19,6 +19,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -67,7 +68,8 @@ document.addEventListener('keydown', e => {
 }
 
 
-_Site = site_handler(PAGES, slow_seconds=3)
+_SLOW_REQUESTED = threading.Event()
+_Site = site_handler(PAGES, slow_seconds=3, slow_requested=_SLOW_REQUESTED)
 
 
 @pytest.fixture(scope="module")
@@ -324,8 +326,10 @@ async def test_failures_are_error_results_and_the_server_goes_on(
 
 @in_the_modules_loop
 async def test_a_slow_page_does_not_hold_up_a_ping(browser: ClientSession, site: str) -> None:
+    _SLOW_REQUESTED.clear()
     slow = asyncio.create_task(call(browser, "browser_navigate", url=f"{site}/slow"))
-    await asyncio.sleep(0.5)  # the navigation is under way (the page takes 3 s)
+    # The navigation is under way once the site has the request (the page takes 3 s).
+    assert await asyncio.to_thread(_SLOW_REQUESTED.wait, 30)
     started = time.monotonic()
     await browser.send_ping()
     assert time.monotonic() - started < 1.0
@@ -467,8 +471,11 @@ def test_a_line_past_the_frame_bound_is_refused_and_the_next_one_answered(
 
 
 def test_a_cancelled_call_is_not_answered_and_the_next_is(raw: RawServer, site: str) -> None:
+    _SLOW_REQUESTED.clear()
     raw.request(1, "tools/call", name="browser_navigate", arguments={"url": f"{site}/slow"})
-    time.sleep(0.5)
+    # The cancellation must meet a call under way: one sent before the server took the
+    # request would be ignored (the MCP spec's rule) and the call answered.
+    assert _SLOW_REQUESTED.wait(30), "the browser never asked for the slow page"
     raw.send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}')
     raw.request(2, "tools/call", name="browser_navigate", arguments={"url": site})
     answer = raw.answer()
