@@ -162,7 +162,7 @@ async def test_the_options_reach_the_install_whole(
         return await real_prepare(*args, options=options)  # type: ignore[arg-type]
 
     async def start(*args: object) -> ToolSupport:
-        received.append(("start", args[-1]))  # type: ignore[arg-type]
+        received.append(("start", next(a for a in args if isinstance(a, InjectionOptions))))
         return await real_start(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(inject, "prepare_tool_support", prepare)

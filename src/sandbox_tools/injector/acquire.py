@@ -45,11 +45,14 @@ log = logging.getLogger(__name__)
 
 class Need:
     """What is wanted: a platform and format, and the build id the sources would make
-    now (hashing the sources is computed once, and only if a source asks)."""
+    now (hashing the sources is computed once, and only if a source asks; a caller that
+    computed it already for this need passes it in)."""
 
-    def __init__(self, arch: Arch, fmt: ArtifactFormat) -> None:
+    def __init__(self, arch: Arch, fmt: ArtifactFormat, build_id: str | None = None) -> None:
         self.arch = arch
         self.fmt = fmt
+        if build_id is not None:
+            self.__dict__["build_id"] = build_id  # the cached property's value
 
     @functools.cached_property
     def build_id(self) -> str:
@@ -348,12 +351,14 @@ def acquire_artifact(
     arch: Arch,
     fmt: ArtifactFormat = DEFAULT_FORMAT,
     sources: Sequence[Source] | None = None,
+    build_id: str | None = None,
 ) -> Artifact:
     """The artifact to inject for `arch`, verified, from the first source that has it
     (`sources`, else this installation's under the settings as they stand now: this is a
-    library entry point)."""
+    library entry point). `build_id`: `current_build_id(arch, fmt)` where the caller
+    has it already (hashing the sources again costs milliseconds per injection)."""
     chosen = default_sources(load_settings()) if sources is None else sources
-    need = Need(arch, fmt)
+    need = Need(arch, fmt, build_id)
     reasons: dict[str, str] = {}
     steps: list[str] = []
     for source in chosen:
@@ -377,12 +382,18 @@ def acquire_artifact(
 
 
 def present_artifact(
-    arch: Arch, fmt: ArtifactFormat, sources: Sequence[Source] | None = None
+    arch: Arch,
+    fmt: ArtifactFormat,
+    sources: Sequence[Source] | None = None,
+    build_id: str | None = None,
 ) -> Artifact:
     """`acquire_artifact` from the sources that need no download and no build (the
     wheel's, the cache's, dist/): for work that only pays off if the artifact is here
     already. SandboxInjectionError when none has it."""
     chosen = default_sources(load_settings()) if sources is None else sources
     return acquire_artifact(
-        arch, fmt, [source for source in chosen if isinstance(source, (Bundled, Cache, Dist))]
+        arch,
+        fmt,
+        [source for source in chosen if isinstance(source, (Bundled, Cache, Dist))],
+        build_id,
     )

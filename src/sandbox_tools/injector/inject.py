@@ -51,6 +51,7 @@ from sandbox_tools.injector.acquire import (
     present_artifact,
 )
 from sandbox_tools.injector.jsonrpc_client import (
+    CLOSE_TIMEOUT,
     STAGED_LINE,
     FirstStartFailed,
     NoStreamForInput,
@@ -72,6 +73,7 @@ from sandbox_tools.injector.recon import (
     CandidateStatus,
     InstallVerdict,
     Pin,
+    ProbeError,
     Recon,
     parse_check,
     parse_probe,
@@ -80,7 +82,7 @@ from sandbox_tools.injector.recon import (
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import SERVER_DIR_ENV
 from sandbox_tools.runtime.paths import BROWSER_ENTRY
-from sandbox_tools.sandboxes.base import Sandbox
+from sandbox_tools.sandboxes.base import Sandbox, Stream, StreamLineTooLong
 
 NO_SHELL_DIR = "/tmp"
 STEP_TIMEOUT = 120.0  # one injection step (mkdir, verify, move): seconds
@@ -172,8 +174,11 @@ def runtime_env(install_dir: str, uid: int | None = None) -> dict[str, str]:
     """The runtime's server directory: in the install directory (ours, on a file system
     known to be writable, which /tmp is not under a read-only root); one per uid when
     the runtime runs as another user than the installer."""
-    name = "run" if uid is None else f"run-{uid}"
+    name = _SERVER_DIR_NAME if uid is None else f"{_SERVER_DIR_NAME}-{uid}"
     return {SERVER_DIR_ENV: f"{install_dir}/{name}"}
+
+
+_SERVER_DIR_NAME = "run"
 
 
 async def run_step(
@@ -271,6 +276,68 @@ async def reconnoitre(
             "reading back",
         ),
     )
+
+
+async def _probe_on_a_stream(
+    sandbox: Sandbox, tags: Mapping[str, str], pins: Mapping[str, Pin]
+) -> tuple[Recon, Stream] | None:
+    """The probe as the first start's stream (`_PROBE_THEN_START`): its facts, and the
+    stream with its shell waiting for the host's go. None, with the stream closed, where
+    the provider holds no stream open or the shell ended before its facts (no shell at
+    all: `reconnoitre` then says what the sandbox is); a timeout or output no probe
+    prints raises as `reconnoitre` does."""
+    command = ["sh", "-c", _PROBE_THEN_START, "probe", probe_make_argument(tags, pins)]
+    try:
+        stream = await sandbox.open_stream([*command, *CANDIDATE_DIRS])
+    except (SandboxToolsError, OSError, NotImplementedError):
+        return None
+    if stream is None:
+        return None
+    try:
+        output = await asyncio.wait_for(_until_probed(stream), PROBE_TIMEOUT)
+        if output is None:
+            await close_quietly(stream)
+            return None
+        return parse_probe(output, tags=tags, pins=pins), stream
+    except BaseException as exc:
+        await close_quietly(stream)
+        if isinstance(exc, asyncio.TimeoutError):
+            raise SandboxInjectionError(
+                f"the probe of {sandbox.name} did not finish within {PROBE_TIMEOUT:g} s",
+                remedy="The image's shell or tools hang; use another image.",
+            ) from None
+        if isinstance(exc, (StreamLineTooLong, _ProbeTooLong)):
+            raise SandboxInjectionError(
+                f"the probe of {sandbox.name} failed: {exc}",
+                remedy="The image's shell misbehaves; use another image.",
+            ) from None
+        if isinstance(exc, (SandboxToolsError, OSError)) and not isinstance(exc, ProbeError):
+            return None  # the stream failed: the probe on its own says why
+        raise
+
+
+class _ProbeTooLong(SandboxExecError):
+    """The probe's stream printed more than any probe does before its end line."""
+
+
+async def _until_probed(stream: Stream) -> bytes | None:
+    """What the probe printed before PROBED_LINE; None if the stream ended first."""
+    output = bytearray()
+    while True:
+        line = await stream.readline()
+        if not line:
+            return None
+        if line == PROBED_LINE:
+            return bytes(output)
+        output += line
+        if len(output) > MAX_PROBE_OUTPUT:
+            raise _ProbeTooLong(f"it printed more than {MAX_PROBE_OUTPUT} bytes")
+
+
+async def close_quietly(stream: Stream) -> None:
+    """Close a stream whatever happens on the way (its process ends at stdin's end)."""
+    with contextlib.suppress(BaseException):
+        await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
 
 
 async def _read_back_matches(sandbox: Sandbox, path: str, artifact: Artifact) -> bool:
@@ -446,6 +513,36 @@ _RECEIVE_VERIFY_MOVE_AND_RUN = (
     + _CHECK_STAGED
     + 'chmod 755 "$1" && mv "$1" "$2" || exit 98; umask 022; echo "$5"; shift 5; exec "$@"'
 )
+# The probe on the first start's own stream (one round trip less again): PROBE_SCRIPT,
+# then PROBED_LINE, then one line from the host, its go, tells the same shell what next:
+# `install` runs the receive script above on the directory the probe made, with the
+# SHA-256 and size the probe was given for its machine; `reuse` runs the earlier install
+# the probe found trusted with its tree its payload's; anything else, or stdin's end,
+# ends the shell (the host then goes on step by step). Paths, digest and size are the
+# shell's own, made from the host's arguments: the go carries no data.
+PROBED_LINE = b"sandbox-tools: probed\n"
+_STAGED = STAGED_LINE.decode("ascii").rstrip("\n")
+INSTALL_GO, REUSE_GO = b"install\n", b"reuse\n"
+_PROBE_THEN_START = (
+    PROBE_SCRIPT
+    + f"""echo '{PROBED_LINE.decode("ascii").rstrip()}'
+IFS= read -r go || exit 0
+case $go in
+  {INSTALL_GO.decode("ascii").strip()})
+    [ -n "$made" ] && [ -n "$sha" ] && [ -n "$size" ] || exit 95
+    x=$made/{EXE_NAME}
+    set -- "$made/.{EXE_NAME}.partial" "$x" "$sha" "$size" "{_STAGED}" "$x" stdio ;;
+  {REUSE_GO.decode("ascii").strip()})
+    [ -n "$reused" ] && [ -n "$known" ] || exit 95
+    x=$reused/{INSTALL_PREFIX}$known/{EXE_NAME}
+    export {SERVER_DIR_ENV}="${{x%/*}}/{_SERVER_DIR_NAME}"
+    echo "{_STAGED}"; exec "$x" stdio ;;
+  *) exit 0 ;;
+esac
+export {SERVER_DIR_ENV}="$made/{_SERVER_DIR_NAME}"
+"""
+    + _RECEIVE_VERIFY_MOVE_AND_RUN
+)
 # After a first start that did not answer: was the staged file moved into place, and if
 # not, what is its digest (a mismatch is reported as such, not as a silent runtime).
 _STAGED_DIGEST = (
@@ -462,6 +559,11 @@ def artifact_bytes(path: Path, sha256: str, size: int, mtime_ns: int) -> bytes:
     return path.read_bytes()
 
 
+def _bytes_of(artifact: Artifact) -> bytes:
+    stat = artifact.located.stat()
+    return artifact_bytes(artifact.located, artifact.sha256, stat.st_size, stat.st_mtime_ns)
+
+
 @dataclass(frozen=True)
 class _Install:
     """A fresh install: where, how many files were written, the check its first start
@@ -472,6 +574,7 @@ class _Install:
     writes: int
     pending_check: tuple[str, ...] = ()
     pending_input: bytes | None = None
+    go: bytes = b""  # sent before them where the probe's shell waits for its go
 
     @property
     def staging(self) -> str:
@@ -486,6 +589,16 @@ class _Install:
         staged file and moves it into place."""
         check = ("sh", "-c", _VERIFY_MOVE_AND_RUN, "install", self.staging, self.exe)
         return _Install(self.directory, self.writes, (*check, artifact.sha256))
+
+    @property
+    def pending(self) -> bool:
+        """Whether its first start still checks and moves the bytes into place."""
+        return bool(self.pending_check) or self.pending_input is not None
+
+    def after_the_probe(self, data: bytes) -> _Install:
+        """The same install with its bytes sent after the go on the probe's own stream,
+        whose script checks and moves them (the pin the probe was given is theirs)."""
+        return _Install(self.directory, self.writes, (), data, INSTALL_GO)
 
     def received(self, artifact: Artifact, data: bytes) -> _Install:
         """The same install with its bytes travelling on the first start's stream."""
@@ -513,8 +626,7 @@ async def _install(
     (`_Install.pending_check`), saving a round trip; with `on_the_stream` too (and a
     `head` that counts bytes), its bytes travel on that start's stream instead of an
     upload of their own, saving another. Nothing of it runs before the check either way."""
-    stat = artifact.located.stat()
-    data = artifact_bytes(artifact.located, artifact.sha256, stat.st_size, stat.st_mtime_ns)
+    data = _bytes_of(artifact)
     tag = _id_tag(artifact)
     if not recon.has_shell:
         # One upload creates a fresh directory holding the artifact; its bytes are read
@@ -745,12 +857,20 @@ async def prepare_tool_support(
     on it (an add-on's acquisition) makes the same choices as the injection did."""
     started = time.monotonic()
     with _step("install tags (host)"):
-        tags, pins = await asyncio.to_thread(_install_tags, options)
+        at_hand = await asyncio.to_thread(_install_tags, options)
+    tags, pins = at_hand.tags, at_hand.pins
+    probed = None
     with _step("probe (make the install directory, or check an earlier one)"):
-        recon = await reconnoitre(sandbox, tags=tags, pins=pins)
+        # As the default user and on a stream, the probe's own shell goes on to the
+        # first start once the host has decided: one round trip for the whole injection.
+        if user is None and options.persistent and pins:
+            probed = await _probe_on_a_stream(sandbox, tags, pins)
+        recon, stream = probed or (await reconnoitre(sandbox, tags=tags, pins=pins), None)
     try:
-        return await _prepare(sandbox, recon, user, options, started)
+        return await _prepare(sandbox, recon, user, options, started, at_hand.build_ids, stream)
     except BaseException:
+        if stream is not None:
+            await close_quietly(stream)
         if recon.made:
             await _remove_quietly(sandbox, recon.made)
         raise
@@ -764,7 +884,18 @@ def _named_for(directory: str, artifact: Artifact) -> bool:
     return name == wanted or name.startswith(f"{wanted}-")
 
 
-def _install_tags(options: InjectionOptions) -> tuple[dict[str, str], dict[str, Pin]]:
+@dataclass(frozen=True)
+class _AtHand:
+    """What the host knows before the probe: the install tag per machine (`uname -m`),
+    the pins of the artifacts at hand, and the build id the sources make now per
+    architecture (computed once per injection: it walks the sources)."""
+
+    tags: dict[str, str]
+    pins: dict[str, Pin]
+    build_ids: dict[Arch, str]
+
+
+def _install_tags(options: InjectionOptions) -> _AtHand:
     """The install directory's tag per machine (`uname -m`) of the artifact this injection
     will acquire for that machine, so that the probe can make the directory: the given
     artifact's, else the build id the sources make now (which every default source's
@@ -775,23 +906,23 @@ def _install_tags(options: InjectionOptions) -> tuple[dict[str, str], dict[str, 
     given = options.artifact
     if given is not None:
         machine = MACHINES[given.arch]
-        return {machine: _id_tag(given)}, {machine: Pin(given.sha256, given.size)}
-    tags: dict[str, str] = {}
-    pins: dict[str, Pin] = {}
+        return _AtHand({machine: _id_tag(given)}, {machine: Pin(given.sha256, given.size)}, {})
+    at_hand = _AtHand({}, {}, {})
     for arch in Arch:
         try:
             build_id = current_build_id(arch, DEFAULT_FORMAT)
         except (OSError, ValueError, SandboxToolsError):
             continue  # the probe makes nothing for it: the install step will
         machine = MACHINES[arch]
-        tags[machine] = build_id.removeprefix("sha256:")[:16]
+        at_hand.build_ids[arch] = build_id
+        at_hand.tags[machine] = build_id.removeprefix("sha256:")[:16]
         try:
-            present = present_artifact(arch, DEFAULT_FORMAT, options.sources)
+            present = present_artifact(arch, DEFAULT_FORMAT, options.sources, build_id)
         except (OSError, ValueError, SandboxToolsError):
             continue  # acquired after the probe: the check takes a round trip then
-        if _id_tag(present) == tags[machine]:
-            pins[machine] = Pin(present.sha256, present.size)
-    return tags, pins
+        if _id_tag(present) == at_hand.tags[machine]:
+            at_hand.pins[machine] = Pin(present.sha256, present.size)
+    return at_hand
 
 
 async def _prepare(
@@ -800,7 +931,12 @@ async def _prepare(
     user: str | None,
     options: InjectionOptions,
     started: float,
+    build_ids: Mapping[Arch, str],
+    probed: Stream | None = None,
 ) -> ToolSupport:
+    """The injection after the probe. `probed`: the probe's stream, its shell waiting
+    for a go; it is closed (and the shell ends) where its script cannot do what is
+    needed, and the steps go on without it."""
     from sandbox_tools._version import __version__
 
     if recon.arch is None:
@@ -821,7 +957,11 @@ async def _prepare(
             given
             if given is not None
             else await asyncio.to_thread(
-                acquire_artifact, recon.arch, DEFAULT_FORMAT, options.sources
+                acquire_artifact,
+                recon.arch,
+                DEFAULT_FORMAT,
+                options.sources,
+                build_ids.get(recon.arch),
             )
         )
     writes, pending_check = 0, None
@@ -832,21 +972,29 @@ async def _prepare(
     if made and not _named_for(made, artifact):
         await _remove_quietly(sandbox, made)  # made for another artifact's tag
         made = ""
+    if probed is not None and not _the_probes_shell_can_go_on(recon, artifact, install_dir, made):
+        await close_quietly(probed)
+        probed = None
     if install_dir is None:
-        # As another user, the installer unpacks the runtime before the first start: its
-        # bytes are checked before that, in a step of their own.
-        install = await _install(
-            sandbox,
-            recon,
-            artifact,
-            check_at_start=user is None,
-            on_the_stream=options.persistent,
-            made=made,
-        )
+        if probed is not None:
+            install = _Install(made, 2).after_the_probe(_bytes_of(artifact))
+        else:
+            # As another user, the installer unpacks the runtime before the first start:
+            # its bytes are checked before that, in a step of their own.
+            install = await _install(
+                sandbox,
+                recon,
+                artifact,
+                check_at_start=user is None,
+                on_the_stream=options.persistent,
+                made=made,
+            )
         install_dir, writes = install.directory, install.writes
-        pending_check = install if install.pending_check else None
+        pending_check = install if install.pending else None
     try:
-        support = await _start(sandbox, recon, artifact, install_dir, user, pending_check, options)
+        support = await _start(
+            sandbox, recon, artifact, install_dir, user, pending_check, options, probed
+        )
     except BaseException:
         if writes and recon.has_shell:  # made now and unusable: leave nothing behind
             await _remove_quietly(sandbox, install_dir)
@@ -867,6 +1015,28 @@ async def _prepare(
     return support
 
 
+def _the_probes_shell_can_go_on(
+    recon: Recon, artifact: Artifact, install_dir: str | None, made: str
+) -> bool:
+    """Whether the probe's waiting shell can start what the host chose: the earlier
+    install its own checks found trusted with the payload's tree (`$reused`), or a fresh
+    install into the directory it made, of the artifact it was pinned to, with a
+    `head` that counts bytes and a `sha256sum` to check them."""
+    if install_dir is not None:
+        return recon.earlier_sha256 == artifact.sha256 and any(
+            earlier.verdict is InstallVerdict.TRUSTED
+            and earlier.tree_exit == 0
+            and _install_path(earlier.base, artifact) == install_dir
+            for earlier in recon.earlier
+        )
+    return (
+        bool(made)
+        and recon.pin == Pin(artifact.sha256, artifact.size)
+        and recon.has_sha256sum
+        and recon.has_head_bytes
+    )
+
+
 async def _start(
     sandbox: Sandbox,
     recon: Recon,
@@ -875,6 +1045,7 @@ async def _start(
     user: str | None,
     pending_check: _Install | None,
     options: InjectionOptions,
+    probed: Stream | None = None,
 ) -> ToolSupport:
     exe = f"{install_dir}/{EXE_NAME}"
     with _step("runtime environment"):
@@ -887,7 +1058,7 @@ async def _start(
         connecting = "connect: send on the stream, verify and move into place"
     with _step(connecting):
         client, pending_check = await _connect(
-            sandbox, recon, artifact, exe, env, user, pending_check, options
+            sandbox, recon, artifact, exe, env, user, pending_check, options, probed
         )
     try:
         with _step(first):
@@ -922,28 +1093,40 @@ async def _connect(
     user: str | None,
     pending: _Install | None,
     options: InjectionOptions,
+    probed: Stream | None = None,
 ) -> tuple[RuntimeClient, _Install | None]:
     """The runtime's client; a fresh install's first start goes through its check.
-    Bytes meant for a stream the provider cannot hold open are uploaded first."""
+    Bytes meant for a stream the provider cannot hold open are uploaded first. On the
+    probe's stream, its shell gets the go (and a fresh install's bytes after it)."""
     connect = functools.partial(
         connect_runtime, sandbox, [exe], env=env, user=user, expected_build=artifact.build_id
     )
-    if pending is None:
+    if pending is None and probed is None:
         return await connect(persistent=options.persistent), None
     try:
-        client = await connect(
-            persistent=options.persistent,
-            first_start_prefix=pending.pending_check,
-            first_start_input=pending.pending_input,
-        )
+        if probed is not None:
+            go: tuple[bytes, ...] = (REUSE_GO,)
+            if pending is not None and pending.pending_input is not None:
+                go = (pending.go, pending.pending_input)
+            client = await connect(first_stream=probed, first_start_input=go)
+        else:
+            assert pending is not None
+            client = await connect(
+                persistent=options.persistent,
+                first_start_prefix=pending.pending_check,
+                first_start_input=(
+                    None if pending.pending_input is None else (pending.pending_input,)
+                ),
+            )
     except NoStreamForInput:
-        assert pending.pending_input is not None
+        assert pending is not None and pending.pending_input is not None
         with _step("upload"):  # nothing ran: the bytes travel on their own
             await _write_artifact(sandbox, recon, pending.staging, pending.pending_input)
         pending = pending.uploaded(artifact)
         client = await connect(first_start_prefix=pending.pending_check, persistent=False)
     except FirstStartFailed as exc:
-        await _raise_if_the_check_failed(sandbox, pending, artifact)
+        if pending is not None:
+            await _raise_if_the_check_failed(sandbox, pending, artifact)
         raise SandboxInjectionError(
             f"the runtime could not be installed at {exe} in {sandbox.name}: {exc.message}",
             remedy="Check free space in the install directory, and the image's `head` and "

@@ -560,9 +560,13 @@ class _SandboxRuntimeClient(RuntimeClient):
         # A fixed command the first run of the runtime goes through, once (the injector's
         # check of a fresh install's bytes before anything of them runs; inject.py).
         self.first_start_prefix: list[str] = []
-        # What that command reads from stdin before anything else: the runtime's bytes,
-        # received into place in the same round trip (a stream only; inject.py).
-        self.first_start_input: bytes | None = None
+        # What that command reads from stdin before anything else, in pieces written in
+        # order: the runtime's bytes, received into place in the same round trip (a
+        # stream only; inject.py).
+        self.first_start_input: tuple[bytes, ...] | None = None
+        # The first start's stream where it is open already: the probe's, its shell
+        # waiting for its input (the host's go, then the bytes; inject.py).
+        self.first_stream: Stream | None = None
 
     def _start_command(self, *args: str) -> list[str]:
         """The runtime's command with `args`; the first one goes through the prefix."""
@@ -768,7 +772,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         async with self._open_lock:
             if self._stream is None:
                 prefix, payload = self.first_start_prefix, self.first_start_input
-                stream = await self.sandbox.open_stream(
+                stream = self.first_stream or await self.sandbox.open_stream(
                     [*prefix, *self.runtime_command, "stdio"], env=self.env, user=self.user
                 )
                 if stream is None:  # nothing ran: the prefix stays for the first exec
@@ -776,6 +780,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                         f"{self.sandbox.name} cannot hold a stream open; use ExecRuntimeClient"
                     )
                 self.first_start_prefix, self.first_start_input = [], None
+                self.first_stream = None
                 if payload is not None:
                     await self._hand_over(stream, payload)
                 self._stream = stream
@@ -837,7 +842,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             self._subscribed = False
             self._fail_listeners(reason)
 
-    async def _hand_over(self, stream: Stream, payload: bytes) -> None:
+    async def _hand_over(self, stream: Stream, payload: tuple[bytes, ...]) -> None:
         """Send the first start's input, then wait for its prefix to say it is done
         (`STAGED_LINE`) before anything else is written: the command that reads the
         input may read ahead of it (busybox's `head` through stdio), so nothing follows
@@ -848,7 +853,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         the stream is read while the input is written, so output before the input is
         taken (a line, or no newline for megabytes) cannot stall both sides. A failure,
         a timeout or a cancellation closes the stream."""
-        writing = asyncio.ensure_future(stream.write(payload))
+        writing = asyncio.ensure_future(_write_in_order(stream, payload))
         writing.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
             line = await asyncio.wait_for(self._staged(stream, writing), HAND_OVER_TIMEOUT)
@@ -969,6 +974,11 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
                 await self._reader
 
 
+async def _write_in_order(stream: Stream, pieces: tuple[bytes, ...]) -> None:
+    for piece in pieces:
+        await stream.write(piece)
+
+
 async def connect_runtime(
     sandbox: Sandbox,
     runtime_command: Sequence[str],
@@ -977,7 +987,8 @@ async def connect_runtime(
     persistent: bool = True,
     expected_build: str | None = None,
     first_start_prefix: Sequence[str] = (),
-    first_start_input: bytes | None = None,
+    first_start_input: tuple[bytes, ...] | None = None,
+    first_stream: Stream | None = None,
 ) -> RuntimeClient:
     """The cheapest client the provider supports: a persistent channel where possible.
 
@@ -985,13 +996,19 @@ async def connect_runtime(
     once per connection (the injector checks the first answer on either transport).
     `first_start_prefix`: a fixed command the runtime's first run goes through (it ends
     by running the command it is given); later runs start the runtime directly.
-    `first_start_input`: what that command reads first (on a stream only); it prints
+    `first_start_input`: what that command reads first, in pieces (not joined: a copy of
+    megabytes costs milliseconds), on a stream only; it prints
     `STAGED_LINE` once it has taken and checked it. NoStreamForInput, with nothing run,
-    where the provider holds no stream open."""
+    where the provider holds no stream open. `first_stream`: that command's stream,
+    already open (the probe's shell, waiting for `first_start_input`); the channel's
+    later streams start `runtime_command` itself."""
+    if first_stream is not None and (not persistent or first_start_input is None):
+        raise ValueError("an open first stream is the channel's and needs its input")
     if persistent:
         client = StdioRuntimeClient(sandbox, runtime_command, env, user, expected_build)
         client.first_start_prefix = list(first_start_prefix)
         client.first_start_input = first_start_input
+        client.first_stream = first_stream
         try:
             await client._ensure_stream()
         except FirstStartFailed:

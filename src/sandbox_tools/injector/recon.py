@@ -313,6 +313,15 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Pin:
+    """The artifact the host has at hand for a machine: an earlier install of its tag is
+    checked against these by the probe itself."""
+
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
 class Recon:
     arch: Arch | None
     raw_arch: str
@@ -336,6 +345,9 @@ class Recon:
     # The install directory the probe made (in the first of `install_bases()`, checked
     # to be the name the host asked for, the runtime's uid's and 0755), or "".
     made: str = ""
+    # The artifact the probe was given for its own machine (`uname -m`): what its shell
+    # checks a fresh install's bytes against when they travel on the probe's own stream.
+    pin: Pin | None = None
 
     @property
     def platform(self) -> str:
@@ -403,15 +415,6 @@ def _candidate(path: str, value: str) -> Candidate:
     if existing not in ("yes", "no"):
         raise ProbeError(f"malformed candidate line for {path}: {value[:120]!r}")
     return Candidate(path, status, int(owner) if owner else None, mode, existing == "yes")
-
-
-@dataclass(frozen=True)
-class Pin:
-    """The artifact the host has at hand for a machine: an earlier install of its tag is
-    checked against these by the probe itself."""
-
-    sha256: str
-    size: int
 
 
 def probe_make_argument(tags: Mapping[str, str], pins: Mapping[str, Pin] | None = None) -> str:
@@ -484,6 +487,7 @@ def parse_probe(
         has_sha256sum=facts["sha256sum"] == "yes",
         candidates=candidates,
         has_head_bytes=facts["head_bytes"] == "yes",
+        pin=(pins or {}).get(raw_arch),
     )
     if checked:
         recon = _with_earlier(recon, paths, checked, (pins or {}).get(raw_arch))
