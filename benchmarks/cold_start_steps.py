@@ -4,10 +4,10 @@ For each target (Debian 12, a libc-free busybox image, Debian with a read-only r
 an exec tmpfs), N fresh containers:
 1. a bare `docker exec true` in the fresh container (the floor every step above pays),
    then a real injection through the persistent channel, its steps recorded by the
-   injector: the install tags (host), the probe, which also makes the install directory,
-   the upload, starting the stdio CLI, and the first answer, whose start first checks the
-   upload's SHA-256 and moves it into place, then unpacks it and starts the server
-   (a step the injection did not take shows "-");
+   injector: the install tags (host), the probe, which makes the install directory and
+   is the first start's own stream, the host's go with the runtime's bytes on that
+   stream (received, checked and moved into place there), and the first answer (unpack,
+   server start); a step the injection did not take shows "-";
 2. in another fresh container, the runtime's own start phases, each timed by a bare
    `docker exec` of the artifact: unpack, the bundled loader and Python starting
    (`--version`), the server starting (`start-server`), the first answer through the

@@ -1,13 +1,14 @@
 """Cold injection and warm calls, side by side with a bare `docker exec true`.
 
-Cold: a fresh container, then tool_support_sandbox with the default options (the probe,
-which makes the install directory; the first start, whose stream carries the runtime's
-bytes, which it checks, moves into place, unpacks and starts the server) and one
-`version` call; each of its steps is printed too, beside the bare exec measured in the
-same containers.
+Cold: a fresh container, then tool_support_sandbox with the default options (one
+stream: the probe, which makes the install directory, then the host's go and the
+runtime's bytes, which the same shell checks, moves into place and starts; the runtime
+unpacks and starts the server) and one `version` call; each of its steps is printed
+too, beside the bare exec measured in the same containers.
 Warm: one `version` call per exec afterwards, and through the persistent channel.
 Reuse: a new handle on the same container (the probe, which checks the earlier install
-and has the launcher compare its unpacked tree with its payload, and the first answer).
+and has the launcher compare its unpacked tree with its payload, then on the same
+stream the go that starts it, and the first answer).
 Usage: .venv/bin/python benchmarks/injection.py [--runs N] [--image debian-12]
 """
 
