@@ -218,13 +218,16 @@ class ServerSocketStream(Stream):
         self._writer.write(data)
         await self._writer.drain()
 
-    async def readline(self) -> bytes:
+    async def readline(self, limit: int = MAX_STREAM_LINE) -> bytes:
         try:
-            return await self._reader.readline()
+            line = await self._reader.readline()
         except ValueError:  # asyncio's way of saying the line overran the limit
             raise StreamLineTooLong(
                 f"the stream sent more than {MAX_STREAM_LINE} bytes without a newline"
             ) from None
+        if len(line) > limit:
+            raise StreamLineTooLong(f"the stream sent a line of more than {limit} bytes")
+        return line
 
     async def close(self) -> None:
         self._writer.close()

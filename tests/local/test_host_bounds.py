@@ -30,6 +30,7 @@ from sandbox_tools.injector.jsonrpc_client import (
 )
 from sandbox_tools.sandboxes.base import (
     DEFAULT_EXEC_TIMEOUT,
+    MAX_STREAM_LINE,
     ExecOutput,
     LineSplitter,
     Sandbox,
@@ -165,6 +166,22 @@ def test_line_splitter_caps_lines_and_scans_each_byte_once() -> None:
         splitter.next_line()
 
 
+def test_a_callers_lower_limit_bounds_a_line_whole_or_still_coming() -> None:
+    """The probe's reader asks for lines within its own bound: past it, a line still
+    without its newline and a whole line that arrived in one chunk are both refused;
+    within it, a line is given as always."""
+    splitter = LineSplitter(max_line=1000)
+    splitter.feed(b"x" * 99 + b"\n")
+    assert splitter.next_line(limit=100) == b"x" * 99 + b"\n"
+    splitter.feed(b"y" * 200 + b"\n")
+    with pytest.raises(StreamLineTooLong):
+        splitter.next_line(limit=100)
+    still_coming = LineSplitter(max_line=1000)
+    still_coming.feed(b"z" * 101)
+    with pytest.raises(StreamLineTooLong):
+        still_coming.next_line(limit=100)
+
+
 class ScriptedStream(Stream):
     """A persistent channel that sends the lines the test chose, then stays silent."""
 
@@ -175,7 +192,7 @@ class ScriptedStream(Stream):
     async def write(self, data: bytes) -> None:
         pass
 
-    async def readline(self) -> bytes:
+    async def readline(self, limit: int = MAX_STREAM_LINE) -> bytes:
         if self.lines:
             return self.lines.pop(0)
         await self.closed.wait()

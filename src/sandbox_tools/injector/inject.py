@@ -308,7 +308,8 @@ async def _probe_on_a_stream(
             ) from None
         if isinstance(exc, (StreamLineTooLong, _ProbeTooLong)):
             raise SandboxInjectionError(
-                f"the probe of {sandbox.name} failed: {exc}",
+                f"the probe of {sandbox.name} printed more than {MAX_PROBE_OUTPUT} bytes, "
+                "far more than a probe prints",
                 remedy="The image's shell misbehaves; use another image.",
             ) from None
         if isinstance(exc, (SandboxToolsError, OSError)) and not isinstance(exc, ProbeError):
@@ -317,21 +318,37 @@ async def _probe_on_a_stream(
 
 
 class _ProbeTooLong(SandboxExecError):
-    """The probe's stream printed more than any probe does before its end line."""
+    """The probe's stream printed more than any probe does before its end line (in
+    lines each within the bound: one line past it is the stream's StreamLineTooLong)."""
 
 
 async def _until_probed(stream: Stream) -> bytes | None:
     """What the probe printed before PROBED_LINE; None if the stream ended first."""
     output = bytearray()
     while True:
-        line = await stream.readline()
+        # Each line within what is left of the probe's bound: a sandbox cannot make the
+        # host hold more than that, in one line or in many.
+        line = await stream.readline(limit=MAX_PROBE_OUTPUT - len(output))
         if not line:
             return None
         if line == PROBED_LINE:
             return bytes(output)
         output += line
-        if len(output) > MAX_PROBE_OUTPUT:
-            raise _ProbeTooLong(f"it printed more than {MAX_PROBE_OUTPUT} bytes")
+        if len(output) >= MAX_PROBE_OUTPUT:
+            raise _ProbeTooLong("the probe's output is over its bound")
+
+
+async def _go_on_step_by_step(probed: Stream) -> bool:
+    """Tell the probe's shell the host goes on without it (it ends, keeping the directory
+    it made for the steps), and close its stream; False where the word may not have
+    arrived (the shell then removes that directory while it is empty)."""
+    try:
+        await asyncio.wait_for(probed.write(STEPS_GO), CLOSE_TIMEOUT)
+    except (SandboxToolsError, OSError, asyncio.TimeoutError):
+        await close_quietly(probed)
+        return False
+    await close_quietly(probed)
+    return True
 
 
 async def close_quietly(stream: Stream) -> None:
@@ -517,16 +534,18 @@ _RECEIVE_VERIFY_MOVE_AND_RUN = (
 # then PROBED_LINE, then one line from the host, its go, tells the same shell what next:
 # `install` runs the receive script above on the directory the probe made, with the
 # SHA-256 and size the probe was given for its machine; `reuse` runs the earlier install
-# the probe found trusted with its tree its payload's; anything else, or stdin's end,
-# ends the shell (the host then goes on step by step). Paths, digest and size are the
-# shell's own, made from the host's arguments: the go carries no data.
+# the probe found trusted with its tree its payload's; `steps` (or any other line) ends
+# the shell, the host going on step by step with what the probe made. Stdin's end (a
+# host that failed, gave up or was cancelled, even before it read the findings) ends it
+# too, removing the directory it made while that is still empty. Paths, digest and size
+# are the shell's own, made from the host's arguments: the go carries no data.
 PROBED_LINE = b"sandbox-tools: probed\n"
 _STAGED = STAGED_LINE.decode("ascii").rstrip("\n")
-INSTALL_GO, REUSE_GO = b"install\n", b"reuse\n"
+INSTALL_GO, REUSE_GO, STEPS_GO = b"install\n", b"reuse\n", b"steps\n"
 _PROBE_THEN_START = (
     PROBE_SCRIPT
     + f"""echo '{PROBED_LINE.decode("ascii").rstrip()}'
-IFS= read -r go || exit 0
+IFS= read -r go || {{ [ -z "$made" ] || rmdir "$made" 2>/dev/null; exit 0; }}
 case $go in
   {INSTALL_GO.decode("ascii").strip()})
     [ -n "$made" ] && [ -n "$sha" ] && [ -n "$size" ] || exit 95
@@ -695,13 +714,22 @@ async def _fill_new(
     return install
 
 
+# Remove a directory this injection made, unless its checked executable is in place:
+# from then on another host's probe may have found it trusted and be running it (a
+# failed or cancelled first start of ours must not pull it from under that host).
+_REMOVE_UNLESS_INSTALLED = f'[ -e "$1/{EXE_NAME}" ] || rm -rf -- "$1"'
+
+
 async def _remove_quietly(sandbox: Sandbox, install_dir: str) -> None:
     """Remove a directory this injection made and could not finish: a failure leaves
-    nothing behind (rm -rf does not follow links the agent may have put in it)."""
+    nothing half made behind (rm -rf does not follow links the agent may have put in
+    it); a directory whose checked executable is in place is a whole install, kept."""
     with contextlib.suppress(Exception):
         await asyncio.shield(
             sandbox.exec(
-                ["rm", "-rf", "--", install_dir], timeout=STEP_TIMEOUT, max_output=SMALL_OUTPUT
+                ["sh", "-c", _REMOVE_UNLESS_INSTALLED, "remove", install_dir],
+                timeout=STEP_TIMEOUT,
+                max_output=SMALL_OUTPUT,
             )
         )
 
@@ -973,7 +1001,8 @@ async def _prepare(
         await _remove_quietly(sandbox, made)  # made for another artifact's tag
         made = ""
     if probed is not None and not _the_probes_shell_can_go_on(recon, artifact, install_dir, made):
-        await close_quietly(probed)
+        if not await _go_on_step_by_step(probed):
+            made = ""  # its shell may have removed it: the steps make their own
         probed = None
     if install_dir is None:
         if probed is not None:
@@ -1125,7 +1154,8 @@ async def _connect(
         pending = pending.uploaded(artifact)
         client = await connect(first_start_prefix=pending.pending_check, persistent=False)
     except FirstStartFailed as exc:
-        if pending is not None:
+        if pending is not None and not exc.timed_out:
+            # A staging file cut short by a deadline is not other bytes: not said so.
             await _raise_if_the_check_failed(sandbox, pending, artifact)
         raise SandboxInjectionError(
             f"the runtime could not be installed at {exe} in {sandbox.name}: {exc.message}",

@@ -70,7 +70,12 @@ HAND_OVER_TIMEOUT = 120.0
 
 class FirstStartFailed(RuntimeTransportError):
     """A first start that was given input ran and did not take it: its prefix ran, so
-    nothing is tried again on another transport."""
+    nothing is tried again on another transport. `timed_out`: the input was not taken
+    and checked within the deadline (what it left says nothing of its bytes)."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class NoStreamForInput(RuntimeTransportError):
@@ -867,7 +872,8 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             else:
                 reason = _describe(exc) if str(exc) else type(exc).__name__
             raise FirstStartFailed(
-                f"the first start in {self.sandbox.name} did not take its input: {reason}"
+                f"the first start in {self.sandbox.name} did not take its input: {reason}",
+                timed_out=isinstance(exc, asyncio.TimeoutError),
             ) from None
         if line != STAGED_LINE:
             await self._abandon(stream, writing)

@@ -56,11 +56,13 @@ class Stream(abc.ABC):
     async def write(self, data: bytes) -> None: ...
 
     @abc.abstractmethod
-    async def readline(self) -> bytes:
+    async def readline(self, limit: int = MAX_STREAM_LINE) -> bytes:
         """The next line including its newline; b"" once the process's stdout is closed.
 
-        Raises StreamLineTooLong past MAX_STREAM_LINE bytes without a newline: the stream
-        is then unusable and must be closed.
+        Raises StreamLineTooLong past `limit` bytes without a newline (never more than
+        MAX_STREAM_LINE; a caller expecting short lines, as the probe's, asks for less, so
+        a sandbox cannot make the host hold megabytes first): the stream is then unusable
+        and must be closed.
         """
 
     @abc.abstractmethod
@@ -173,16 +175,20 @@ class LineSplitter:
     def feed(self, data: bytes) -> None:
         self._buffer += data
 
-    def next_line(self) -> bytes | None:
-        """A complete line (with its newline), or None until more bytes arrive."""
+    def next_line(self, limit: int | None = None) -> bytes | None:
+        """A complete line (with its newline), or None until more bytes arrive; `limit`
+        lowers `max_line` for this line."""
         end = self._buffer.find(b"\n", self._scanned)
+        bound = self.max_line if limit is None else min(limit, self.max_line)
         if end < 0:
             self._scanned = len(self._buffer)
-            if self._scanned > self.max_line:
+            if self._scanned > bound:
                 raise StreamLineTooLong(
-                    f"the stream sent more than {self.max_line} bytes without a newline"
+                    f"the stream sent more than {bound} bytes without a newline"
                 )
             return None
+        if end > bound:
+            raise StreamLineTooLong(f"the stream sent a line of more than {bound} bytes")
         line = bytes(self._buffer[: end + 1])
         del self._buffer[: end + 1]
         self._scanned = 0
@@ -203,17 +209,22 @@ class ChunkedLineStream(Stream):
         self._eof = False
 
     @abc.abstractmethod
-    async def _next_chunk(self) -> bytes | None:
-        """The next stdout bytes (b"" for a chunk of something else), None at the end."""
+    async def _next_chunk(self, max_payload: int) -> bytes | None:
+        """The next stdout bytes (b"" for a chunk of something else), None at the end;
+        where the provider can tell before reading, StreamLineTooLong for a chunk over
+        `max_payload`."""
 
-    async def readline(self) -> bytes:
+    async def readline(self, limit: int = MAX_STREAM_LINE) -> bytes:
         while True:
-            line = self._lines.next_line()
+            line = self._lines.next_line(limit)
             if line is not None:
                 return line
             if self._eof:
-                return self._lines.rest()
-            chunk = await self._next_chunk()
+                rest = self._lines.rest()
+                if len(rest) > limit:
+                    raise StreamLineTooLong(f"the stream sent a line of more than {limit} bytes")
+                return rest
+            chunk = await self._next_chunk(min(limit, self._lines.max_line))
             if chunk is None:
                 self._eof = True
             else:

@@ -353,12 +353,12 @@ class _DockerStream(ChunkedLineStream):
         async with self._write_lock:
             await self._conn.send(data)
 
-    async def _next_chunk(self) -> bytes | None:
+    async def _next_chunk(self, max_payload: int) -> bytes | None:
         try:
-            frame = await self._conn.next_frame(self._lines.max_line)
+            frame = await self._conn.next_frame(max_payload)
         except FrameTooLarge:
             raise StreamLineTooLong(
-                f"the stream sent more than {self._lines.max_line} bytes without a newline"
+                f"the stream sent more than {max_payload} bytes without a newline"
             ) from None
         if frame is None:
             return None

@@ -312,7 +312,14 @@ class _StreamExec(ExecConnection):
             return None
 
     def close(self) -> None:
-        self._writer.close()
+        # A transport closes only once its buffer is sent: with bytes the engine no longer
+        # reads (a sandbox whose `head` never took its input), it would stay open for the
+        # process's life. Those bytes have nobody to reach: drop them and release it now.
+        transport = self._writer.transport
+        if transport.get_write_buffer_size():
+            transport.abort()
+        else:
+            self._writer.close()
 
 
 async def _write_slices(writer: asyncio.StreamWriter, parts: Sequence[bytes]) -> None:

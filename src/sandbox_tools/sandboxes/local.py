@@ -160,13 +160,18 @@ class _ProcessStream(Stream):
         self._stdin.write(data)
         await self._stdin.drain()
 
-    async def readline(self) -> bytes:
+    async def readline(self, limit: int = MAX_STREAM_LINE) -> bytes:
         try:
-            return await self._stdout.readline()
+            line = await self._stdout.readline()
         except ValueError:  # asyncio's way of saying the line overran the limit
             raise StreamLineTooLong(
                 f"the stream sent more than {MAX_STREAM_LINE} bytes without a newline"
             ) from None
+        # This host's own processes: the reader's limit bounds the memory; a lower limit
+        # is the caller's bound on what it takes.
+        if len(line) > limit:
+            raise StreamLineTooLong(f"the stream sent a line of more than {limit} bytes")
+        return line
 
     async def close(self) -> None:
         if not self._stdin.is_closing():

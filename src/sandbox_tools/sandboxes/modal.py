@@ -327,7 +327,8 @@ class _ModalStream(ChunkedLineStream):
             self._process.stdin.write(bytes(view[start : start + _STDIN_PIECE]))
             await self._process.stdin.drain.aio()
 
-    async def _next_chunk(self) -> bytes | None:
+    async def _next_chunk(self, max_payload: int) -> bytes | None:
+        # Modal's chunks come as they come: the line splitter bounds what is kept.
         try:
             chunk = await self._chunks.__anext__()
         except StopAsyncIteration:
