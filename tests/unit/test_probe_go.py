@@ -27,11 +27,17 @@ MADE = _install_path("/opt/sandbox-tools", ARTIFACT)
 FRESH = replace(parse_probe(GOOD), pin=PIN)  # the facts of a probe given the artifact's pin
 
 
+SIZE = ARTIFACT.size
+
+
 def test_a_fresh_install_goes_on_with_the_pinned_artifact_only() -> None:
-    assert _the_probes_shell_can_go_on(FRESH, ARTIFACT, None, MADE)
+    assert _the_probes_shell_can_go_on(FRESH, ARTIFACT, None, MADE, SIZE)
     for artifact in (replace(ARTIFACT, sha256="ef" * 32), replace(ARTIFACT, size=1)):
-        assert not _the_probes_shell_can_go_on(FRESH, artifact, None, MADE)
-    assert not _the_probes_shell_can_go_on(replace(FRESH, pin=None), ARTIFACT, None, MADE)
+        assert not _the_probes_shell_can_go_on(FRESH, artifact, None, MADE, SIZE)
+    assert not _the_probes_shell_can_go_on(replace(FRESH, pin=None), ARTIFACT, None, MADE, SIZE)
+    # Bytes at hand of another length than the pin (a file changed under its record):
+    # the shell would wait for the rest; the host goes on step by step instead.
+    assert not _the_probes_shell_can_go_on(FRESH, ARTIFACT, None, MADE, SIZE - 1)
 
 
 @pytest.mark.parametrize("lacking", ["a made directory", "a byte-counting head", "sha256sum"])
@@ -43,7 +49,7 @@ def test_a_fresh_install_needs_what_the_script_needs(lacking: str) -> None:
         recon = replace(recon, has_head_bytes=False)
     else:
         recon = replace(recon, has_sha256sum=False)
-    assert not _the_probes_shell_can_go_on(recon, ARTIFACT, None, made)
+    assert not _the_probes_shell_can_go_on(recon, ARTIFACT, None, made, SIZE)
 
 
 def reused(verdict: InstallVerdict, tree_exit: int | None, sha256: str = PIN.sha256) -> bool:

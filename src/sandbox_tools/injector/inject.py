@@ -1000,12 +1000,16 @@ async def _prepare(
     if made and not _named_for(made, artifact):
         await _remove_quietly(sandbox, made)  # made for another artifact's tag
         made = ""
-    if probed is not None and not _the_probes_shell_can_go_on(recon, artifact, install_dir, made):
+    can_go_on = probed is not None and _the_probes_shell_can_go_on(
+        recon, artifact, install_dir, made, len(_bytes_of(artifact)) if install_dir is None else 0
+    )
+    if probed is not None and not can_go_on:
         if not await _go_on_step_by_step(probed):
             made = ""  # its shell may have removed it: the steps make their own
         probed = None
     if install_dir is None:
         if probed is not None:
+            # Exactly the pinned size: the shell takes that many bytes and no fewer.
             install = _Install(made, 2).after_the_probe(_bytes_of(artifact))
         else:
             # As another user, the installer unpacks the runtime before the first start:
@@ -1045,12 +1049,14 @@ async def _prepare(
 
 
 def _the_probes_shell_can_go_on(
-    recon: Recon, artifact: Artifact, install_dir: str | None, made: str
+    recon: Recon, artifact: Artifact, install_dir: str | None, made: str, sending: int = 0
 ) -> bool:
     """Whether the probe's waiting shell can start what the host chose: the earlier
     install its own checks found trusted with the payload's tree (`$reused`), or a fresh
-    install into the directory it made, of the artifact it was pinned to, with a
-    `head` that counts bytes and a `sha256sum` to check them."""
+    install into the directory it made, of the artifact it was pinned to (`sending`
+    bytes of it at hand: the shell takes exactly the pinned size, so other bytes of
+    another length would leave it waiting), with a `head` that counts bytes and a
+    `sha256sum` to check them."""
     if install_dir is not None:
         return recon.earlier_sha256 == artifact.sha256 and any(
             earlier.verdict is InstallVerdict.TRUSTED
@@ -1061,6 +1067,7 @@ def _the_probes_shell_can_go_on(
     return (
         bool(made)
         and recon.pin == Pin(artifact.sha256, artifact.size)
+        and sending == artifact.size
         and recon.has_sha256sum
         and recon.has_head_bytes
     )
