@@ -52,7 +52,8 @@ def test_the_bridge_waits_for_the_launchers_server_and_releases_the_lock(
     _start_server(paths)  # what the launcher does before it runs the bridge
     monkeypatch.setenv(START_LOCK_FD_ENV, str(lock))
     started: list[object] = []
-    monkeypatch.setattr(client.subprocess, "Popen", lambda *a, **k: started.append(a))
+    # The client imports subprocess only to start a server: the module's Popen is the one.
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
 
     sock = client.connect(paths)
     sock.close()

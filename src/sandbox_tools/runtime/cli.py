@@ -44,7 +44,6 @@ from sandbox_tools.runtime.jsonrpc import (
     request_id_of,
     validate_request,
 )
-from sandbox_tools.runtime.limits import caller_response_limit
 from sandbox_tools.runtime.paths import ServerDirError, ServerPaths, server_paths
 
 USAGE = """\
@@ -110,6 +109,9 @@ def cmd_exec(paths: ServerPaths, argv: list[str]) -> int:
             print(f"sandbox-tools: notification not delivered: {exc}", file=sys.stderr)
             return 1
         return 0
+    # Only `exec` needs the limits (and their dataclasses): the bridge starts without.
+    from sandbox_tools.runtime.limits import caller_response_limit
+
     limit = caller_response_limit(os.environ)
     if limit is not None:
         # The caller's exec output is capped: the server holds what would not fit.

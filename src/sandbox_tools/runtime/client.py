@@ -17,7 +17,6 @@ import fcntl
 import os
 import socket
 import stat
-import subprocess
 import sys
 import time
 
@@ -136,6 +135,8 @@ def _start_server(paths: ServerPaths) -> socket.socket:
             os.unlink(paths.socket)
         except FileNotFoundError:
             pass
+        import subprocess  # only to start a server: not on every bridge's start
+
         log = os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             # Own session and no inherited pipes: `docker exec` waits for every holder

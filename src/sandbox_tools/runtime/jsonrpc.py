@@ -11,7 +11,6 @@ import json
 import math
 import os
 import re
-import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
@@ -233,6 +232,8 @@ async def dispatch(methods: Mapping[str, Method], line: bytes) -> dict[str, Any]
     except RpcError as exc:
         response = error_response(request.id, exc)
     except Exception as exc:
+        import traceback  # a failure's details only: the bridge imports this module
+
         details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         response = error_response(
             request.id,

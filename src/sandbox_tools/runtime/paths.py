@@ -11,7 +11,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sandbox_tools.protocol import SERVER_DIR_ENV, SOCKET_NAME
 from sandbox_tools.runtime.build_info import build_info
@@ -37,8 +37,11 @@ class ServerDirError(Exception):
     """The server directory cannot be used safely; the message says what to do."""
 
 
-@dataclass(frozen=True)
-class ServerPaths:
+class ServerPaths(NamedTuple):
+    """Where one server's socket, locks, pid and log are. A NamedTuple, not a dataclass:
+    the stdio bridge imports this module, and `dataclasses` (with `inspect`) was a fifth
+    of its imports; its start is the first answer of a sample that reuses an install."""
+
     directory: str
 
     @property
