@@ -543,8 +543,13 @@ PROBED_LINE = b"sandbox-tools: probed\n"
 _STAGED = STAGED_LINE.decode("ascii").rstrip("\n")
 INSTALL_GO, REUSE_GO, STEPS_GO = b"install\n", b"reuse\n", b"steps\n"
 _PROBE_THEN_START = (
-    PROBE_SCRIPT
+    # The probe's programs read nothing of the stream (the image's, and an image's tool
+    # that reads its stdin would wait for the host, or swallow its go): stdin is
+    # /dev/null until the findings are out, the stream kept aside on descriptor 3.
+    "exec 3<&0 0</dev/null\n"
+    + PROBE_SCRIPT
     + f"""echo '{PROBED_LINE.decode("ascii").rstrip()}'
+exec 0<&3 3<&-
 IFS= read -r go || {{ [ -z "$made" ] || rmdir "$made" 2>/dev/null; exit 0; }}
 case $go in
   {INSTALL_GO.decode("ascii").strip()})

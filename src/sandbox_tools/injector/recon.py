@@ -41,25 +41,44 @@ PROBE_TIMEOUT = 60.0
 # root or UID; writable by group or others only with the sticky bit, as /tmp is).
 _CHAIN = r"""
 chain_verdict() {
-  p=$1
+  # PATH and every ancestor up to /, in that order, read by one `stat`.
+  cv_p=$1; cv_u=$2; set --
   while :; do
-    m=$(stat -c '%u %a' "$p" 2>/dev/null) || { echo unreadable; return; }
+    set -- "$@" "$cv_p"
+    [ "$cv_p" = / ] && break
+    cv_p=${cv_p%/*}; [ -n "$cv_p" ] || cv_p=/
+  done
+  cv_all=$(stat -c '%u %a' "$@" 2>/dev/null) || { echo unreadable; return; }
+  cv_v=ok; cv_n=0; set -f; cv_ifs=$IFS; IFS='
+'
+  for m in $cv_all; do
+    cv_n=$((cv_n + 1))
     o=${m% *}; a=${m#* }
-    if [ "$o" != 0 ] && [ "$o" != "$2" ]; then echo foreign-ancestor; return; fi
+    if [ "$o" != 0 ] && [ "$o" != "$cv_u" ]; then cv_v=foreign-ancestor; break; fi
     case $a in
       ????) s=${a%???}; w=${a#?} ;;
       *) s=0; w=$a ;;
     esac
     g=${w#?}; g=${g%?}; x=${w#??}
     case "$g$x" in *[2367]*)
-      case $s in 1|3|5|7) ;; *) echo writable-ancestor; return ;; esac ;;
+      case $s in 1|3|5|7) ;; *) cv_v=writable-ancestor; break ;; esac ;;
     esac
-    [ "$p" = / ] && break
-    p=${p%/*}; [ -n "$p" ] || p=/
   done
-  echo ok
+  IFS=$cv_ifs; set +f
+  [ "$cv_v" != ok ] || [ "$cv_n" = $# ] || cv_v=unreadable
+  echo "$cv_v"
 }
 clean() { tr -cd 'A-Za-z0-9._+-' | cut -c1-64; }
+# `cleaned NAME VALUE` sets NAME to VALUE as `clean` leaves it, without a process where
+# VALUE is that already (each process is a millisecond or more of the injection's one
+# round trip).
+cleaned() {
+  case $2 in
+    *[!A-Za-z0-9._+-]*) c_v=$(printf '%s' "$2" | clean) ;;
+    *) c_v=$2; [ ${#c_v} -le 64 ] || c_v=$(printf '%s' "$c_v" | cut -c1-64) ;;
+  esac
+  eval "$1=\$c_v"
+}
 # `check_install PATH SHA SIZE UID` prints the verdict on an earlier install at PATH:
 # "trusted" only when the type, owner and mode of the directory, its ancestors and the
 # executable leave nobody else a way to swap the file, and then its digest matches.
@@ -109,19 +128,31 @@ umask 022
 make=$1; shift
 os_id=; os_version=
 if [ -f /etc/os-release ]; then
-  os_id=$(sed -n 's/^ID=//p' /etc/os-release | head -n 1 | clean)
-  os_version=$(sed -n 's/^VERSION_ID=//p' /etc/os-release | head -n 1 | clean)
+  # The first ID= and VERSION_ID= lines of its first 16 KiB, read by the shell itself.
+  seen_id=; seen_version=; set -f; ifs=$IFS; IFS='
+'
+  for line in $(head -c 16384 /etc/os-release 2>/dev/null); do
+    case $line in
+      ID=*|VERSION_ID=*)
+        v=${line#*=}; v=${v#[\"\']}; v=${v%[\"\']}  # quotes go anyway: saves a process
+        case $line in
+          ID=*) [ -n "$seen_id" ] || { seen_id=1; cleaned os_id "$v"; } ;;
+          *) [ -n "$seen_version" ] || { seen_version=1; cleaned os_version "$v"; } ;;
+        esac ;;
+    esac
+  done
+  IFS=$ifs; set +f
 fi
 if [ -z "$os_id" ]; then
   if [ -f /etc/alpine-release ]; then
-    os_id=alpine; os_version=$(head -c 64 /etc/alpine-release | clean)
+    os_id=alpine; cleaned os_version "$(head -c 64 /etc/alpine-release)"
   elif [ -f /etc/debian_version ]; then
-    os_id=debian; os_version=$(head -c 64 /etc/debian_version | clean)
+    os_id=debian; cleaned os_version "$(head -c 64 /etc/debian_version)"
   else os_id=$(uname -s 2>/dev/null | tr 'A-Z' 'a-z' | clean); fi
 fi
 echo "os_id=$os_id"
 echo "os_version=$os_version"
-arch=$(uname -m | clean)
+cleaned arch "$(uname -m)"
 echo "arch=$arch"
 libc=none
 for f in /lib/ld-musl-* /usr/lib/ld-musl-*; do [ -e "$f" ] && libc=musl; done
@@ -129,9 +160,10 @@ for f in /lib*/ld-linux* /lib/*/ld-linux* /usr/lib*/ld-linux* /usr/lib/*/ld-linu
   [ -e "$f" ] && libc=glibc
 done
 echo "libc=$libc"
-uid=$(id -u 2>/dev/null | clean)
+cleaned uid "$(id -u 2>/dev/null)"
 echo "uid=$uid"
-echo "user=$(id -un 2>/dev/null | clean)"
+cleaned user "$(id -un 2>/dev/null)"
+echo "user=$user"
 command -v sha256sum >/dev/null 2>&1 && echo "sha256sum=yes" || echo "sha256sum=no"
 if [ "$(printf abc | head -c 2 2>/dev/null)" = ab ]; then echo "head_bytes=yes"
 else echo "head_bytes=no"; fi
@@ -149,19 +181,37 @@ case $sha in *[!0-9a-f]*) sha= ;; esac
 case $size in *[!0-9]*) size= ;; esac
 case $uid in ''|*[!0-9]*) tag= ;; esac
 known=$tag
-i=0; earlier=no
+i=0; earlier=no; present=
 for d in "$@" "$home"; do
   n=$i; i=$((i + 1))
-  v=; meta='|'; existing=no; shared=no
+  v=; existing=no
   [ "$d" = /opt/sandbox-tools ] && mkdir -p "$d" 2>/dev/null
   if [ -z "$d" ] || [ -L "$d" ] || [ ! -d "$d" ]; then v=missing
   else
-    meta=$(stat -c '%u|%a' "$d" 2>/dev/null)
+    present="$present$d
+"
     for e in "$d"/sandbox-tools-*; do [ -e "$e" ] && existing=yes && earlier=yes && break; done
-    case ${meta#*|} in *[2367]?|*[2367]) shared=yes ;; esac
   fi
-  eval "v_$n=\$v m_$n=\$meta e_$n=\$existing s_$n=\$shared"
+  eval "v_$n=\$v m_$n='|' e_$n=\$existing s_$n=no"
 done
+# The owner and mode of every candidate there, by one `stat` (names are ours or the
+# checked $HOME: no newline, no "|"), each line given to the candidates of its name.
+if [ -n "$present" ]; then
+  set -f; ifs=$IFS; IFS='
+'
+  for line in $(stat -c '%n|%u|%a' $present 2>/dev/null); do
+    name=${line%|*|*}; meta=${line#"$name|"}
+    j=0
+    for d in "$@" "$home"; do
+      if [ "$d" = "$name" ]; then
+        eval "m_$j=\$meta"
+        case ${meta#*|} in *[2367]?|*[2367]) eval "s_$j=yes" ;; esac
+      fi
+      j=$((j + 1))
+    done
+  done
+  IFS=$ifs; set +f
+fi
 [ "$earlier" = no ] || tag=
 judge() {
   chain=$(chain_verdict "$1" "$uid")

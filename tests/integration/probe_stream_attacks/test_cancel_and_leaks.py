@@ -60,7 +60,8 @@ async def test_a_cancellation_as_the_probe_ends_leaves_no_directory_behind(
 
 
 NEVER_READS = (
-    '#!/bin/sh\ncase "$1 $2" in "-c 2"|"-n 1"|"-c 64") exec /usr/bin/head.real "$@" ;; esac\n'
+    '#!/bin/sh\ncase "$1 $2" in "-c 2"|"-n 1"|"-c 64"|"-c 16384") '
+    'exec /usr/bin/head.real "$@" ;; esac\n'
     "exec sleep 3600\n"
 )
 
