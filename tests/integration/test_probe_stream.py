@@ -28,6 +28,14 @@ from sandbox_tools.sandboxes.base import ExecOutput, Stream
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.images import ensure_busybox_image
+from tests.integration.hostile_image import (
+    cancelled_once,
+    eventually,
+    installs,
+    run,
+    tag_of,
+    waiting_shells,
+)
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(180)]
 
@@ -51,29 +59,12 @@ class Counted(DockerSandbox):
         return await super().open_stream(cmd, env, user)
 
 
-async def run(sandbox: DockerSandbox, script: str, **kw: Any) -> str:
-    out = await DockerSandbox.exec(sandbox, ["sh", "-c", script], timeout=60, **kw)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.decode()
+async def no_shell_waits(sandbox: DockerSandbox) -> bool:
+    return await waiting_shells(sandbox) == []
 
 
-# Every process whose command line holds the probe's end line: a shell still waiting.
-WAITING_SHELLS = (
-    'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/cmdline" 2>/dev/null '
-    '| grep -q "sandbox-tools: probe[d]" && echo "${p#/proc/}"; done; true'
-)
-
-
-async def waiting_shells(sandbox: DockerSandbox) -> list[str]:
-    return (await run(sandbox, WAITING_SHELLS)).split()
-
-
-def tag_of(artifact: Any) -> str:
-    return str(artifact.build_id).removeprefix("sha256:")[:16]
-
-
-async def installs_left(sandbox: DockerSandbox, base: str) -> list[str]:
-    return (await run(sandbox, f"ls -d {base}/sandbox-tools-* 2>/dev/null || true")).split()
+async def no_install(sandbox: DockerSandbox) -> bool:
+    return await installs(sandbox) == []
 
 
 def images(docker_engine: Any, debian_image: str) -> dict[str, str]:
@@ -147,21 +138,18 @@ async def test_a_cancelled_injection_leaves_no_shell_and_no_directory(
     with RunningContainer(docker_engine, debian_image) as c:
         sandbox = Counted(c.container)
         async with Injector(InjectionOptions(artifact=artifact)) as injector:
-            task = asyncio.ensure_future(injector.tool_support(sandbox))
-            await asyncio.wait_for(deciding.wait(), 60)
-            assert len(await waiting_shells(sandbox)) == 1
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        assert await installs_left(sandbox, "/opt/sandbox-tools") == []
-        await eventually_async(lambda: waiting_shells(sandbox), "the waiting shell ended")
 
+            async def waiting_then_cancelled() -> None:
+                await deciding.wait()
+                assert len(await waiting_shells(sandbox)) == 1
+                shell_seen.set()
 
-async def eventually_async(check: Any, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while await check():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        await asyncio.sleep(0.1)
+            shell_seen = asyncio.Event()
+            watcher = asyncio.ensure_future(waiting_then_cancelled())
+            await cancelled_once(shell_seen, injector.tool_support(sandbox))
+            await watcher
+        assert await installs(sandbox) == []
+        await eventually(lambda: no_shell_waits(sandbox), "the waiting shell ended")
 
 
 # The image's `stat`, as root before the injection: what a hostile image ships.
@@ -209,9 +197,7 @@ async def test_a_probe_that_floods_or_hangs_is_refused_within_its_bounds(
         assert said in str(refused.value)
         assert sandbox.execs == []  # refused on the stream, not retried step by step
         await run(sandbox, "pkill sleep || true; mv /usr/bin/stat.real /usr/bin/stat")
-        await eventually_async(
-            lambda: installs_left(sandbox, "/opt/sandbox-tools"), "the made directory removed"
-        )
+        await eventually(lambda: no_install(sandbox), "the made directory removed")
         async with Injector(InjectionOptions(artifact=artifact)) as injector:
             support = await injector.tool_support(sandbox)
             assert support.install_dir == support.recon.made and not support.reused

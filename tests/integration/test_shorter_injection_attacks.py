@@ -25,15 +25,17 @@ from sandbox_tools.injector.inject import Injector
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
+from tests.integration.hostile_image import (
+    IMPOSTOR,
+    installs,
+    nothing_ran,
+    run,
+    ship,
+    tag_of,
+)
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(120)]
 
-PWNED = "/tmp/.pwned"  # what the image's or the agent's programs write when they run
-# A program of the agent's or the image's: notes its uid, then answers as a runtime would.
-IMPOSTOR = (
-    f"#!/bin/sh\nid -u >> {PWNED}\n"
-    'echo \'{"jsonrpc":"2.0","id":1,"result":{"build_id":"forged"}}\'\n'
-)
 # Each hostile injection must end with a typed error within this (the hand-over's
 # deadline is shortened to HAND_OVER seconds; every other step keeps its own).
 HAND_OVER = 5.0
@@ -45,47 +47,11 @@ def short_hand_over(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jsonrpc_client, "HAND_OVER_TIMEOUT", HAND_OVER)
 
 
-def tag_of(artifact: Any) -> str:
-    return str(artifact.build_id).removeprefix("sha256:")[:16]
-
-
-async def run(sandbox: DockerSandbox, script: str, user: str | None = None, **kw: Any) -> str:
-    out = await sandbox.exec(["sh", "-c", script], user=user, timeout=60, **kw)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.decode()
-
-
-async def ship(sandbox: DockerSandbox, name: str, script: str) -> None:
-    out = await sandbox.exec(
-        [
-            "sh",
-            "-c",
-            'cat > "/usr/bin/.$1.new" && chmod 755 "/usr/bin/.$1.new" && '
-            'mv "/usr/bin/$1" "/usr/bin/$1.real" && mv "/usr/bin/.$1.new" "/usr/bin/$1"',
-            "ship",
-            name,
-        ],
-        input=script.encode(),
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-
-
-async def nothing_ran(sandbox: DockerSandbox) -> None:
-    ran = await run(sandbox, f"cat {PWNED} 2>/dev/null || true")
-    assert ran == "", f"a program of the image's or the agent's ran as uid {ran!r}"
-
-
-async def installs_left(sandbox: DockerSandbox, base: str) -> list[str]:
-    listing = await run(sandbox, f"ls -d {base}/sandbox-tools-* 2>/dev/null || true")
-    return listing.split()
-
-
 async def nothing_half_made_left(sandbox: DockerSandbox, artifact: Any) -> None:
     """What a refused injection may leave: nothing, or (where the image's shell went on
     after the host gave up and its checked executable reached its place: another host
     may be running it from then on) the whole checked install, never less."""
-    for left in await installs_left(sandbox, "/opt/sandbox-tools"):
+    for left in await installs(sandbox):
         digest = await run(sandbox, f"sha256sum < {left}/sandbox-tools 2>/dev/null || true")
         assert digest.split()[:1] == [artifact.sha256], f"{left} is half made"
 
@@ -199,7 +165,7 @@ async def test_a_forged_staged_line_runs_nothing_unchecked(
         error = await refused_within(sandbox, artifact)
         assert artifact.sha256 in str(error)
         await nothing_ran(sandbox)
-        assert await installs_left(sandbox, "/opt/sandbox-tools") == []
+        assert await installs(sandbox) == []
 
 
 # An endless line instead of "staged": printed after the bytes were taken.
@@ -255,7 +221,7 @@ async def test_a_full_disk_leaves_no_half_made_install(
         if fill:
             await run(sandbox, fill, user="1000:1000")
         await refused_within(sandbox, artifact)
-        assert await installs_left(sandbox, "/tmp") == []
+        assert await installs(sandbox, "/tmp") == []
         if not fill:
             return  # no room to make without a remount
         await run(sandbox, "rm -f /tmp/.fill", user="1000:1000")
@@ -280,7 +246,7 @@ async def test_a_sha256sum_that_says_other_bytes_runs_nothing(
         await ship(sandbox, "sha256sum", LYING_SHA256SUM)
         error = await refused_within(sandbox, artifact)
         assert artifact.sha256 in str(error) and "0" * 64 in str(error)
-        assert await installs_left(sandbox, "/opt/sandbox-tools") == []
+        assert await installs(sandbox) == []
 
 
 class _NoStream(DockerSandbox):
@@ -311,7 +277,7 @@ async def test_without_a_stream_the_upload_is_checked_before_it_runs(
             error = await refused_within(sandbox, artifact)
             assert artifact.sha256 in str(error)
             await nothing_ran(sandbox)
-            assert await installs_left(sandbox, "/opt/sandbox-tools") == []
+            assert await installs(sandbox) == []
         else:
             support = await inject_within(sandbox, artifact)
             assert support.info.build_id == artifact.build_id

@@ -17,8 +17,14 @@ from sandbox_tools.injector.inject import Injector
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-
-from .helpers import inject, installs, nothing_ran, processes, ship
+from tests.integration.hostile_image import (
+    cancelled_once,
+    inject,
+    installs,
+    nothing_ran,
+    processes,
+    ship,
+)
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(240)]
 
@@ -43,11 +49,7 @@ async def test_a_cancellation_as_the_probe_ends_leaves_no_directory_behind(
     with RunningContainer(docker_engine, debian_image) as c:
         sandbox = DockerSandbox(c.container)
         async with Injector(InjectionOptions(artifact=artifact)) as injector:
-            task = asyncio.ensure_future(injector.tool_support(sandbox))
-            await asyncio.wait_for(probed.wait(), 60)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await cancelled_once(probed, injector.tool_support(sandbox))
         monkeypatch.setattr(inject_module, "_until_probed", original)
         left = await installs(sandbox)
         later = []

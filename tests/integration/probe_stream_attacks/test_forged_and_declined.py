@@ -13,8 +13,7 @@ from sandbox_tools.injector.inject import Injector
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-
-from .helpers import inject, installs, nothing_ran, ship, waiting_shells
+from tests.integration.hostile_image import inject, installs, nothing_ran, ship, waiting_shells
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(240)]
 

@@ -18,8 +18,17 @@ from sandbox_tools.injector.inject import Injector
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
+from tests.integration.hostile_image import (
+    cancelled_once,
+    inject,
+    installs,
+    nothing_ran,
+    processes,
+    run,
+    ship,
+    waiting_shells,
+)
 
-from .helpers import inject, installs, nothing_ran, processes, run, ship, waiting_shells
 from .test_cancel_and_leaks import engine_sockets
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(240)]
@@ -119,11 +128,7 @@ async def test_a_cancellation_mid_transfer_leaves_nothing(
         gc.collect()
         before = engine_sockets()
         async with Injector(InjectionOptions(artifact=artifact)) as injector:
-            task = asyncio.ensure_future(injector.tool_support(sandbox))
-            await asyncio.wait_for(sent.wait(), 60)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await cancelled_once(sent, injector.tool_support(sandbox))
         await asyncio.sleep(3)
         gc.collect()
         after = engine_sockets()

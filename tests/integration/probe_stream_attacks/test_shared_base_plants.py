@@ -10,8 +10,15 @@ import pytest
 
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-
-from .helpers import IMPOSTOR, PWNED, inject, nothing_ran, run, tag_of, waiting_shells
+from tests.integration.hostile_image import (
+    IMPOSTOR,
+    PWNED,
+    inject,
+    nothing_ran,
+    run,
+    tag_of,
+    waiting_shells,
+)
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(180)]
 

@@ -15,8 +15,7 @@ from sandbox_tools.injector.inject import Injector
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
-
-from .helpers import (
+from tests.integration.hostile_image import (
     IMPOSTOR,
     eventually,
     inject,

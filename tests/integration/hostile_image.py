@@ -1,4 +1,7 @@
-"""Shared helpers for the probe-stream attack walk."""
+"""What the injection's attack tests share: a hostile image's tools shipped as root
+before the injection, the agent's and the image's programs noting that they ran, and
+what a test reads back from the container (run past any counting the test's sandbox
+does)."""
 
 from __future__ import annotations
 
@@ -6,15 +9,19 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from sandbox_tools.injector.inject import Injector
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.sandboxes.docker import DockerSandbox
 
-PWNED = "/tmp/.pwned"
+PWNED = "/tmp/.pwned"  # what the image's or the agent's programs write when they run
+# A program of the agent's or the image's: notes its uid, then answers as a runtime would.
 IMPOSTOR = (
     f"#!/bin/sh\nid -u >> {PWNED}\n"
     'echo \'{"jsonrpc":"2.0","id":1,"result":{"build_id":"forged"}}\'\n'
 )
+# Every process whose command line holds the probe's end line: a shell still waiting.
 WAITING_SHELLS = (
     'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/cmdline" 2>/dev/null '
     '| grep -q "sandbox-tools: probe[d]" && echo "${p#/proc/}"; done; true'
@@ -32,6 +39,7 @@ async def run(sandbox: DockerSandbox, script: str, user: str | None = None, **kw
 
 
 async def ship(sandbox: DockerSandbox, name: str, script: str) -> None:
+    """The image's /usr/bin/NAME replaced by `script` (the original kept as NAME.real)."""
     out = await DockerSandbox.exec(
         sandbox,
         [
@@ -74,6 +82,15 @@ async def inject(sandbox: DockerSandbox, artifact: Any, bound: float = 60.0) -> 
         support = await asyncio.wait_for(injector.tool_support(sandbox), bound)
         info = await support.client.call("runtime_info")
         return support, info
+
+
+async def cancelled_once(event: asyncio.Event, injection: Any) -> None:
+    """Run `injection` until `event` is set, then cancel it: it must end cancelled."""
+    task = asyncio.ensure_future(injection)
+    await asyncio.wait_for(event.wait(), 60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 async def eventually(check: Any, what: str, timeout: float = 15.0) -> None:
