@@ -11,6 +11,7 @@ import pytest
 
 from sandbox_tools.injector.recon import (
     CANDIDATE_DIRS,
+    Candidate,
     CandidateStatus,
     EarlierInstall,
     InstallVerdict,
@@ -221,3 +222,15 @@ def test_a_forged_check_of_an_earlier_install_is_refused(
 ) -> None:
     with pytest.raises(ProbeError):
         parse_probe(GOOD + line, pins=pins)
+
+
+def test_a_mode_stat_prints_without_leading_zeros_is_read_as_the_mode_it_is() -> None:
+    """`stat -c %a` prints 0077 as "77": a candidate of such a mode parses, and counts as
+    writable by others (the probe pads it the same way before judging ancestors)."""
+    assert Candidate("/x", CandidateStatus.OK, 0, "77").shared
+    assert Candidate("/x", CandidateStatus.OK, 0, "7").shared
+    assert Candidate("/x", CandidateStatus.OK, 0, "1777").shared
+    assert not Candidate("/x", CandidateStatus.OK, 0, "755").shared
+    assert not Candidate("/x", CandidateStatus.OK, 0, "").shared
+    odd = GOOD.replace(b"cand.1=ok|0|1777|no", b"cand.1=ok|0|77|no")
+    assert parse_probe(odd).candidates[1].mode == "77"

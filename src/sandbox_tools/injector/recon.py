@@ -53,7 +53,12 @@ chain_verdict() {
 '
   for m in $cv_all; do
     cv_n=$((cv_n + 1))
+    # A line no `stat` prints for one path (a pattern on megabytes costs the shell minutes).
+    [ ${#m} -le 32 ] || { cv_v=unreadable; break; }
     o=${m% *}; a=${m#* }
+    # `%a` drops leading zeros (0077 is "77"): three digits at least, or the group's and
+    # others' bits below are never looked at.
+    case $a in ?) a=00$a ;; ??) a=0$a ;; esac
     if [ "$o" != 0 ] && [ "$o" != "$cv_u" ]; then cv_v=foreign-ancestor; break; fi
     case $a in
       ????) s=${a%???}; w=${a#?} ;;
@@ -171,7 +176,7 @@ home=
 case $HOME in
   /*) case $HOME in *[!A-Za-z0-9/._-]*) ;; *) [ ${#HOME} -le 1024 ] && home=$HOME ;; esac ;;
 esac
-home=${home%/}
+while :; do case $home in */) home=${home%/} ;; *) break ;; esac; done
 echo "home=$home"
 tag=; sha=; size=
 for pair in $make; do case $pair in "$arch="*) tag=${pair#*=} ;; esac; done
@@ -200,6 +205,7 @@ if [ -n "$present" ]; then
   set -f; ifs=$IFS; IFS='
 '
   for line in $(stat -c '%n|%u|%a' $present 2>/dev/null); do
+    [ ${#line} -le 1100 ] || continue  # longer than a name of ours and its owner and mode
     name=${line%|*|*}; meta=${line#"$name|"}
     j=0
     for d in "$@" "$home"; do
@@ -298,7 +304,7 @@ done
 
 _WORD = re.compile(r"[A-Za-z0-9._+-]{0,64}")
 _DIGITS = re.compile(r"[0-9]{1,10}")
-_MODE = re.compile(r"[0-7]{3,4}")
+_MODE = re.compile(r"[0-7]{1,4}")  # `stat -c %a` drops leading zeros: 0077 is "77"
 _HOME = re.compile(r"/[A-Za-z0-9/._-]{0,1023}")
 _TAG = re.compile(r"[0-9a-f]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -355,7 +361,7 @@ class Candidate:
     @property
     def shared(self) -> bool:
         """Writable by others (a sticky /tmp): the agent can plant names here."""
-        return len(self.mode) >= 3 and bool(int(self.mode[-3:], 8) & 0o022)
+        return bool(self.mode) and bool(int(self.mode, 8) & 0o022)
 
     @property
     def reason(self) -> str:
