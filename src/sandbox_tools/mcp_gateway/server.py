@@ -21,6 +21,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import stat
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -242,6 +243,11 @@ async def serve_http(sandboxes: Sandboxes, listener: HttpListener) -> None:
             # end the process before the sandboxes are closed: the gateway's end it.
             yield
 
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # the port is bound: a client reading this line can connect
+                log.info("serving MCP on http://127.0.0.1:%d%s", listener.port, HTTP_PATH)
+
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -258,7 +264,6 @@ async def serve_http(sandboxes: Sandboxes, listener: HttpListener) -> None:
         loop.add_signal_handler(signum, setattr, web, "should_exit", True)
     try:
         async with manager.run():
-            log.info("serving MCP on http://127.0.0.1:%d%s", listener.port, HTTP_PATH)
             await web.serve()
         log.info("ended by a signal")
     finally:
