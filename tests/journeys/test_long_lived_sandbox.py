@@ -203,16 +203,6 @@ def test_our_tools(artifact: Path, tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(leftover, signal.SIGKILL)
-        stop_the_samples_server(install_dir)
-
-
-def stop_the_samples_server(install_dir: str) -> None:
-    """The samples' runtime server serves this machine (the `local` sandbox) until it is
-    stopped: stopped here, so that the suite leaves no process behind on the host."""
-    exe = Path(install_dir, "sandbox-tools")
-    if exe.exists():
-        env = {**os.environ, "SANDBOX_TOOLS_DIR": str(Path(install_dir, "run"))}
-        subprocess.run([str(exe), "stop-server"], env=env, timeout=30, check=False)
 
 
 async def our_leftover_server(artifact: Path) -> tuple[int, str]:
@@ -311,10 +301,7 @@ def test_what_a_sample_opened_is_released_at_its_end(artifact: Path, tmp_path: P
 
     exe = f"{event['install_dir']}/sandbox-tools"
     client = ExecRuntimeClient(LocalSandbox(), [exe], env=runtime_env(event["install_dir"]))
-    try:
-        server = asyncio.run(client.call("runtime_info"))["pid"]
-        assert children_of(server, began) == []  # no shell, no sleep: all were released
-        for sample in samples:
-            assert not Path(f"/proc/{sample['store']['pid']}").exists()
-    finally:
-        stop_the_samples_server(event["install_dir"])
+    server = asyncio.run(client.call("runtime_info"))["pid"]
+    assert children_of(server, began) == []  # no shell, no sleep: all were released
+    for sample in samples:
+        assert not Path(f"/proc/{sample['store']['pid']}").exists()
