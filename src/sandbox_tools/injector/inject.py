@@ -57,6 +57,7 @@ from sandbox_tools.injector.jsonrpc_client import (
     NoStreamForInput,
     RuntimeClient,
     RuntimeInfo,
+    close_quietly,
     connect_runtime,
 )
 from sandbox_tools.injector.options import DEFAULT_OPTIONS, InjectionOptions
@@ -344,17 +345,11 @@ async def _go_on_step_by_step(probed: Stream) -> bool:
     arrived (the shell then removes that directory while it is empty)."""
     try:
         await asyncio.wait_for(probed.write(STEPS_GO), CLOSE_TIMEOUT)
+        arrived = True
     except (SandboxToolsError, OSError, asyncio.TimeoutError):
-        await close_quietly(probed)
-        return False
+        arrived = False
     await close_quietly(probed)
-    return True
-
-
-async def close_quietly(stream: Stream) -> None:
-    """Close a stream whatever happens on the way (its process ends at stdin's end)."""
-    with contextlib.suppress(BaseException):
-        await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
+    return arrived
 
 
 async def _read_back_matches(sandbox: Sandbox, path: str, artifact: Artifact) -> bool:
@@ -598,7 +593,6 @@ class _Install:
     writes: int
     pending_check: tuple[str, ...] = ()
     pending_input: bytes | None = None
-    go: bytes = b""  # sent before them where the probe's shell waits for its go
 
     @property
     def staging(self) -> str:
@@ -620,9 +614,10 @@ class _Install:
         return bool(self.pending_check) or self.pending_input is not None
 
     def after_the_probe(self, data: bytes) -> _Install:
-        """The same install with its bytes sent after the go on the probe's own stream,
-        whose script checks and moves them (the pin the probe was given is theirs)."""
-        return _Install(self.directory, self.writes, (), data, INSTALL_GO)
+        """The same install with its bytes sent after the go (`install`) on the probe's
+        own stream, whose script checks and moves them (the pin the probe was given is
+        theirs)."""
+        return _Install(self.directory, self.writes, (), data)
 
     def received(self, artifact: Artifact, data: bytes) -> _Install:
         """The same install with its bytes travelling on the first start's stream."""
@@ -1005,17 +1000,17 @@ async def _prepare(
     if made and not _named_for(made, artifact):
         await _remove_quietly(sandbox, made)  # made for another artifact's tag
         made = ""
-    can_go_on = probed is not None and _the_probes_shell_can_go_on(
-        recon, artifact, install_dir, made, len(_bytes_of(artifact)) if install_dir is None else 0
-    )
-    if probed is not None and not can_go_on:
+    data = _bytes_of(artifact) if probed is not None and install_dir is None else b""
+    if probed is not None and not _the_probes_shell_can_go_on(
+        recon, artifact, install_dir, made, len(data)
+    ):
         if not await _go_on_step_by_step(probed):
             made = ""  # its shell may have removed it: the steps make their own
         probed = None
     if install_dir is None:
         if probed is not None:
             # Exactly the pinned size: the shell takes that many bytes and no fewer.
-            install = _Install(made, 2).after_the_probe(_bytes_of(artifact))
+            install = _Install(made, 2).after_the_probe(data)
         else:
             # As another user, the installer unpacks the runtime before the first start:
             # its bytes are checked before that, in a step of their own.
@@ -1148,7 +1143,7 @@ async def _connect(
         if probed is not None:
             go: tuple[bytes, ...] = (REUSE_GO,)
             if pending is not None and pending.pending_input is not None:
-                go = (pending.go, pending.pending_input)
+                go = (INSTALL_GO, pending.pending_input)
             client = await connect(first_stream=probed, first_start_input=go)
         else:
             assert pending is not None

@@ -888,8 +888,7 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
         """Stop the input's write and close the stream, whatever happens on the way (a
         cancellation included: nothing is left open behind the first start)."""
         writing.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
+        await close_quietly(stream)
 
     @staticmethod
     async def _staged(stream: Stream, writing: asyncio.Future[None]) -> bytes:
@@ -978,6 +977,13 @@ class StdioRuntimeClient(_SandboxRuntimeClient):
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
+
+
+async def close_quietly(stream: Stream) -> None:
+    """Close a stream whatever happens on the way, a cancellation included (its process
+    ends at stdin's end): what is abandoned leaves nothing open behind it."""
+    with contextlib.suppress(BaseException):
+        await asyncio.shield(asyncio.wait_for(stream.close(), CLOSE_TIMEOUT))
 
 
 async def _write_in_order(stream: Stream, pieces: tuple[bytes, ...]) -> None:

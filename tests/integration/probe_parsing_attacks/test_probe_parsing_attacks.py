@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from sandbox_tools.errors import SandboxInjectionError
-from sandbox_tools.injector.inject import Injector, reconnoitre
-from sandbox_tools.injector.options import InjectionOptions
+from sandbox_tools.injector.inject import reconnoitre
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.docker import DockerSandbox
+from tests.integration import hostile_image
 from tests.integration.hostile_image import (
     PWNED,
     installs,
@@ -29,14 +29,14 @@ from tests.integration.hostile_image import (
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.security, pytest.mark.timeout(240)]
 
 
-async def inject(sandbox: DockerSandbox, artifact: Any, bound: float = 90.0) -> Any:
-    async with Injector(InjectionOptions(artifact=artifact)) as injector:
-        support = await asyncio.wait_for(injector.tool_support(sandbox), bound)
-        info = await support.client.call("runtime_info")
-        return support, info
+BOUND = 90.0  # each injection here, hostile tools and files included
 
 
-async def inject_or_typed(sandbox: DockerSandbox, artifact: Any, bound: float = 90.0) -> Any:
+async def inject(sandbox: DockerSandbox, artifact: Any, bound: float = BOUND) -> Any:
+    return await hostile_image.inject(sandbox, artifact, bound)
+
+
+async def inject_or_typed(sandbox: DockerSandbox, artifact: Any, bound: float = BOUND) -> Any:
     """The injection's result, or its typed error (anything else propagates: a break)."""
     try:
         return await inject(sandbox, artifact, bound)
