@@ -16,6 +16,7 @@ import os
 import stat
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -330,11 +331,104 @@ def test_a_stream_that_fails_half_way_fails_the_install_and_leaves_nothing(
     digest, size = _pins(data, PLAIN)
 
     class Breaking(io.BytesIO):
-        def read(self, size: int | None = -1, /) -> bytes:
+        def readinto(self, buffer: Any, /) -> int:
             if self.tell() > 1024:
                 raise OSError("the engine closed the stream")
-            return super().read(min(size or 1, 1024) if size and size > 0 else 1024)
+            return super().readinto(memoryview(buffer)[:1024])
 
     with pytest.raises(OSError, match="closed the stream"):
         install(str(tmp_path / "browser"), digest, size, Breaking(data), PLAIN)
+    _nothing_left(tmp_path)
+
+
+LONG = "d" * 60 + "/" + "f" * 150  # over ustar's 100 bytes of name: a record carries it
+
+
+@pytest.mark.parametrize("tar_format", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT])
+def test_long_names_and_link_targets_come_from_their_records(
+    tmp_path: Path, tar_format: int
+) -> None:
+    """A pax header or a GNU long-name entry carries a name or link target over 100
+    bytes; the unpacked tree has them, and its digest is the one the archive pins."""
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w", format=tar_format) as tar:
+        directory = tarfile.TarInfo(LONG.split("/")[0])
+        directory.type, directory.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(directory)
+        content = b"x" * 3000
+        info = tarfile.TarInfo(LONG)
+        info.size, info.mode = len(content), 0o644
+        tar.addfile(info, io.BytesIO(content))
+        link = tarfile.TarInfo(LONG.split("/")[0] + "/link")
+        link.type, link.linkname = tarfile.SYMTYPE, LONG.split("/")[1]
+        tar.addfile(link)
+    data = plain.getvalue()
+    assert (b"././@LongLink" in data) == (tar_format == tarfile.GNU_FORMAT)
+    answer = _install(tmp_path, data, fmt=PLAIN)
+    assert answer["state"] == "installed"
+    assert (tmp_path / "browser" / LONG).read_bytes() == content
+    assert os.readlink(tmp_path / "browser" / LONG.split("/")[0] / "link") == LONG.split("/")[1]
+    digest, _ = _pins(data, PLAIN)
+    assert digest_of_tree(str(tmp_path / "browser"), frozenset({os.getuid()})).digest == digest
+
+
+def _header(name: str, kind: bytes, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info
+
+
+def _raw_tar(*entries: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    """A plain tar of hand-made headers and their bytes, as tarfile's writer would not
+    make them (a GNU sparse member, a huge name record, a malformed pax header)."""
+    out = b""
+    for info, payload in entries:
+        out += info.tobuf(tarfile.GNU_FORMAT) + payload + b"\0" * (-len(payload) % 512)
+    return out + b"\0" * 1024
+
+
+def _pax(records: bytes, then: str = "x") -> bytes:
+    return _raw_tar(
+        (_header("PaxHeaders/x", tarfile.XHDTYPE, len(records)), records),
+        (_header(then, tarfile.REGTYPE, 0), b""),
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        pytest.param(
+            _raw_tar((_header("x", tarfile.GNUTYPE_SPARSE, 1), b"x")),
+            "not a file, directory or link",
+            id="gnu-sparse",
+        ),
+        pytest.param(
+            _raw_tar((_header("L", tarfile.GNUTYPE_LONGNAME, 1 << 20), b"a" * (1 << 20))),
+            "name record of",
+            id="huge-name-record",
+        ),
+        pytest.param(_pax(b"99 path=x\n"), "pax header", id="pax-length-past-its-end"),
+        pytest.param(_pax(b"12 pathx=yz"), "pax header", id="pax-record-without-newline"),
+        pytest.param(_pax(b"9 noequal\n"), "pax header", id="pax-record-without-equals"),
+        pytest.param(_pax(b"11 size=99\n"), "8 GiB or more", id="pax-size"),
+        pytest.param(_pax(b"15 path=/etc/x\n"), "unsafe name", id="pax-absolute-path"),
+        pytest.param(
+            _raw_tar((_header("x", tarfile.REGTYPE, 0), b""))[:148]
+            + b"0000000\0"
+            + _raw_tar((_header("x", tarfile.REGTYPE, 0), b""))[156:],
+            "malformed header",
+            id="bad-checksum",
+        ),
+        pytest.param(
+            _raw_tar((_header("x", tarfile.REGTYPE, 5000), b"y" * 5000))[:3000],
+            "cannot be unpacked",
+            id="cut-in-content",
+        ),
+    ],
+)
+def test_malformed_or_unplain_records_are_refused_and_nothing_is_left(
+    tmp_path: Path, data: bytes, reason: str
+) -> None:
+    with pytest.raises(AddonError, match=reason):
+        install(str(tmp_path / "browser"), NO_TREE, 10, io.BytesIO(data), PLAIN)
     _nothing_left(tmp_path)
