@@ -162,8 +162,6 @@ SOCKET_NAME = "server.sock"
 SERVER_DIR_ENV = "SANDBOX_TOOLS_DIR"
 # Exported by the portable launcher: its own path, how the runtime starts itself again.
 LAUNCHER_SELF_ENV = "SANDBOX_TOOLS_SELF"
-# The launcher's start lock, handed to the `stdio` bridge it starts beside the server.
-START_LOCK_FD_ENV = "SANDBOX_TOOLS_START_LOCK_FD"
 # A caller's RESPONSE_MAX_BYTES_ENV travels (as RESPONSE_LIMIT_OPTION) only when it is at
 # most this many ASCII digits: it then fits a signed 64-bit integer on both sides.
 RESPONSE_LIMIT_MAX_DIGITS = 18

@@ -11,7 +11,7 @@ import shutil
 import signal
 import struct
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -534,62 +534,218 @@ def test_launcher_errors_echo_the_request_id(
     assert response["id"] == echoed and "too long" in response["error"]["message"], response
 
 
-STDIO_LOADER = """#!/usr/bin/env python3
-# Stands in for the bundled loader. As `server --dir D`: takes D's server lock and listens
-# on D/server.sock. As the `stdio` bridge: prints the start lock it was handed, if any.
-import fcntl, json, os, socket, sys, time
-args = sys.argv[1:]
-if "--dir" in args:
-    directory = args[args.index("--dir") + 1]
-    lock = open(os.path.join(directory, "server.lock"), "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(os.path.join(directory, "server.sock"))
-    server.listen()
-    open(os.path.join(directory, "server.pid"), "w").write(str(os.getpid()))
-    time.sleep(60)
-else:
-    fd = os.environ.get("SANDBOX_TOOLS_START_LOCK_FD", "")
-    target = os.readlink(f"/proc/self/fd/{fd}") if fd else ""
-    print(json.dumps({"args": args[-1:], "fd": fd, "lock": target}))
+STDIO_SERVER = """#!/usr/bin/env python3
+# Stands in for the runtime server (`server --dir D`): takes D's server lock, listens on
+# D/server.sock and answers each request line on its own thread, after the "delay" its
+# params ask for, with its method, this server's pid and the options the connection
+# sent first; "die" ends the whole server at once. Lines that are no JSON get -32700.
+import fcntl, json, os, socket, sys, threading, time
+directory = sys.argv[sys.argv.index("--dir") + 1]
+lock = open(os.path.join(directory, "server.lock"), "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
+server = socket.socket(socket.AF_UNIX)
+server.bind(os.path.join(directory, "server.sock"))
+open(os.path.join(directory, "server.pid"), "w").write(str(os.getpid()))
+server.listen()
+
+def serve(connection):
+    out, options, repliers = threading.Lock(), [], []
+
+    def answer(message):
+        with out:
+            connection.sendall(json.dumps(message).encode() + b"\\n")
+
+    def reply(request):
+        time.sleep(request.get("params", {}).get("delay", 0))
+        result = {"method": request["method"], "pid": os.getpid(), "options": options}
+        answer({"jsonrpc": "2.0", "id": request["id"], "result": result})
+
+    for line in connection.makefile("rb"):
+        if line.startswith(b"#"):
+            options.append(line.decode().rstrip("\\n"))
+            continue
+        try:
+            request = json.loads(line)
+        except ValueError:
+            answer({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "no"}})
+            continue
+        if request.get("method") == "die":
+            os._exit(1)
+        if "id" in request:
+            repliers.append(threading.Thread(target=reply, args=(request,)))
+            repliers[-1].start()
+    for thread in repliers:  # the client half-closed: answer what came, then close
+        thread.join()
+    connection.close()
+
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],)).start()
 """
 
 
-def test_stdio_starts_the_server_alongside_and_hands_over_the_start_lock(
-    launcher: Path, tmp_path: Path
-) -> None:
-    """The first `stdio` starts the server and the bridge side by side; the start
-    lock stays held for the bridge so that no other client starts a second server."""
-    artifact = echo_server_artifact(launcher, tmp_path, loader=STDIO_LOADER)
-    run = tmp_path / "run"
-    env = {**os.environ, "SANDBOX_TOOLS_DIR": str(run)}
+def request(method: str, request_id: object = None, **params: object) -> str:
+    message: dict[str, object] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if request_id is not None:
+        message["id"] = request_id
+    return json.dumps(message) + "\n"
 
-    def bridge(**extra: str) -> dict[str, str]:
+
+class Bridge:
+    """`stdio` of an artifact whose server is STDIO_SERVER, as the host drives it."""
+
+    def __init__(self, launcher: Path, tmp_path: Path) -> None:
+        self.artifact = echo_server_artifact(launcher, tmp_path, loader=STDIO_SERVER)
+        self.run_dir = tmp_path / "run"
+        self.env = {**os.environ, "SANDBOX_TOOLS_DIR": str(self.run_dir)}
+
+    def start(self, cwd: Path | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(self.artifact), "stdio"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=cwd,
+        )
+
+    def server_pid(self) -> int:
+        return int((self.run_dir / "server.pid").read_text())
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(self.server_pid(), signal.SIGKILL)
+
+
+@pytest.fixture
+def bridge(launcher: Path, tmp_path: Path) -> Iterator[Bridge]:
+    made = Bridge(launcher, tmp_path)
+    yield made
+    made.stop()
+
+
+def test_stdio_relays_both_ways_in_any_order_without_python(bridge: Bridge, tmp_path: Path) -> None:
+    """The bridge is the launcher itself: requests go to the server as they come (a blank
+    line is skipped, the last one needs no newline), answers come back as they are
+    ready, and the connection first says where the caller is."""
+    lines = (
+        request("slow", 1, delay=0.5)
+        + "\n  \n"
+        + "garbage\n"
+        + request("fast", "two")
+        + request("notified")
+        + request("last", 3).rstrip("\n")
+    )
+    done = subprocess.run(
+        [str(bridge.artifact), "stdio"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        env=bridge.env,
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers[:1]] == [None] and answers[0]["error"]["code"] == -32700
+    assert sorted(str(a["id"]) for a in answers[1:3]) == ["3", "two"]
+    assert answers[3]["id"] == 1 and len(answers) == 4  # the slow one, after the half-close
+    assert answers[3]["result"]["options"] == [f"#cwd {tmp_path}"]
+    assert (bridge.run_dir.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_lost_server_answers_what_waited_and_the_next_request_starts_another(
+    bridge: Bridge,
+) -> None:
+    """The server dies with requests waiting: each gets an error naming the loss (not
+    silence), the host hears that its subscriptions are gone, and the next request
+    starts a fresh server, on the same channel."""
+    channel = bridge.start()
+    assert channel.stdin is not None and channel.stdout is not None
+    try:
+        channel.stdin.write(request("first", 1))
+        channel.stdin.flush()
+        first = json.loads(channel.stdout.readline())
+        channel.stdin.write(request("waits", 2, delay=30) + request("waits", '"x\\"y"', delay=30))
+        channel.stdin.write(request("die", 3))
+        channel.stdin.flush()
+        lost = json.loads(channel.stdout.readline())
+        assert lost["id"] == 2 and lost["error"]["code"] == -32098, lost
+        assert "connection to the runtime server was lost" in lost["error"]["message"]
+        assert lost["error"]["data"] == "connection to the runtime server was lost"
+        # The die request itself had an id: it is answered as lost too.
+        again = json.loads(channel.stdout.readline())
+        assert again["id"] == 3 and again["error"]["code"] == -32098
+        note = json.loads(channel.stdout.readline())
+        assert note == {
+            "jsonrpc": "2.0",
+            "method": "runtime_server_lost",
+            "params": {"reason": "connection to the runtime server was lost"},
+        }
+        channel.stdin.write(request("after", 4))
+        channel.stdin.flush()
+        after = json.loads(channel.stdout.readline())
+        assert after["id"] == 4 and after["result"]["pid"] != first["result"]["pid"]
+    finally:
+        channel.stdin.close()
+        assert channel.wait(timeout=30) == 0
+    # An id the bridge cannot echo exactly (an escaped string) was never answered twice.
+    assert channel.stdout.read() == ""
+
+
+def test_twenty_bridges_at_once_start_one_server(bridge: Bridge) -> None:
+    def one(_: int) -> int:
         done = subprocess.run(
-            [str(artifact), "stdio"], capture_output=True, text=True, env={**env, **extra}
+            [str(bridge.artifact), "stdio"],
+            input=request("who", 1),
+            capture_output=True,
+            text=True,
+            env=bridge.env,
+            timeout=60,
         )
         assert done.returncode == 0, done.stderr
-        answer: dict[str, str] = json.loads(done.stdout)
-        return answer
+        pid: int = json.loads(done.stdout)["result"]["pid"]
+        return pid
 
-    try:
-        first = bridge()
-        assert first["args"] == ["stdio"]
-        assert first["fd"] and first["lock"] == str(run / "start.lock")
-        for _ in range(500):  # the server comes up on its own
-            if (run / "server.sock").exists() and (run / "server.pid").exists():
-                break
-            subprocess.run(["sleep", "0.01"])
-        server_pid = (run / "server.pid").read_text()
-        assert (run.stat().st_mode & 0o777) == 0o700
-        # A running server: nothing is started and no lock is handed over, not even
-        # one a caller tried to pass in.
-        assert bridge() == {"args": ["stdio"], "fd": "", "lock": ""}
-        assert bridge(SANDBOX_TOOLS_START_LOCK_FD="0")["fd"] == ""
-        assert (run / "server.pid").read_text() == server_pid
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int((run / "server.pid").read_text()), signal.SIGKILL)
+    with ThreadPoolExecutor(20) as pool:
+        pids = set(pool.map(one, range(20)))
+    assert pids == {bridge.server_pid()}
+
+
+def test_an_oversized_request_is_answered_once_and_the_channel_goes_on(bridge: Bridge) -> None:
+    big = '{"jsonrpc":"2.0","id":1,"method":"big","params":{"x":"' + "x" * 70_000_000 + '"}}\n'
+    done = subprocess.run(
+        [str(bridge.artifact), "stdio"],
+        input=big + request("small", 2),
+        capture_output=True,
+        text=True,
+        env=bridge.env,
+        timeout=120,
+    )
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(answers) == 2, done.stdout[:500]
+    assert answers[0]["error"]["code"] == -32600 and "larger" in answers[0]["error"]["message"]
+    assert answers[1]["id"] == 2 and answers[1]["result"]["method"] == "small"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory of another user")
+def test_a_refused_server_directory_is_every_requests_answer(bridge: Bridge) -> None:
+    """The host reads responses, not stderr: each request gets the reason, and nothing
+    is started."""
+    bridge.run_dir.mkdir(mode=0o700)
+    os.chown(bridge.run_dir, 65534, 65534)
+    done = subprocess.run(
+        [str(bridge.artifact), "stdio"],
+        input=request("version", 5) * 2 + request("notified"),
+        capture_output=True,
+        text=True,
+        env=bridge.env,
+        timeout=30,
+    )
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [5, 5], done.stdout
+    assert "owned by uid 65534" in answers[0]["error"]["message"]
+    assert not (bridge.run_dir / "server.pid").exists()
 
 
 def test_launcher_constants_agree_with_the_runtime() -> None:
@@ -614,7 +770,6 @@ def test_launcher_constants_agree_with_the_runtime() -> None:
     shared_env = {
         protocol.SERVER_DIR_ENV,
         protocol.LAUNCHER_SELF_ENV,
-        protocol.START_LOCK_FD_ENV,
         protocol.RESPONSE_MAX_BYTES_ENV,
     }
     named = set(re.findall(r"\b(?:SANDBOX_TOOLS|INSPECT_SANDBOX)_[A-Z0-9_]+\b", source))
@@ -628,10 +783,8 @@ def test_launcher_constants_agree_with_the_runtime() -> None:
     listed = ", ".join(c_string(name) for name in LOADER_VARIABLES)
     assert f"LOADER_VARIABLES[] = {{{listed}}};" in source
     assert f'"%s_%s", {c_string(protocol.LAUNCHER_SELF_ENV)}, LOADER_VARIABLES[n]' in source
-    assert defines["START_LOCK_FD_ENV"].split("/*")[0].strip() == c_string(
-        protocol.START_LOCK_FD_ENV
-    )
-    assert "setenv(START_LOCK_FD_ENV," in source and "unsetenv(START_LOCK_FD_ENV)" in source
+    lost = c_string(protocol.RUNTIME_SERVER_LOST)
+    assert defines["RUNTIME_SERVER_LOST"].split("/*")[0].strip() == lost
     # The large-response exchange: the caller's limit, how long it may be, the option line.
     assert f"getenv({c_string(protocol.RESPONSE_MAX_BYTES_ENV)})" in source
     assert f"limit_len < {protocol.RESPONSE_LIMIT_MAX_DIGITS + 1};" in source
@@ -652,10 +805,14 @@ def test_launcher_constants_agree_with_the_runtime() -> None:
     for path in (paths.socket, paths.start_lock, paths.running_lock, paths.log):
         assert f'"%s/{os.path.basename(path)}"' in source
     # Its own JSON-RPC responses: the version, and the runtime's codes for an internal
-    # error and for a request that is no JSON at all (an empty one).
+    # error, a request that is no JSON at all (an empty one) and one too large to read.
     responses = re.findall(r'\{\\"jsonrpc\\":\\"([^\\]*)\\"[^;]*?\\"code\\":(-?\d+),', source)
     assert {version for version, _ in responses} == {protocol.JSONRPC_VERSION}
-    assert {int(code) for _, code in responses} == {protocol.INTERNAL_ERROR, protocol.PARSE_ERROR}
+    assert {int(code) for _, code in responses} == {
+        protocol.INTERNAL_ERROR,
+        protocol.PARSE_ERROR,
+        protocol.INVALID_REQUEST,
+    }
     # The installer's check of an unpacked tree before reuse, as the injector names it.
     from sandbox_tools.injector.inject import TREE_CHECK_COMMAND
 

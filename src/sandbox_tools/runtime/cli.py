@@ -24,7 +24,6 @@ from sandbox_tools.protocol import (
     MAX_FRAME_BYTES,
     RESPONSE_LIMIT_OPTION,
     RUNTIME_SERVER_LOST,
-    START_LOCK_FD_ENV,
     cwd_option,
 )
 from sandbox_tools.runtime.client import (
@@ -214,11 +213,6 @@ class _StdioBridge:
                     return
 
     def run(self) -> int:
-        if START_LOCK_FD_ENV in os.environ:
-            # The launcher started the server alongside us and holds the start lock for
-            # us: connect now and so release it, not at the first request.
-            with contextlib.suppress(OSError, ServerUnavailable):
-                self._connection()
         _each_stdin_request(self.send, self.emit)
         self.closing = True
         with self.state_lock:

@@ -25,7 +25,6 @@ from sandbox_tools.protocol import (
     LAUNCHER_SELF_ENV,
     MAX_FRAME_BYTES,
     SERVER_DIR_ENV,
-    START_LOCK_FD_ENV,
 )
 from sandbox_tools.runtime.paths import ServerDirError, ServerPaths
 
@@ -90,28 +89,7 @@ def server_is_running(paths: ServerPaths) -> bool:
     return False
 
 
-def _inherited_start_lock(paths: ServerPaths) -> int | None:
-    """The start lock the launcher holds for us, if it started the server (once)."""
-    value = os.environ.pop(START_LOCK_FD_ENV, "")
-    if not value.isdigit():
-        return None
-    fd = int(value)
-    try:
-        held, lock = os.fstat(fd), os.stat(paths.start_lock, follow_symlinks=False)
-    except OSError:
-        return None
-    if (held.st_dev, held.st_ino) != (lock.st_dev, lock.st_ino):
-        return None  # not the lock of this directory: not ours to use or close
-    return fd
-
-
 def connect(paths: ServerPaths, start: bool = True) -> socket.socket:
-    held = _inherited_start_lock(paths)
-    if held is not None:
-        try:
-            return _wait_for_server(paths)
-        finally:
-            os.close(held)
     sock = try_connect(paths)
     if sock is not None:
         return sock

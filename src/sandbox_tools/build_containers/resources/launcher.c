@@ -33,6 +33,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <ftw.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,7 +68,6 @@
 #define QUICK_POLL_FOR_US 2000000L /* QUICK_POLL_FOR_S */
 #define SLOW_POLL_NS 50000000L     /* SLOW_POLL_S */
 #define MAX_REQUEST_BYTES (64 * 1024 * 1024) /* protocol.MAX_FRAME_BYTES */
-#define START_LOCK_FD_ENV "SANDBOX_TOOLS_START_LOCK_FD" /* protocol.START_LOCK_FD_ENV */
 #define MAX_ENTRY_NAME 8192
 #define TREE_DIFFERS 1 /* `verify`: the unpacked tree is not the payload */
 
@@ -809,43 +811,57 @@ static const char *skip_value(const char *p, const char *end) {
     return p;
 }
 
-static void remember_request_id(const char *p, size_t len) {
+/* The top-level "id" of the JSON object in p[0..len): 0 if it has none, 1 if it is a
+ * plain integer or a string of printable ASCII without escapes (copied to `out`, as its
+ * JSON text), 2 if it is anything else. */
+static int find_id(const char *p, size_t len, char *out, size_t out_size) {
     const char *end = p + len;
     p = skip_ws(p, end);
-    if (p >= end || *p++ != '{') return;
+    if (p >= end || *p++ != '{') return 0;
     while ((p = skip_ws(p, end)) < end && *p == '"') {
         const char *key = p;
-        if (!(p = skip_string(p, end))) return;
+        if (!(p = skip_string(p, end))) return 0;
         int is_id = p - key == 4 && memcmp(key, "\"id\"", 4) == 0;
         p = skip_ws(p, end);
-        if (p >= end || *p++ != ':') return;
+        if (p >= end || *p++ != ':') return 0;
         p = skip_ws(p, end);
         const char *value = p;
-        if (!(p = skip_value(p, end))) return;
+        if (!(p = skip_value(p, end))) return is_id ? 2 : 0;
         if (is_id) {
-            request_has_id = 1;
             size_t n = (size_t)(p - value);
             while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
-            int ok = n > 0 && n < sizeof request_id;
+            int ok = n > 0 && n < out_size;
             int quoted = ok && value[0] == '"';
             for (size_t i = 0; ok && i < n; i++) {
                 char c = value[i];
                 ok = quoted ? (c >= 0x20 && c < 0x7f && c != '\\' && (c != '"' || i == 0 || i == n - 1))
                             : ((c >= '0' && c <= '9') || (c == '-' && i == 0));
             }
-            if (ok && (!quoted || (n >= 2 && value[n - 1] == '"'))) {
-                memcpy(request_id, value, n);
-                request_id[n] = 0;
-            }
-            return;
+            if (!ok || (quoted && (n < 2 || value[n - 1] != '"'))) return 2;
+            memcpy(out, value, n);
+            out[n] = 0;
+            return 1;
         }
         p = skip_ws(p, end);
         if (p < end && *p == ',') p++;
     }
+    return 0;
 }
+
+static void remember_request_id(const char *p, size_t len) {
+    char found[sizeof request_id];
+    int kind = find_id(p, len, found, sizeof found);
+    request_has_id = kind != 0;
+    if (kind == 1) memcpy(request_id, found, sizeof found);
+}
+
+/* Where FAIL goes instead of answering and exiting: the `stdio` bridge answers each
+ * request with the reason and keeps serving. */
+static jmp_buf *failure_jump;
 
 static void json_error(const char *message) {
     /* A JSON-RPC error response; the message is escaped by hand. */
+    if (failure_jump) longjmp(*failure_jump, 1); /* the message is in err_buf */
     printf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32098,\"message\":\"",
            request_id);
     for (const unsigned char *p = (const unsigned char *)message; *p; p++) {
@@ -1060,6 +1076,15 @@ static void spawn_server(const char *dir) {
     }
 }
 
+/* The start lock while this process holds it: a failure that the `stdio` bridge
+ * survives must release it, or every other client would wait for it forever. */
+static int held_start_lock = -1;
+
+static void release_start_lock(void) {
+    if (held_start_lock >= 0) close(held_start_lock);
+    held_start_lock = -1;
+}
+
 static int connect_or_start(const char *dir, const char *sock_path) {
     int fd = try_connect(sock_path);
     if (fd >= 0) return fd;
@@ -1067,11 +1092,12 @@ static int connect_or_start(const char *dir, const char *sock_path) {
     snprintf(lock_path, sizeof lock_path, "%s/start.lock", dir);
     int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock_fd < 0) FAIL("cannot open %s: %s", lock_path, strerror(errno));
+    held_start_lock = lock_fd;
     while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
     }
     fd = try_connect(sock_path);
     if (fd >= 0) {
-        close(lock_fd);
+        release_start_lock();
         return fd;
     }
     if (!server_running(dir)) {
@@ -1088,7 +1114,7 @@ static int connect_or_start(const char *dir, const char *sock_path) {
     while (waited_us < SERVER_START_TIMEOUT_MS * 1000L) {
         fd = try_connect(sock_path);
         if (fd >= 0) {
-            close(lock_fd);
+            release_start_lock();
             return fd;
         }
         nanosleep(&delay, NULL);
@@ -1098,7 +1124,7 @@ static int connect_or_start(const char *dir, const char *sock_path) {
         /* Reap a server that failed at once, so it does not linger as a zombie. */
         waitpid(-1, NULL, WNOHANG);
     }
-    close(lock_fd);
+    release_start_lock();
     FAIL("the runtime server did not start within %d s; see its log at %s/server.log",
          SERVER_START_TIMEOUT_MS / 1000, dir);
     return -1;
@@ -1203,38 +1229,252 @@ static void exec_request(int argc, char **argv) {
     exit(0);
 }
 
-/* `stdio` on a first start: the bridge and the server are both Python, and starting them
- * one after the other cost a whole interpreter start on the first call. Start the
- * server here, then run the bridge while it comes up (two cores, side by side). The
- * start lock stays held and passes to the bridge (START_LOCK_FD_ENV) until it sees the
- * server's socket, so no other client starts a second server meanwhile. Best effort:
- * anything unusual is left to the bridge, which checks and reports it properly. */
-static void start_server_alongside(void) {
-    unsetenv(START_LOCK_FD_ENV); /* only ever ours, never inherited from a caller */
-    char dir[4096], sock_path[4200], lock_path[4200];
-    if (server_dir(dir, sizeof dir) != 0) return; /* the bridge reports it */
-    int n = snprintf(sock_path, sizeof sock_path, "%s/server.sock", dir);
-    if (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) return;
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) return;
-    struct stat st;
-    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
-        (st.st_mode & 077))
-        return;
-    if (lstat(sock_path, &st) == 0) return; /* a server, or something to report: the bridge's */
-    snprintf(lock_path, sizeof lock_path, "%s/start.lock", dir);
-    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600); /* inherited */
-    if (lock_fd < 0) return;
-    if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || server_running(dir) ||
-        lstat(sock_path, &st) == 0) {
-        close(lock_fd); /* another client is starting it, or it runs */
-        return;
+/* ---- the `stdio` channel ------------------------------------------------------------- */
+
+/* `stdio` is answered here as well: requests from stdin go to the server over one
+ * connection and its responses and messages come back, in both directions at once and
+ * in any order, as runtime/cli.py's bridge does where there is no launcher (the staticx
+ * format, a checkout). In Python it was a second interpreter's start on every new
+ * channel (70-100 ms of a handle's first answer) and, on a first start, a second
+ * interpreter competing with the server's for the cores. The server checks every
+ * request itself (`exec` forwards them unread too); the bridge only reads each one's
+ * "id", so that a request still waiting when the connection is lost gets an error
+ * instead of silence, and the next request starts a fresh server. */
+
+#define LOST "connection to the runtime server was lost"
+#define RUNTIME_SERVER_LOST "runtime_server_lost" /* protocol.RUNTIME_SERVER_LOST */
+#define MAX_WAITING 65536 /* requests in flight the bridge remembers to answer if lost */
+
+struct line_buffer {
+    char *data;
+    size_t len, cap;
+    int oversized; /* the line in progress went past the limit: dropped up to its end */
+};
+
+static char refusal[sizeof err_buf]; /* why no server can be reached from here at all */
+static char server_sock_path[4200];
+static char server_dir_path[4096];
+static int server_fd = -1;
+static int stdin_open = 1;
+static char **waiting;
+static size_t waiting_count;
+
+static void emit(const char *data, size_t n) {
+    if (write_full(1, data, n) != 0) exit(0); /* the host is gone: nothing to answer */
+}
+
+static void emit_escaped(const char *text) {
+    char out[3 * sizeof err_buf];
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p && n < sizeof out - 8; p++) {
+        if (*p == '"' || *p == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)*p;
+        } else if (*p < 0x20 || *p >= 0x7f) {
+            n += (size_t)snprintf(out + n, 8, "\\u%04x", *p);
+        } else {
+            out[n++] = (char)*p;
+        }
     }
-    char tree[8192];
-    ensure_tree(tree, sizeof tree);
-    spawn_server(dir);
-    char value[32];
-    snprintf(value, sizeof value, "%d", lock_fd);
-    setenv(START_LOCK_FD_ENV, value, 1);
+    emit(out, n);
+}
+
+/* runtime/cli.py's _unavailable: INTERNAL_ERROR, the reason in the message and data. */
+static void emit_unavailable(const char *id, const char *reason) {
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32098,\"message\":"
+                     "\"runtime server unavailable: ", id);
+    emit(head, (size_t)n);
+    emit_escaped(reason);
+    emit("\",\"data\":\"", 10);
+    emit_escaped(reason);
+    emit("\"}}\n", 4);
+}
+
+static void forget_waiting(const char *id) {
+    for (size_t i = 0; i < waiting_count; i++) {
+        if (strcmp(waiting[i], id) == 0) {
+            free(waiting[i]);
+            waiting[i] = waiting[--waiting_count];
+            return;
+        }
+    }
+}
+
+static void connection_lost(void) {
+    if (server_fd >= 0) close(server_fd);
+    server_fd = -1;
+    for (size_t i = 0; i < waiting_count; i++) {
+        emit_unavailable(waiting[i], LOST);
+        free(waiting[i]);
+    }
+    waiting_count = 0;
+    if (stdin_open) { /* a subscription to host messages lived on it: the host subscribes again */
+        static const char note[] = "{\"jsonrpc\":\"2.0\",\"method\":\"" RUNTIME_SERVER_LOST
+                                   "\",\"params\":{\"reason\":\"" LOST "\"}}\n";
+        emit(note, sizeof note - 1);
+    }
+}
+
+/* A connection to the server, started if none runs; -1 with the reason in err_buf. */
+static int server_connection(void) {
+    if (server_fd >= 0) return server_fd;
+    if (refusal[0]) {
+        snprintf(err_buf, sizeof err_buf, "%s", refusal);
+        return -1;
+    }
+    jmp_buf failed;
+    if (setjmp(failed)) {
+        failure_jump = NULL;
+        release_start_lock();
+        return -1;
+    }
+    failure_jump = &failed;
+    ensure_private_dir(server_dir_path);
+    int fd = connect_or_start(server_dir_path, server_sock_path);
+    failure_jump = NULL;
+    char cwd_line[4200]; /* where jobs started without `cwd` begin */
+    size_t cwd_len = cwd_option(cwd_line, sizeof cwd_line);
+    if (cwd_len && write_full(fd, cwd_line, cwd_len) != 0) {
+        close(fd);
+        snprintf(err_buf, sizeof err_buf, "cannot send to the runtime server: %s", strerror(errno));
+        return -1;
+    }
+    server_fd = fd;
+    return fd;
+}
+
+static void send_request(char *line, size_t len) {
+    size_t start = 0;
+    while (start < len && (line[start] == ' ' || line[start] == '\t' || line[start] == '\r')) start++;
+    if (start == len) return; /* a blank line */
+    char id[128];
+    int kind = find_id(line, len, id, sizeof id);
+    line[len++] = '\n'; /* the buffer keeps room for it */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = server_connection();
+        if (fd < 0) {
+            if (kind == 1) emit_unavailable(id, err_buf);
+            else if (kind == 2) emit_unavailable("null", err_buf);
+            return;
+        }
+        int tracked = kind == 1 && waiting_count < MAX_WAITING;
+        if (tracked) {
+            char *copy = strdup(id);
+            if (!copy) die("out of memory");
+            waiting[waiting_count++] = copy;
+        }
+        if (write_full(fd, line, len) == 0) return;
+        /* The server is gone: what waited on it is lost; this one is sent again once. */
+        if (tracked) free(waiting[--waiting_count]);
+        connection_lost();
+        snprintf(err_buf, sizeof err_buf, "%s", LOST);
+        if (attempt == 1 && kind) emit_unavailable(kind == 1 ? id : "null", err_buf);
+    }
+}
+
+/* Appends what `fd` has to `b`; each complete line goes to `done`. 0 at the end. */
+static int read_lines(int fd, struct line_buffer *b, size_t limit, void (*done)(char *, size_t),
+                      void (*too_long)(void)) {
+    if (b->cap - b->len < 65536 + 2) {
+        size_t cap = b->cap ? b->cap * 2 : 131072;
+        char *grown = realloc(b->data, cap);
+        if (!grown) die("out of memory");
+        b->data = grown;
+        b->cap = cap;
+    }
+    ssize_t r = read(fd, b->data + b->len, b->cap - b->len - 2);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
+    if (r <= 0) return 0;
+    size_t scanned = b->len, start = 0;
+    b->len += (size_t)r;
+    for (char *nl; (nl = memchr(b->data + scanned, '\n', b->len - scanned));) {
+        size_t end = (size_t)(nl - b->data);
+        if (b->oversized) b->oversized = 0;
+        else done(b->data + start, end - start);
+        start = scanned = end + 1;
+    }
+    memmove(b->data, b->data + start, b->len - start);
+    b->len -= start;
+    if (b->len > limit) { /* drop what is here; the rest of the line follows */
+        if (!b->oversized && too_long) too_long();
+        b->oversized = 1;
+        b->len = 0;
+    }
+    if (b->cap > 4 * 131072 && b->len < b->cap / 4) { /* a large line passed: give it back */
+        size_t cap = b->len + 131072;
+        char *shrunk = realloc(b->data, cap);
+        if (shrunk) {
+            b->data = shrunk;
+            b->cap = cap;
+        }
+    }
+    return 1;
+}
+
+static void got_request(char *line, size_t len) { send_request(line, len); }
+
+static void request_too_long(void) {
+    static const char answer[] =
+        "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":"
+        "\"Invalid Request: larger than 67108864 bytes\"}}\n";
+    emit(answer, sizeof answer - 1);
+}
+
+static void got_response(char *line, size_t len) {
+    char id[128];
+    if (find_id(line, len, id, sizeof id) == 1) forget_waiting(id);
+    line[len++] = '\n';
+    emit(line, len);
+}
+
+static void stdio_bridge(void) {
+    signal(SIGPIPE, SIG_IGN);
+    waiting = calloc(MAX_WAITING, sizeof *waiting);
+    if (!waiting) die("out of memory");
+    int refused = server_dir(server_dir_path, sizeof server_dir_path) != 0;
+    if (refused) snprintf(err_buf, sizeof err_buf, "%s", NO_SERVER_DIR);
+    int n = snprintf(server_sock_path, sizeof server_sock_path, "%s/server.sock", server_dir_path);
+    if (!refused && (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))) {
+        refused = 1;
+        snprintf(err_buf, sizeof err_buf, "server directory %s is too long for a Unix socket "
+                 "path; set SANDBOX_TOOLS_DIR to a shorter directory", server_dir_path);
+    }
+    if (refused) { /* every request gets the reason: the host reads responses, not stderr */
+        fprintf(stderr, "sandbox-tools runtime: %s\n", err_buf);
+        snprintf(refusal, sizeof refusal, "%s", err_buf);
+    }
+    /* Connect (and so start the server) before the first request arrives. */
+    if (!refused && server_connection() < 0)
+        fprintf(stderr, "sandbox-tools runtime: %s\n", err_buf);
+    struct line_buffer in = {0}, out = {0};
+    for (;;) {
+        struct pollfd fds[2] = {{.fd = stdin_open ? 0 : -1, .events = POLLIN},
+                                {.fd = server_fd, .events = POLLIN}};
+        if (fds[0].fd < 0 && fds[1].fd < 0) break;
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            die("poll: %s", strerror(errno));
+        }
+        if (fds[1].fd >= 0 && fds[1].revents) {
+            if (!read_lines(server_fd, &out, SIZE_MAX / 4, got_response, NULL)) {
+                out.len = 0;
+                connection_lost();
+                continue;
+            }
+        }
+        if (fds[0].fd >= 0 && fds[0].revents) {
+            if (!read_lines(0, &in, MAX_REQUEST_BYTES, got_request, request_too_long)) {
+                if (in.len && !in.oversized) send_request(in.data, in.len); /* no newline */
+                in.len = 0;
+                stdin_open = 0;
+                /* Half-close: the server answers what it has, then closes its side. */
+                if (server_fd >= 0) shutdown(server_fd, SHUT_WR);
+            }
+        }
+    }
+    exit(refused);
 }
 
 int main(int argc, char **argv) {
@@ -1247,7 +1487,7 @@ int main(int argc, char **argv) {
         die("cannot find my own path (/proc is not mounted and argv[0] has no '/')");
     }
     if (argc >= 2 && strcmp(argv[1], "exec") != 0 && strcmp(argv[1], "unpack") != 0 &&
-        strcmp(argv[1], "verify") != 0) {
+        strcmp(argv[1], "verify") != 0 && strcmp(argv[1], "stdio") != 0) {
         const char *configured = getenv("SANDBOX_TOOLS_DIR");
         if (!configured || !*configured) { /* the Python side must use our directory */
             char dir[4096];
@@ -1262,7 +1502,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc == 2 && strcmp(argv[1], "verify") == 0) verify_tree(); /* the installer, before reuse */
-    if (argc == 2 && strcmp(argv[1], "stdio") == 0) start_server_alongside();
+    if (argc == 2 && strcmp(argv[1], "stdio") == 0) stdio_bridge();
     run_python(argc, argv);
     return 127;
 }
