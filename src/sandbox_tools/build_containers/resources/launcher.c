@@ -1062,6 +1062,7 @@ static void spawn_server(const char *dir) {
     if (pid < 0) FAIL("cannot start the runtime server: fork: %s", strerror(errno));
     if (pid == 0) {
         setsid();
+        signal(SIGPIPE, SIG_DFL); /* the stdio bridge ignores it; the server's children must not */
         int null_fd = open("/dev/null", O_RDONLY);
         int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (null_fd >= 0) dup2(null_fd, 0);
