@@ -693,6 +693,28 @@ def test_a_lost_server_answers_what_waited_and_the_next_request_starts_another(
     assert channel.stdout.read() == ""
 
 
+def test_a_server_directory_removed_underneath_is_made_again(bridge: Bridge) -> None:
+    """A tmp cleaner took the server directory and its server died: the channel says
+    so, and its next request makes the directory again (private) and starts a server."""
+    channel = bridge.start()
+    assert channel.stdin is not None and channel.stdout is not None
+    try:
+        channel.stdin.write(request("first", 1))
+        channel.stdin.flush()
+        first = json.loads(channel.stdout.readline())["result"]["pid"]
+        shutil.rmtree(bridge.run_dir)
+        os.kill(first, signal.SIGKILL)
+        assert json.loads(channel.stdout.readline())["method"] == "runtime_server_lost"
+        channel.stdin.write(request("second", 2))
+        channel.stdin.flush()
+        second = json.loads(channel.stdout.readline())
+        assert second["id"] == 2 and second["result"]["pid"] not in (first, None)
+        assert (bridge.run_dir.stat().st_mode & 0o777) == 0o700
+    finally:
+        channel.stdin.close()
+        assert channel.wait(timeout=30) == 0
+
+
 def test_twenty_bridges_at_once_start_one_server(bridge: Bridge) -> None:
     def one(_: int) -> int:
         done = subprocess.run(
