@@ -587,7 +587,7 @@ class ScriptedDebian(Sandbox):
     async def exec(
         self,
         cmd: list[str],
-        input: bytes | str | None = None,
+        input: bytes | memoryview | str | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
@@ -601,7 +601,7 @@ class ScriptedDebian(Sandbox):
         if cmd[-2] == "mkdir":
             return ExecOutput(0, cmd[-1].encode() + b"\n", b"")
         if cmd[-1] == "exec":  # the runtime: answer runtime_info
-            request = json.loads(input or "{}")
+            request = json.loads(bytes(input) if isinstance(input, memoryview) else input or "{}")
             result = {
                 "version": "0",
                 "build_id": BUILD_ID,

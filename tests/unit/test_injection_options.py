@@ -53,14 +53,15 @@ class Scripted(ScriptedDebian):
     async def exec(
         self,
         cmd: list[str],
-        input: bytes | str | None = None,
+        input: bytes | memoryview | str | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
         timeout: float | None = DEFAULT_EXEC_TIMEOUT,
         max_output: int = 1 << 26,
     ) -> ExecOutput:
-        request = json.loads(input or "{}") if cmd[-1] == "exec" else {}
+        text = bytes(input) if isinstance(input, memoryview) else input
+        request = json.loads(text or "{}") if cmd[-1] == "exec" else {}
         if request.get("method") == "browser_info":  # the add-on checked, and started
             chrome = f"{posixpath.dirname(cmd[0])}/browser/chrome"
             result = {"executable": chrome, "addon": {"state": "ok", "free_bytes": 0}}

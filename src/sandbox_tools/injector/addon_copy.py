@@ -21,10 +21,13 @@ copy exists.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 import lzma
+import mmap
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +65,7 @@ __all__ = [
     "addons_on_host",
     "browser_mount",
     "forget_if_changed",
+    "mapped",
     "mount_target",
     "plain_copy",
 ]
@@ -101,6 +105,20 @@ def _recorded(artifact: Artifact, directory: Path) -> PlainCopy | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return PlainCopy(tar, sha256, size)
+
+
+@functools.lru_cache(maxsize=2)
+def mapped(path: Path, size: int, mtime_ns: int) -> memoryview:
+    """A plain copy's bytes as a read-only view of the file, shared by every sandbox it
+    is sent to: reading its 310 MB into this process cost 0.15-0.5 s of fresh pages on the
+    first copied call (the page cache holds them already). The key changes when the file
+    does; a copy is replaced by a rename, never changed in place, so the mapped inode
+    stays whole (the sandbox checks the tree it unpacks against the pin either way)."""
+    with path.open("rb") as handle:
+        if os.fstat(handle.fileno()).st_size != size:
+            raise OSError(f"{path} changed while it was opened")
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        return memoryview(mmap.mmap(handle.fileno(), size, flags=flags, prot=mmap.PROT_READ))
 
 
 def plain_copy(artifact: Artifact, directory: Path) -> PlainCopy:

@@ -36,6 +36,7 @@ from sandbox_tools.injector.addon_copy import (
     PlainCopy,
     addons_on_host,
     forget_if_changed,
+    mapped,
     mount_target,
     plain_copy,
 )
@@ -112,7 +113,11 @@ def _tree_of(artifact: Artifact) -> TreeDigest:
 
 
 async def _runtime_command(
-    support: ToolSupport, args: list[str], what: str, timeout: float, data: bytes | None = None
+    support: ToolSupport,
+    args: list[str],
+    what: str,
+    timeout: float,
+    data: bytes | memoryview | None = None,
 ) -> dict[str, Any]:
     """One of the runtime's fixed add-on commands, run as the installer; its JSON line."""
     sandbox = support.sandbox
@@ -207,14 +212,21 @@ async def _send(
     tree = _tree_of(artifact)
     located = artifact.located
     copy: PlainCopy | None = None
+    data: bytes | memoryview
     if support.sandbox.bytes_are_cheap:
         copies, _ = addons_on_host(support.options)
         copy = await asyncio.to_thread(plain_copy, artifact, copies)
-        path, sha256, size, fmt = copy.path, copy.sha256, copy.size, PLAIN
+        fmt = PLAIN
+        # The providers that get it (ours on a local engine, inspect's docker and local)
+        # send any buffer; the others get bytes.
+        data = await asyncio.to_thread(mapped, copy.path, copy.size, copy.path.stat().st_mtime_ns)
     else:
-        path, sha256, size, fmt = located, artifact.sha256, artifact.size, XZ
-    # One copy of the bytes for every install at once (as for the runtime's).
-    data = await asyncio.to_thread(artifact_bytes, path, sha256, size, path.stat().st_mtime_ns)
+        fmt = XZ
+        # One copy of the bytes for every install at once (as for the runtime's).
+        mtime_ns = located.stat().st_mtime_ns
+        data = await asyncio.to_thread(
+            artifact_bytes, located, artifact.sha256, artifact.size, mtime_ns
+        )
     try:
         answer = await _runtime_command(
             support,

@@ -187,7 +187,7 @@ async def run_step(
     cmd: list[str],
     what: str,
     *,
-    input: bytes | None = None,
+    input: bytes | memoryview | None = None,
     user: str | None = None,
     timeout: float = STEP_TIMEOUT,
 ) -> tuple[int, str, str]:

@@ -79,7 +79,7 @@ class Sandbox(abc.ABC):
     async def exec(
         self,
         cmd: list[str],
-        input: bytes | str | None = None,
+        input: bytes | memoryview | str | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
@@ -236,6 +236,6 @@ def as_user(cmd: list[str], user: str | None) -> list[str]:
     return ["runuser", "-u", user, "--", *cmd] if user is not None else list(cmd)
 
 
-def as_bytes(data: bytes | str | None) -> bytes | None:
-    """Text is sent as UTF-8; bytes as they are."""
+def as_bytes(data: bytes | memoryview | str | None) -> bytes | memoryview | None:
+    """Text is sent as UTF-8; bytes (or a view of them) as they are."""
     return data.encode() if isinstance(data, str) else data

@@ -140,7 +140,7 @@ class DockerSandbox(Sandbox):
     async def _run(
         self,
         cmd: list[str],
-        data: bytes | None,
+        data: bytes | memoryview | None,
         cwd: str | None,
         env: Mapping[str, str] | None,
         user: str | None,
@@ -152,7 +152,7 @@ class DockerSandbox(Sandbox):
     async def _run_in_slot(
         self,
         cmd: list[str],
-        data: bytes | None,
+        data: bytes | memoryview | None,
         cwd: str | None,
         env: Mapping[str, str] | None,
         user: str | None,
@@ -184,7 +184,7 @@ class DockerSandbox(Sandbox):
         return ExecOutput(await self._api.exit_code(exec_id), bytes(out), bytes(err))
 
     @staticmethod
-    async def _feed(conn: ExecConnection, data: bytes) -> None:
+    async def _feed(conn: ExecConnection, data: bytes | memoryview) -> None:
         # Concurrent with reading: a process that prints while it reads would otherwise
         # fill its pipe and wait for us while we wait for it.
         try:
@@ -197,7 +197,7 @@ class DockerSandbox(Sandbox):
     async def exec(
         self,
         cmd: list[str],
-        input: bytes | str | None = None,
+        input: bytes | memoryview | str | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,

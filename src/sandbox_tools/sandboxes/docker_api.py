@@ -152,7 +152,7 @@ class ExecConnection(abc.ABC):
     """A started exec: its stdin and its multiplexed stdout/stderr frames."""
 
     @abc.abstractmethod
-    async def send(self, data: bytes) -> None: ...
+    async def send(self, data: bytes | memoryview) -> None: ...
 
     @abc.abstractmethod
     async def close_input(self) -> None:
@@ -293,7 +293,7 @@ class _StreamExec(ExecConnection):
         self._reader = reader
         self._writer = writer
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytes | memoryview) -> None:
         await _write_slices(self._writer, [data])
 
     async def close_input(self) -> None:
@@ -322,7 +322,7 @@ class _StreamExec(ExecConnection):
             self._writer.close()
 
 
-async def _write_slices(writer: asyncio.StreamWriter, parts: Sequence[bytes]) -> None:
+async def _write_slices(writer: asyncio.StreamWriter, parts: Sequence[bytes | memoryview]) -> None:
     """Write without copying a large body whole into the transport's buffer (a 9 MB
     upload to 64 sandboxes at once would hold 64 copies)."""
     for part in parts:
@@ -646,7 +646,7 @@ class _SocketExec(ExecConnection):
         self._sock = sock
         self._buffer = bytearray(early)
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytes | memoryview) -> None:
         await _in_daemon_thread(self._sock.sendall, data)
 
     async def close_input(self) -> None:

@@ -41,7 +41,7 @@ class LocalSandbox(Sandbox):
     async def exec(
         self,
         cmd: list[str],
-        input: bytes | str | None = None,
+        input: bytes | memoryview | str | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
@@ -99,7 +99,7 @@ class LocalSandbox(Sandbox):
 
 
 async def _communicate(
-    process: asyncio.subprocess.Process, data: bytes | None, budget: OutputBudget
+    process: asyncio.subprocess.Process, data: bytes | memoryview | None, budget: OutputBudget
 ) -> tuple[bytes, bytes]:
     """`communicate()`, but reading in blocks counted against the budget."""
 

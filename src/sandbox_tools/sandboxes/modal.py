@@ -199,7 +199,7 @@ class ModalSandbox(Sandbox):
     async def exec(
         self,
         cmd: list[str],
-        input: bytes | str | None = None,
+        input: bytes | memoryview | str | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         user: str | None = None,
