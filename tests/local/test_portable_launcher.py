@@ -517,6 +517,12 @@ def test_a_notification_through_exec_is_delivered_and_answered_with_nothing(
         ('{"jsonrpc":"2.0","id":"a\\"b","method":"version"}', None),  # escapes: not echoed
         ('{"jsonrpc":"2.0","method":"version","params":{"id":3}}', None),
         ('{"jsonrpc":"2.0","id":[1],"method":"version"}', None),
+        ('{"jsonrpc":"2.0","id":-12,"method":"version"}', -12),
+        ('{"jsonrpc":"2.0","id":0,"method":"version"}', 0),
+        # Not JSON's integers: echoed as they are, they would make the answer no JSON.
+        ('{"jsonrpc":"2.0","id":007,"method":"version"}', None),
+        ('{"jsonrpc":"2.0","id":-,"method":"version"}', None),
+        ('{"jsonrpc":"2.0","id":-0a,"method":"version"}', None),
     ],
 )
 def test_launcher_errors_echo_the_request_id(

@@ -837,6 +837,10 @@ static int find_id(const char *p, size_t len, char *out, size_t out_size) {
                 ok = quoted ? (c >= 0x20 && c < 0x7f && c != '\\' && (c != '"' || i == 0 || i == n - 1))
                             : ((c >= '0' && c <= '9') || (c == '-' && i == 0));
             }
+            if (ok && !quoted) { /* JSON's integers: no lone "-", no leading zero */
+                size_t digits = value[0] == '-';
+                ok = n > digits && (value[digits] != '0' || n == digits + 1);
+            }
             if (!ok || (quoted && (n < 2 || value[n - 1] != '"'))) return 2;
             memcpy(out, value, n);
             out[n] = 0;
