@@ -1,0 +1,120 @@
+"""The desktop's screenshots, taken by the runtime's own X11 client (runtime/tools/
+desktop): against a real Xvfb with a cookie, in a container without network, as uid
+1000. The pixels must be what the X server was told to draw, the pointer where xdotool
+put it, and a client without the cookie refused."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_tools.recipes import RootfsRecipe
+from sandbox_tools.sandboxes.containers import RunningContainer
+from sandbox_tools.sandboxes.images import ensure_image
+from tests.support import arches_under_test
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+DESKTOP = SRC / "sandbox_tools" / "runtime" / "tools" / "desktop"
+COOKIE = "0123456789abcdef0123456789abcdef"
+X = "DISPLAY=:5 XAUTHORITY=/tmp/x/auth"
+SHOT = """
+import sys
+sys.path.insert(0, "/opt/desktop")
+from x11 import Display, X11Error
+from png import draw_pointer, encode
+cookie = bytes.fromhex(sys.argv[1])
+try:
+    with Display(5, cookie) as display:
+        x, y = display.pointer()
+        rgb = bytearray(display.image())
+        screen = display.screen
+except X11Error as exc:
+    print("refused:", exc)
+    raise SystemExit(3)
+draw_pointer(rgb, screen.width, screen.height, x, y)
+open("/tmp/x/shot.png", "wb").write(encode(bytes(rgb), screen.width, screen.height))
+print(x, y, screen.width, screen.height)
+"""
+
+
+@pytest.fixture(scope="module")
+def x_image(docker_engine: Any) -> str:
+    include = ("python3", "xvfb", "xauth", "xdotool", "x11-xserver-utils", "pngcheck")
+    recipe = RootfsRecipe(suite="bookworm", arch=arches_under_test()[0], include=include)
+    return ensure_image(docker_engine, recipe)
+
+
+def decode(png: bytes) -> tuple[int, int, bytes]:
+    """Width, height and packed RGB of an 8-bit RGB PNG whose rows are unfiltered."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    position, idat, size = 8, b"", (0, 0)
+    while position < len(png):
+        (length,) = struct.unpack_from(">I", png, position)
+        kind = png[position + 4 : position + 8]
+        data = png[position + 8 : position + 8 + length]
+        if kind == b"IHDR":
+            size = struct.unpack(">II", data[:8])
+            assert data[8:10] == b"\x08\x02"
+        elif kind == b"IDAT":
+            idat += data
+        position += 12 + length
+    width, height = size
+    raw = zlib.decompress(idat)
+    rows = [raw[r * (width * 3 + 1) : (r + 1) * (width * 3 + 1)] for r in range(height)]
+    assert all(row[0] == 0 for row in rows)
+    return width, height, b"".join(row[1:] for row in rows)
+
+
+def pixel(rgb: bytes, width: int, x: int, y: int) -> bytes:
+    return rgb[(y * width + x) * 3 : (y * width + x) * 3 + 3]
+
+
+async def test_a_screenshot_is_what_the_display_shows_with_the_pointer_where_it_is(
+    docker_engine: Any, x_image: str
+) -> None:
+    with RunningContainer(docker_engine, x_image) as container:
+        sandbox = container.sandbox
+        for name in ("__init__.py", "x11.py", "png.py"):
+            await sandbox.write_file(f"/opt/desktop/{name}", (DESKTOP / name).read_bytes())
+        await sandbox.write_file("/opt/shot.py", SHOT.encode())
+        made = await sandbox.exec(["sh", "-c", "mkdir -p /tmp/x && chown 1000 /tmp/x"])
+        assert made.returncode == 0, made.stderr
+        started = await sandbox.exec(["sh", "-c", START], user="1000")
+        assert started.returncode == 0, started.stdout + started.stderr
+        drawn = await sandbox.exec(
+            ["sh", "-c", f"{X} xsetroot -solid '#102030' && {X} xdotool mousemove 100 200"],
+            user="1000",
+        )
+        assert drawn.returncode == 0, drawn.stderr
+        shot = await sandbox.exec(["python3", "/opt/shot.py", COOKIE], user="1000")
+        assert shot.returncode == 0, shot.stdout + shot.stderr
+        assert shot.stdout.decode().split() == ["100", "200", "1366", "768"]
+        checked = await sandbox.exec(["pngcheck", "/tmp/x/shot.png"])
+        assert checked.returncode == 0, checked.stdout
+        width, height, rgb = decode(await sandbox.read_file("/tmp/x/shot.png"))
+        assert (width, height) == (1366, 768)
+        assert pixel(rgb, width, 10, 10) == bytes.fromhex("102030")
+        assert pixel(rgb, width, 1365, 767) == bytes.fromhex("102030")
+        assert pixel(rgb, width, 100, 200) == b"\0\0\0"  # the arrow's tip
+        assert pixel(rgb, width, 102, 206) == b"\xff\xff\xff"  # its fill
+
+        # Without the display's cookie, as the agent in another uid would be: refused.
+        other = "0" * 32
+        refused = await sandbox.exec(["python3", "/opt/shot.py", other], user="1001")
+        assert refused.returncode == 3, refused.stdout + refused.stderr
+        assert "the display refused the connection" in refused.stdout.decode()
+
+
+START = (
+    f"xauth -f /tmp/x/auth add :5 MIT-MAGIC-COOKIE-1 {COOKIE} && "
+    "(Xvfb :5 -screen 0 1366x768x24 -auth /tmp/x/auth -nolisten tcp -noreset -extension GLX "
+    ">/tmp/x/log 2>&1 &) && "
+    "for i in $(seq 100); do [ -S /tmp/.X11-unix/X5 ] && exit 0; sleep 0.05; done; "
+    "cat /tmp/x/log; exit 1"
+)
