@@ -5,7 +5,10 @@ put it, and a client without the cookie refused."""
 
 from __future__ import annotations
 
+import io
+import json
 import struct
+import tarfile
 import zlib
 from pathlib import Path
 from typing import Any
@@ -45,7 +48,7 @@ print(x, y, screen.width, screen.height)
 
 @pytest.fixture(scope="module")
 def x_image(docker_engine: Any) -> str:
-    include = ("python3", "xvfb", "xauth", "xdotool", "x11-xserver-utils", "pngcheck")
+    include = ("python3", "xvfb", "xauth", "xdotool", "x11-xserver-utils", "pngcheck", "twm")
     recipe = RootfsRecipe(suite="bookworm", arch=arches_under_test()[0], include=include)
     return ensure_image(docker_engine, recipe)
 
@@ -118,3 +121,125 @@ START = (
     "for i in $(seq 100); do [ -S /tmp/.X11-unix/X5 ] && exit 0; sleep 0.05; done; "
     "cat /tmp/x/log; exit 1"
 )
+
+
+def runtime_source() -> bytes:
+    """The runtime's package as a tar for /opt/src: the desktop's code runs there with
+    the image's python3 (the desktop is not in the built runtime yet)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for path in sorted((SRC / "sandbox_tools").rglob("*.py")):
+            relative = path.relative_to(SRC)
+            if "runtime" in relative.parts or relative.parent == Path("sandbox_tools"):
+                tar.add(path, arcname=str(relative))
+    return out.getvalue()
+
+
+LIFECYCLE = """
+import asyncio, json, os, sys
+sys.path.insert(0, "/opt/src")
+from sandbox_tools.runtime.tools.desktop.display import DesktopError, Programs, start
+
+async def main():
+    try:
+        programs = Programs("/usr/bin/Xvfb", ("/usr/bin/twm",))
+        desktop = await start(programs, "/tmp/desk-" + sys.argv[1])
+    except DesktopError as exc:
+        print(json.dumps({"refused": str(exc)}))
+        return
+    env = {**os.environ, **desktop.environment()}
+    moved = await asyncio.create_subprocess_exec("xdotool", "mousemove", "40", "50", env=env)
+    await moved.wait()
+    with desktop.connect() as display:
+        pointer = display.pointer()
+    socket_owner = os.lstat(f"/tmp/.X11-unix/X{desktop.display}").st_uid
+    mode = os.stat(desktop.directory).st_mode & 0o777
+    if sys.argv[2] == "stop":
+        await desktop.stop()
+    print(json.dumps({
+        "display": desktop.display, "pointer": pointer, "socket_owner": socket_owner,
+        "mode": oct(mode), "cookie": desktop.cookie.hex(), "server": desktop.server.pid,
+        "wm": desktop.window_manager.pid, "authority": os.path.exists(desktop.authority),
+    }))
+
+asyncio.run(main())
+"""
+
+
+async def _run_lifecycle(sandbox: Any, user: str, name: str, stop: bool = True) -> dict[str, Any]:
+    done = await sandbox.exec(
+        ["python3", "/opt/lifecycle.py", name, "stop" if stop else "keep"], user=user, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer: dict[str, Any] = json.loads(done.stdout.decode().splitlines()[-1])
+    return answer
+
+
+async def test_the_runtime_starts_its_own_desktop_with_a_cookie_and_stops_it(
+    docker_engine: Any, x_image: str
+) -> None:
+    """As uid 1000: the X server picks a display nobody holds (uid 1001 serves :0
+    first), its socket is ours, our client and xdotool reach it with the cookie, another
+    uid does not; stopped, nothing of it runs and the authority is gone."""
+    with RunningContainer(docker_engine, x_image) as container:
+        sandbox = container.sandbox
+        container.container.put_archive("/opt", runtime_source())
+        await sandbox.write_file("/opt/lifecycle.py", LIFECYCLE.encode())
+        await sandbox.write_file(
+            "/opt/shot.py",
+            SHOT.replace("Display(5, cookie)", "Display(int(sys.argv[2]), cookie)").encode(),
+        )
+        for name in ("__init__.py", "x11.py", "png.py"):
+            await sandbox.write_file(f"/opt/desktop/{name}", (DESKTOP / name).read_bytes())
+        # The image has the sockets' directory (root's, sticky: x11-common makes it so).
+        # The agent (uid 1001) runs an X server of its own on :0 first, open to anyone
+        # (-ac): a desktop that took it would draw where the agent watches.
+        made = await sandbox.exec(["sh", "-c", "mkdir -m 1777 /tmp/.X11-unix"])
+        assert made.returncode == 0, made.stderr
+        agent = await sandbox.exec(
+            [
+                "sh",
+                "-c",
+                "(Xvfb :0 -ac -nolisten tcp -noreset >/dev/null 2>&1 &) && for i in $(seq 100);"
+                " do [ -S /tmp/.X11-unix/X0 ] && exit 0; sleep 0.05; done; exit 1",
+            ],
+            user="1001",
+        )
+        assert agent.returncode == 0, agent.stderr
+        kept = await _run_lifecycle(sandbox, "1000", "a", stop=False)
+        assert kept["display"] != 0, kept
+        assert kept["socket_owner"] == 1000 and kept["mode"] == "0o700"
+        assert kept["pointer"] == [40, 50] and kept["authority"]
+        # Another uid, without the cookie: refused; with it (were it to leak): let in.
+        shot = ["python3", "/opt/shot.py", "0" * 32, str(kept["display"])]
+        refused = await sandbox.exec(shot, user="1001")
+        assert refused.returncode == 3 and b"refused the connection" in refused.stdout
+        stopped = await _run_lifecycle(sandbox, "1000", "b")
+        assert stopped["display"] != kept["display"] and stopped["pointer"] == [40, 50]
+        left = await sandbox.exec(
+            [
+                "sh",
+                "-c",
+                f"kill -0 {stopped['server']} {stopped['wm']} 2>/dev/null; echo $?; ls /tmp/desk-b",
+            ]
+        )
+        assert left.stdout.decode().split()[0] == "1", left.stdout  # neither runs
+        assert b"authority" not in left.stdout
+
+
+async def test_a_socket_directory_another_uid_could_change_is_refused(
+    docker_engine: Any, x_image: str
+) -> None:
+    """The agent made /tmp/.X11-unix its own (its own X server does so where the image
+    has none): it could swap the display's socket for its own and get our cookie. No
+    desktop, and a reason; sticky or not, the directory's owner may replace entries."""
+    with RunningContainer(docker_engine, x_image) as container:
+        sandbox = container.sandbox
+        container.container.put_archive("/opt", runtime_source())
+        await sandbox.write_file("/opt/lifecycle.py", LIFECYCLE.encode())
+        made = await sandbox.exec(["sh", "-c", "mkdir -m 1777 /tmp/.X11-unix"], user="1001")
+        assert made.returncode == 0, made.stderr
+        done = await sandbox.exec(["python3", "/opt/lifecycle.py", "c", "stop"], user="1000")
+        answer = json.loads(done.stdout.decode().splitlines()[-1])
+        assert "another user could replace the display's socket" in answer["refused"], answer
+        assert "uid 1001's" in answer["refused"]

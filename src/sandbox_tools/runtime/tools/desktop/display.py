@@ -1,0 +1,267 @@
+"""The desktop's X server and window manager, started and owned by the runtime.
+
+The display is the agent's screen, but it must stay ours: whoever can connect to it can
+read every pixel, type into every window and so act as the desktop's user. So:
+
+- The X server runs with a fresh random cookie (MIT-MAGIC-COOKIE-1), never open to every
+  client (`-ac`): its socket's abstract name is reachable from the whole network
+  namespace, and only the cookie keeps another uid of the sandbox out. The cookie is in
+  an authority file in the desktop's private directory (0700), given to what runs on the
+  desktop through XAUTHORITY.
+- The server chooses its display number itself (`-displayfd`): a number whose lock file
+  or socket someone else holds first is skipped, not shared.
+- The directory of the display sockets (/tmp/.X11-unix) must be root's or ours and not
+  open to others unless sticky, as the runtime's own directories (paths.safe_for_us),
+  and the display's socket there ours: a socket another uid could replace would hand
+  it our cookie on the next connection.
+- Before the desktop is used, the runtime's own X client connects with the cookie.
+
+Programs are passed in (`Programs`): the desktop add-on's tree in the sandbox, an image's
+own in tests. Standard library only, as the whole runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import stat
+import struct
+import time
+from dataclasses import dataclass, field
+
+from sandbox_tools.runtime.paths import safe_for_us
+from sandbox_tools.runtime.tools.desktop.x11 import SOCKET_DIR, Display, X11Error
+
+WIDTH, HEIGHT = 1366, 768  # FWXGA: inspect's computer tool scales nothing at this size
+START_TIMEOUT = 10.0
+STOP_GRACE = 2.0
+AUTHORITY_FILE = "authority"
+LOG_FILE = "xvfb.log"
+# An authority entry for any address and any display number (Xlib's XauGetBestAuthByAddr
+# takes an empty number for every display): the number is the server's to choose.
+FAMILY_WILD = 0xFFFF
+COOKIE_NAME = b"MIT-MAGIC-COOKIE-1"
+
+
+class DesktopError(Exception):
+    """The desktop cannot start or be used safely; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Programs:
+    """The desktop's programs: the X server and the window manager's command line."""
+
+    xvfb: str
+    window_manager: tuple[str, ...] = ()
+    # What every program of the desktop gets beside DISPLAY and XAUTHORITY.
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Desktop:
+    """A running desktop: its display number, cookie, and the processes of both."""
+
+    display: int
+    cookie: bytes
+    directory: str
+    server: asyncio.subprocess.Process
+    window_manager: asyncio.subprocess.Process | None
+    width: int
+    height: int
+
+    @property
+    def authority(self) -> str:
+        return os.path.join(self.directory, AUTHORITY_FILE)
+
+    def environment(self) -> dict[str, str]:
+        """What a program needs to draw on this desktop and to send it input."""
+        return {"DISPLAY": f":{self.display}", "XAUTHORITY": self.authority}
+
+    def connect(self) -> Display:
+        return Display(self.display, self.cookie)
+
+    async def stop(self) -> None:
+        """Both processes ended (TERM, then KILL after STOP_GRACE), the authority gone."""
+        for process in (self.window_manager, self.server):
+            if process is not None:
+                await _end(process)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.authority)
+
+
+def authority_entry(cookie: bytes) -> bytes:
+    """One Xauthority entry: family, address, display number, name, data (big-endian
+    lengths before each)."""
+
+    def counted(data: bytes) -> bytes:
+        return struct.pack(">H", len(data)) + data
+
+    return (
+        struct.pack(">H", FAMILY_WILD)
+        + counted(b"")
+        + counted(b"")
+        + counted(COOKIE_NAME)
+        + counted(cookie)
+    )
+
+
+def _check_socket_directory() -> None:
+    """/tmp/.X11-unix as the display's socket may live in it: made (sticky, as the X
+    server makes it as root) where there is none, refused where another uid could
+    replace what is in it."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(SOCKET_DIR, 0o1777)
+        os.chmod(SOCKET_DIR, 0o1777)  # the umask took the sticky and the others' bits
+    if safe_for_us(SOCKET_DIR) != SOCKET_DIR:
+        try:
+            info = os.lstat(SOCKET_DIR)
+            said = f"uid {info.st_uid}'s, mode {stat.S_IMODE(info.st_mode):o}"
+        except OSError as exc:
+            said = exc.strerror or str(exc)
+        raise DesktopError(
+            f"{SOCKET_DIR} is {said}: another user could replace the display's socket "
+            "in it. Use an image where it is root's (mode 1777) or absent"
+        )
+
+
+def _check_socket(display: int) -> None:
+    path = f"{SOCKET_DIR}/X{display}"
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return  # an X server run by another uid makes only the abstract socket
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
+        raise DesktopError(
+            f"{path} is not the desktop's socket (uid {info.st_uid}'s); refusing display :{display}"
+        )
+
+
+async def _end(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), STOP_GRACE)
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+
+
+def _log_tail(directory: str) -> str:
+    try:
+        with open(os.path.join(directory, LOG_FILE), "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 2000))
+            return log.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+async def _display_number(
+    reader: asyncio.StreamReader,
+    server: asyncio.subprocess.Process,
+    directory: str,
+    deadline: float,
+) -> int:
+    """The number the server wrote to its -displayfd once it accepts connections."""
+    try:
+        line = await asyncio.wait_for(reader.readline(), max(0.0, deadline - time.monotonic()))
+    except asyncio.TimeoutError:
+        await _end(server)
+        raise DesktopError(
+            f"the X server did not start within {START_TIMEOUT:.0f} s: {_log_tail(directory)}"
+        ) from None
+    text = line.strip()
+    if not text.isdigit() or len(text) > 5:
+        await _end(server)
+        raise DesktopError(f"the X server did not start: {_log_tail(directory) or 'no log'}")
+    return int(text)
+
+
+async def start(
+    programs: Programs, directory: str, width: int = WIDTH, height: int = HEIGHT
+) -> Desktop:
+    """A desktop of `width` x `height` whose private files are in `directory` (made 0700
+    if missing; it must be ours): the X server, checked, then the window manager."""
+    _check_socket_directory()
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise DesktopError(f"the desktop's directory {directory} is not ours")
+    os.chmod(directory, 0o700)
+    cookie = secrets.token_bytes(16)
+    authority = os.path.join(directory, AUTHORITY_FILE)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(authority)
+    fd = os.open(authority, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(authority_entry(cookie))
+    read_end, write_end = os.pipe()
+    deadline = time.monotonic() + START_TIMEOUT
+    log = os.open(os.path.join(directory, LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        server = await asyncio.create_subprocess_exec(
+            programs.xvfb,
+            "-displayfd",
+            str(write_end),
+            "-screen",
+            "0",
+            f"{width}x{height}x24",
+            "-auth",
+            authority,
+            "-nolisten",
+            "tcp",
+            "-noreset",  # with no client left it would reset: pointer and windows gone
+            "-extension",
+            "GLX",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(write_end,),
+            start_new_session=True,
+            env={**programs.environment},
+        )
+    except OSError as exc:
+        os.close(read_end)
+        raise DesktopError(f"cannot start the X server {programs.xvfb}: {exc}") from None
+    finally:
+        os.close(write_end)
+        os.close(log)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_end, "rb", buffering=0)
+    )
+    try:
+        display = await _display_number(reader, server, directory, deadline)
+    finally:
+        transport.close()
+    desktop = Desktop(display, cookie, directory, server, None, width, height)
+    try:
+        _check_socket(display)
+        with desktop.connect() as connection:
+            if (connection.screen.width, connection.screen.height) != (width, height):
+                raise DesktopError(
+                    f"display :{display} is {connection.screen.width} x "
+                    f"{connection.screen.height}, not the {width} x {height} we started"
+                )
+        if programs.window_manager:
+            desktop.window_manager = await asyncio.create_subprocess_exec(
+                *programs.window_manager,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                env={**programs.environment, **desktop.environment()},
+            )
+    except (DesktopError, X11Error, OSError) as exc:
+        await desktop.stop()
+        if isinstance(exc, DesktopError):
+            raise
+        raise DesktopError(f"the desktop on display :{display} cannot be used: {exc}") from None
+    return desktop
