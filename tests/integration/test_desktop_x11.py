@@ -48,7 +48,16 @@ print(x, y, screen.width, screen.height)
 
 @pytest.fixture(scope="module")
 def x_image(docker_engine: Any) -> str:
-    include = ("python3", "xvfb", "xauth", "xdotool", "x11-xserver-utils", "pngcheck", "twm")
+    include = (
+        "python3",
+        "xvfb",
+        "xauth",
+        "xdotool",
+        "x11-xserver-utils",
+        "pngcheck",
+        "twm",
+        "xterm",
+    )
     recipe = RootfsRecipe(suite="bookworm", arch=arches_under_test()[0], include=include)
     return ensure_image(docker_engine, recipe)
 
@@ -243,3 +252,97 @@ async def test_a_socket_directory_another_uid_could_change_is_refused(
         answer = json.loads(done.stdout.decode().splitlines()[-1])
         assert "another user could replace the display's socket" in answer["refused"], answer
         assert "uid 1001's" in answer["refused"]
+
+
+ACTIONS = """
+import asyncio, json, os, sys, time
+sys.path.insert(0, "/opt/src")
+from sandbox_tools.runtime.tools.desktop.actions import ActionError, Actions
+from sandbox_tools.runtime.tools.desktop.display import Programs, start
+
+async def main():
+    programs = Programs("/usr/bin/Xvfb", ("/usr/bin/twm", "-f", "/opt/twmrc"))
+    desktop = await start(programs, "/tmp/desk")
+    actions = Actions(desktop, "/usr/bin/xdotool", settle=0.2)
+    env = {**os.environ, **desktop.environment()}
+    shell = "read line; echo \\"$line\\" > /tmp/typed"
+    await asyncio.create_subprocess_exec(
+        "xterm", "-geometry", "60x8+0+0", "-e", "sh", "-c", shell, env=env
+    )
+    found = await asyncio.create_subprocess_exec(
+        "xdotool", "search", "--sync", "--onlyvisible", "--class", "xterm", env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    await found.wait()
+    answers = {}
+    moved = await actions.mouse_move((100, 50))
+    answers["moved_image"] = moved.image[:8].hex() if moved.image else None
+    begun = time.monotonic()
+    await actions.mouse_move((100, 50))  # already there: no 15 s wait
+    answers["again_seconds"] = time.monotonic() - begun
+    answers["position"] = (await actions.cursor_position()).output
+    typed = await actions.type("hello desktop")
+    await actions.key("Return")
+    for _ in range(50):
+        if os.path.exists("/tmp/typed"):
+            break
+        await asyncio.sleep(0.1)
+    answers["typed"] = open("/tmp/typed").read()
+    answers["typed_result"] = sorted(typed.to_json())
+    zoomed = await actions.zoom((0, 0, 200, 100))
+    answers["zoom_size"] = list(int.from_bytes(zoomed.image[i:i + 4], "big") for i in (16, 20))
+    await actions.left_click_drag((10, 10), (300, 300))
+    answers["dragged_to"] = (await actions.cursor_position()).output
+    scrolled = await actions.scroll("down", 3, (120, 60), "shift")
+    answers["scrolled"] = (scrolled.error, scrolled.image is not None)
+    clicked = await actions.click("double_click", (130, 70), None)
+    answers["clicked"] = (await actions.cursor_position()).output
+    for bad in ((2000, 10), (-1, 5)):
+        try:
+            await actions.mouse_move(bad)
+        except ActionError as exc:
+            answers.setdefault("refused", []).append(str(exc))
+    try:
+        await actions.zoom((10, 10, 5, 5))
+    except ActionError as exc:
+        answers["bad_zoom"] = str(exc)
+    await desktop.stop()
+    print(json.dumps(answers))
+
+asyncio.run(main())
+"""
+
+TWMRC = """RandomPlacement
+UsePPosition "on"
+NoTitle
+"""
+
+
+async def test_the_actions_type_click_move_drag_scroll_and_zoom_as_inspects_do(
+    docker_engine: Any, x_image: str
+) -> None:
+    """inspect's actions through xdotool on the runtime's own desktop, as uid 1000: text
+    typed into a terminal reaches its shell, the pointer goes where it is sent (at
+    once when it is there already), a zoom is the region at the screen's resolution."""
+    with RunningContainer(docker_engine, x_image) as container:
+        sandbox = container.sandbox
+        container.container.put_archive("/opt", runtime_source())
+        await sandbox.write_file("/opt/actions.py", ACTIONS.encode())
+        await sandbox.write_file("/opt/twmrc", TWMRC.encode())
+        done = await sandbox.exec(["python3", "/opt/actions.py"], user="1000", timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        answers = json.loads(done.stdout.decode().splitlines()[-1])
+        assert answers["moved_image"] == "89504e470d0a1a0a"  # a PNG follows the action
+        assert answers["again_seconds"] < 5
+        assert answers["position"] == "X=100,Y=50"
+        assert answers["typed"] == "hello desktop\n"
+        assert answers["typed_result"] == ["base64_image", "error", "output"]
+        assert answers["zoom_size"] == [200, 100]
+        assert answers["dragged_to"] == "X=300,Y=300"
+        assert answers["scrolled"] == ["", True]
+        assert answers["clicked"] == "X=130,Y=70"
+        assert answers["refused"] == [
+            "Coordinates 2000, 10 are out of bounds",
+            "Coordinates -1, 5 are out of bounds",
+        ]
+        assert answers["bad_zoom"].startswith("Invalid region: [10, 10, 5, 5]")
