@@ -2,6 +2,8 @@
 (THREAT_MODEL.md, "Delivering the add-on"), from the walk of a fresh-context attacker,
 in real containers on the local engine:
 
+- the add-on's place: a link there (to a directory of the image's) is replaced, never
+  written through;
 - the stat signature a later handle is checked by: changes between handles that try to
   keep it (a write through a hard link made outside the tree, through an old
   descriptor, an inode renamed away and back, an xattr, an entry added and removed,
@@ -456,6 +458,35 @@ async def test_a_server_of_another_user_never_judges_the_installers_tree(
 
 # 1100 nested directories, made without recursion (os.makedirs recurses itself).
 _NEST = "import os\nfor _ in range(1100):\n    os.mkdir('d')\n    os.chdir('d')"
+
+
+async def test_a_link_at_the_add_ons_place_is_replaced_never_written_through(
+    docker_engine: Any, python_image: str
+) -> None:
+    """`<install>/browser` is a link to a directory of the image's choosing, left there
+    before the first browser: the check refuses it, the install replaces the link itself,
+    and nothing is written, moved or removed where it pointed; no staging directory
+    stays behind (the ninth walk)."""
+    with _box(docker_engine, python_image) as box:
+        sandbox = box.sandbox
+        support = await tool_support_sandbox(sandbox)
+        await _sh(
+            sandbox,
+            "mkdir -p /opt/victim/sub && echo keep > /opt/victim/marker && "
+            'echo keep > /opt/victim/sub/inner && ln -s /opt/victim "$1/browser"',
+            support.install_dir,
+        )
+        installed = await ensure_browser(support)
+        assert not installed.reused and installed.sent_bytes > 0
+        seen = await _sh(
+            sandbox,
+            'cd /opt/victim && find . | sort; [ -d "$1/browser" ] && [ ! -L "$1/browser" ] '
+            '&& echo real-dir; ls -a "$1"',
+            support.install_dir,
+        )
+        assert seen.split("\n")[:4] == [".", "./marker", "./sub", "./sub/inner"], seen
+        assert "real-dir" in seen and ".partial" not in seen and ".old" not in seen, seen
+        await forget_sandbox(sandbox)
 
 
 async def test_a_deep_directory_in_the_tree_is_replaced_not_a_failure(

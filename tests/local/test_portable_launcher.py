@@ -11,6 +11,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -577,6 +578,22 @@ def serve(connection):
             continue
         if request.get("method") == "die":
             os._exit(1)
+        if request.get("method") == "half":  # half an answer, then the server dies
+            time.sleep(request["params"].get("delay", 0))
+            with out:
+                connection.sendall(b'{"jsonrpc": "2.0", "id": "half", "result": "' + b"a" * 100000)
+            os._exit(1)
+        if request.get("method") == "big":  # one line of `size` bytes, ended or not
+            size, ended = request["params"]["size"], request["params"].get("ended", True)
+            head = b'{"jsonrpc": "2.0", "id": %d, "result": "' % request["id"]
+            with out:
+                connection.sendall(head)
+                for _ in range(size >> 20):
+                    connection.sendall(b"a" * (1 << 20))
+                connection.sendall(b'"}\\n' if ended else b"")
+            if not ended:
+                time.sleep(60)
+            continue
         if "id" in request:
             repliers.append(threading.Thread(target=reply, args=(request,)))
             repliers[-1].start()
@@ -719,6 +736,61 @@ def test_a_server_directory_removed_underneath_is_made_again(bridge: Bridge) -> 
     finally:
         channel.stdin.close()
         assert channel.wait(timeout=30) == 0
+
+
+def test_half_an_answer_of_a_lost_server_never_starts_the_next_answer(bridge: Bridge) -> None:
+    """The server died half-way through an answer while the relay was stopped and a new
+    request was waiting: the relay found the loss when it sent that request, and the
+    half line it had read went before the fresh server's answer (one line of no JSON,
+    which failed the host's whole channel). Every line is whole now."""
+    channel = bridge.start()
+    assert channel.stdin is not None and channel.stdout is not None
+    try:
+        channel.stdin.write(request("first", 1))
+        channel.stdin.flush()
+        assert json.loads(channel.stdout.readline())["id"] == 1
+        channel.stdin.write(request("half", "half", delay=1))
+        channel.stdin.flush()
+        time.sleep(0.5)  # sent on; the server answers half of it in half a second
+        os.kill(channel.pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.5)  # half an answer waits in the socket; its server is gone
+            channel.stdin.write(request("after", 2))
+            channel.stdin.flush()
+        finally:
+            os.kill(channel.pid, signal.SIGCONT)
+        lines = [json.loads(channel.stdout.readline()) for _ in range(3)]
+        by_id = {line.get("id"): line for line in lines}
+        assert by_id["half"]["error"]["code"] == -32098, lines
+        assert by_id[2]["result"]["method"] == "after", lines
+        assert any(line.get("method") == "runtime_server_lost" for line in lines), lines
+    finally:
+        channel.stdin.close()
+        assert channel.wait(timeout=30) == 0
+
+
+def test_a_server_line_past_the_frame_limit_is_a_lost_server_not_held(bridge: Bridge) -> None:
+    """An answer that never ends its line (whatever answers on the socket may send one)
+    is held up to the frame limit, 64 MiB, then the server is taken as lost: the request
+    gets an error and the relay's memory stays bounded. A long answer that ends is
+    relayed whole."""
+    channel = bridge.start()
+    assert channel.stdin is not None and channel.stdout is not None
+    try:
+        channel.stdin.write(request("big", 1, size=48 << 20))
+        channel.stdin.flush()
+        answer = channel.stdout.readline()
+        assert len(answer) > 48 << 20 and json.loads(answer)["id"] == 1
+        channel.stdin.write(request("big", 2, size=200 << 20, ended=False))
+        channel.stdin.flush()
+        lost = json.loads(channel.stdout.readline())
+        assert lost["id"] == 2 and "was lost" in lost["error"]["message"], lost
+        status = Path(f"/proc/{channel.pid}/status").read_text()
+        rss = int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1])
+        assert rss < 200 * 1024, f"the relay holds {rss} KiB"
+    finally:
+        channel.stdin.close()
+        channel.wait(timeout=30)
 
 
 def test_twenty_bridges_at_once_start_one_server(bridge: Bridge) -> None:

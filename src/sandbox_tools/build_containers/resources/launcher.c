@@ -1257,6 +1257,7 @@ struct line_buffer {
 };
 
 static char refusal[sizeof err_buf]; /* why no server can be reached from here at all */
+static struct line_buffer from_server; /* the connection's: what a lost one left is dropped */
 static char server_sock_path[4200];
 static char server_dir_path[4096];
 static int server_fd = -1;
@@ -1310,6 +1311,8 @@ static void forget_waiting(const char *id) {
 static void connection_lost(void) {
     if (server_fd >= 0) close(server_fd);
     server_fd = -1;
+    from_server.len = 0; /* half a line of the lost server must not start the next one's */
+    from_server.oversized = 0;
     for (size_t i = 0; i < waiting_count; i++) {
         emit_unavailable(waiting[i], LOST);
         free(waiting[i]);
@@ -1400,8 +1403,10 @@ static int read_lines(int fd, struct line_buffer *b, size_t limit, void (*done)(
         else done(b->data + start, end - start);
         start = scanned = end + 1;
     }
-    memmove(b->data, b->data + start, b->len - start);
-    b->len -= start;
+    if (start) { /* a long line in progress is not moved onto itself at every read */
+        memmove(b->data, b->data + start, b->len - start);
+        b->len -= start;
+    }
     if (b->len > limit) { /* drop what is here; the rest of the line follows */
         if (!b->oversized && too_long) too_long();
         b->oversized = 1;
@@ -1453,7 +1458,7 @@ static void stdio_bridge(void) {
     /* Connect (and so start the server) before the first request arrives. */
     if (!refused && server_connection() < 0)
         fprintf(stderr, "sandbox-tools runtime: %s\n", err_buf);
-    struct line_buffer in = {0}, out = {0};
+    struct line_buffer in = {0};
     for (;;) {
         struct pollfd fds[2] = {{.fd = stdin_open ? 0 : -1, .events = POLLIN},
                                 {.fd = server_fd, .events = POLLIN}};
@@ -1463,8 +1468,11 @@ static void stdio_bridge(void) {
             die("poll: %s", strerror(errno));
         }
         if (fds[1].fd >= 0 && fds[1].revents) {
-            if (!read_lines(server_fd, &out, SIZE_MAX / 4, got_response, NULL)) {
-                out.len = 0;
+            /* A frame is at most MAX_REQUEST_BYTES either way (the Python bridge's
+             * read_frame): a longer line is no answer, and its server is taken as lost. */
+            if (!read_lines(server_fd, &from_server, MAX_REQUEST_BYTES, got_response,
+                            NULL) ||
+                from_server.oversized) {
                 connection_lost();
                 continue;
             }
