@@ -743,3 +743,24 @@ __attribute__((constructor)) static void noted(void) {
 }
 """
 PLANTED_LOADED = "/tmp/planted-loaded"
+
+
+def oversized_request_then_one(argv: list[str], env: dict[str, str], method: str) -> list[Any]:
+    """What a `stdio` channel (`argv`) answers to a request line over the 64 MiB frame
+    limit followed by a small `method` request (id 2): both relays must answer the big
+    one once (-32600) and go on serving."""
+    big = '{"jsonrpc":"2.0","id":1,"method":"version","params":{"x":"' + "x" * 70_000_000
+    small = json.dumps({"jsonrpc": "2.0", "id": 2, "method": method})
+    done = subprocess.run(
+        argv,
+        input=f'{big}"}}}}\n{small}\n',
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(answers) == 2, done.stdout[:500]
+    assert answers[0]["error"]["code"] == -32600 and "larger" in answers[0]["error"]["message"]
+    assert answers[1]["id"] == 2, answers[1]
+    return answers

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import RuntimeDir, eventually
+from tests.support import RuntimeDir, eventually, oversized_request_then_one
 
 RUNTIME_INFO = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "runtime_info", "params": {}})
 
@@ -433,20 +433,9 @@ def test_jobs_and_sessions_are_capped(
 def test_an_oversized_request_on_stdio_is_answered_once(runtime_dir: RuntimeDir) -> None:
     """A 100 MB request was sent twice and answered with four errors; now one error, and
     the channel goes on serving."""
-    big = '{"jsonrpc":"2.0","id":1,"method":"version","params":{"x":"' + "x" * 100_000_000
-    version = '{"jsonrpc":"2.0","id":2,"method":"version"}'
-    done = subprocess.run(
-        [sys.executable, "-m", "sandbox_tools.runtime", "stdio"],
-        input=f'{big}"}}}}\n{version}\n',
-        capture_output=True,
-        text=True,
-        env=runtime_dir.env,
-        timeout=120,
-    )
-    responses = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(responses) == 2, done.stdout[:500]
-    assert responses[0]["error"]["code"] == -32600 and "larger" in responses[0]["error"]["message"]
-    assert responses[1] == {"jsonrpc": "2.0", "id": 2, "result": responses[1]["result"]}
+    argv = [sys.executable, "-m", "sandbox_tools.runtime", "stdio"]
+    answers = oversized_request_then_one(argv, runtime_dir.env, "version")
+    assert answers[1] == {"jsonrpc": "2.0", "id": 2, "result": answers[1]["result"]}
 
 
 def _exec_limited(rt: RuntimeDir, request: dict, limit: int) -> tuple[bytes, dict]:
