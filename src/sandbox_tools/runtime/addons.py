@@ -199,8 +199,7 @@ class _Blocks:
         self._current: int | None = None
         self._position = self._end = 0
         self._ended = False
-        self._thread = threading.Thread(target=self._fill, args=(source,), daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._fill, args=(source,), daemon=True).start()
 
     def _fill(self, source: Readable) -> None:
         readinto = getattr(source, "readinto", None)
@@ -300,18 +299,19 @@ def _pax_names(data: bytes, path: str) -> dict[str, str]:
     """The `path` and `linkpath` of a pax extended header ("LENGTH KEY=VALUE\n" records);
     other keys are ignored, as they do not change the tree (owners, times)."""
     found: dict[str, str] = {}
+    malformed = AddonError(f"the archive's pax header before {path!r} is malformed")
     position = 0
     while position < len(data) and data[position] != 0:
         length_text, space, _ = data[position : position + 20].partition(b" ")
         if not space or not length_text.isdigit():
-            raise AddonError(f"the archive's pax header before {path!r} is malformed")
+            raise malformed
         length = int(length_text)
         record = data[position : position + length]
         if length <= len(length_text) + 1 or len(record) < length or record[-1:] != b"\n":
-            raise AddonError(f"the archive's pax header before {path!r} is malformed")
+            raise malformed
         key, equals, value = record[len(length_text) + 1 : -1].partition(b"=")
         if not equals:
-            raise AddonError(f"the archive's pax header before {path!r} is malformed")
+            raise malformed
         if key in (b"path", b"linkpath"):
             found[key.decode()] = value.decode("utf-8", "surrogateescape")
         elif key == b"size":

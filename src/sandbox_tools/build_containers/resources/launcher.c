@@ -1135,6 +1135,23 @@ static int connect_or_start(const char *dir, const char *sock_path) {
     return -1;
 }
 
+/* The server's directory and socket path, or -1 with the reason in err_buf (no place
+ * for the directory; a socket path too long for sockaddr_un). */
+static int locate_server(char *dir, size_t dir_size, char *sock_path, size_t sock_size) {
+    if (server_dir(dir, dir_size) != 0) {
+        snprintf(err_buf, sizeof err_buf, "%s", NO_SERVER_DIR);
+        return -1;
+    }
+    int n = snprintf(sock_path, sock_size, "%s/server.sock", dir);
+    if (n < 0 || (size_t)n >= sock_size ||
+        (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        snprintf(err_buf, sizeof err_buf, "server directory %s is too long for a Unix socket "
+                 "path; set SANDBOX_TOOLS_DIR to a shorter directory", dir);
+        return -1;
+    }
+    return 0;
+}
+
 static char *read_request(int argc, char **argv, size_t *len) {
     if (argc > 2) {
         *len = strlen(argv[2]);
@@ -1179,11 +1196,7 @@ static void exec_request(int argc, char **argv) {
     request[len++] = '\n';
     remember_request_id(request, len);
     char dir[4096], sock_path[4200];
-    if (server_dir(dir, sizeof dir) != 0) FAIL(NO_SERVER_DIR);
-    snprintf(sock_path, sizeof sock_path, "%s/server.sock", dir);
-    if (strlen(sock_path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
-        FAIL("server directory %s is too long for a Unix socket path; set SANDBOX_TOOLS_DIR to "
-             "a shorter directory", dir);
+    if (locate_server(dir, sizeof dir, sock_path, sizeof sock_path) != 0) json_error(err_buf);
     ensure_private_dir(dir);
     int fd = connect_or_start(dir, sock_path);
     /* A caller whose exec output is capped (inspect_ai) says so; the server then holds a
@@ -1423,8 +1436,6 @@ static int read_lines(int fd, struct line_buffer *b, size_t limit, void (*done)(
     return 1;
 }
 
-static void got_request(char *line, size_t len) { send_request(line, len); }
-
 static void request_too_long(void) {
     static const char answer[] =
         "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":"
@@ -1443,21 +1454,13 @@ static void stdio_bridge(void) {
     signal(SIGPIPE, SIG_IGN);
     waiting = calloc(MAX_WAITING, sizeof *waiting);
     if (!waiting) die("out of memory");
-    int refused = server_dir(server_dir_path, sizeof server_dir_path) != 0;
-    if (refused) snprintf(err_buf, sizeof err_buf, "%s", NO_SERVER_DIR);
-    int n = snprintf(server_sock_path, sizeof server_sock_path, "%s/server.sock", server_dir_path);
-    if (!refused && (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))) {
-        refused = 1;
-        snprintf(err_buf, sizeof err_buf, "server directory %s is too long for a Unix socket "
-                 "path; set SANDBOX_TOOLS_DIR to a shorter directory", server_dir_path);
-    }
-    if (refused) { /* every request gets the reason: the host reads responses, not stderr */
-        fprintf(stderr, "sandbox-tools runtime: %s\n", err_buf);
+    if (locate_server(server_dir_path, sizeof server_dir_path, server_sock_path,
+                      sizeof server_sock_path) != 0) {
+        /* every request gets the reason: the host reads responses, not stderr */
         snprintf(refusal, sizeof refusal, "%s", err_buf);
     }
     /* Connect (and so start the server) before the first request arrives. */
-    if (!refused && server_connection() < 0)
-        fprintf(stderr, "sandbox-tools runtime: %s\n", err_buf);
+    if (server_connection() < 0) fprintf(stderr, "sandbox-tools runtime: %s\n", err_buf);
     struct line_buffer in = {0};
     for (;;) {
         struct pollfd fds[2] = {{.fd = stdin_open ? 0 : -1, .events = POLLIN},
@@ -1478,7 +1481,7 @@ static void stdio_bridge(void) {
             }
         }
         if (fds[0].fd >= 0 && fds[0].revents) {
-            if (!read_lines(0, &in, MAX_REQUEST_BYTES, got_request, request_too_long)) {
+            if (!read_lines(0, &in, MAX_REQUEST_BYTES, send_request, request_too_long)) {
                 if (in.len && !in.oversized) send_request(in.data, in.len); /* no newline */
                 in.len = 0;
                 stdin_open = 0;
@@ -1487,7 +1490,7 @@ static void stdio_bridge(void) {
             }
         }
     }
-    exit(refused);
+    exit(refusal[0] != 0);
 }
 
 int main(int argc, char **argv) {
