@@ -26,8 +26,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sandbox_tools.build_containers.browser import build_browser, built_browser_cache
-from sandbox_tools.build_containers.records import browser_build_id
+from sandbox_tools.artifacts import ArtifactKind
+from sandbox_tools.build_containers.addon import build_addon, built_addon_cache
+from sandbox_tools.build_containers.records import addon_build_id
 from sandbox_tools.build_containers.tree_archive import XZ_PIECE
 from sandbox_tools.platforms import Arch, parse_arches
 from sandbox_tools.sandboxes.containers import ContainerPolicy
@@ -38,7 +39,9 @@ ROOTS, CONTAINERS = RootfsStore.from_cascade(), ContainerPolicy.from_cascade()
 
 
 def _timed_build(arch: Arch, out: Path, cold: bool) -> tuple[float, Path]:
-    cached = built_browser_cache(browser_build_id(arch), ROOTS)
+    cached = built_addon_cache(
+        ArtifactKind.BROWSER, addon_build_id(ArtifactKind.BROWSER, arch), ROOTS
+    )
     aside = cached.with_suffix(".aside")
     if cold and cached.exists():
         cached.replace(aside)
@@ -46,7 +49,9 @@ def _timed_build(arch: Arch, out: Path, cold: bool) -> tuple[float, Path]:
         stale.unlink()
     try:
         started = time.monotonic()
-        record = build_browser(docker_client(), arch, out, lambda _: None, ROOTS, CONTAINERS)
+        record = build_addon(
+            docker_client(), ArtifactKind.BROWSER, arch, out, lambda _: None, ROOTS, CONTAINERS
+        )
         return time.monotonic() - started, out / record.name
     finally:
         if aside.exists():

@@ -175,27 +175,37 @@ def built_artifacts(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(scope="session")
-def built_browser(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The browser add-on built for real by `tools build` code, once per architecture;
-    a later session copies it from the cache by build id (about a second)."""
+def built_addon(docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """`built_addon(kind, arch)`: an add-on built for real by `tools build` code, once per
+    kind and architecture; a later session copies it from the cache by build id (about a
+    second)."""
 
-    from sandbox_tools.build_containers.build import build_browser_once
+    from sandbox_tools.artifacts import ArtifactKind
+    from sandbox_tools.build_containers.build import build_addon_once
     from sandbox_tools.sandboxes.containers import ContainerPolicy
     from sandbox_tools.sandboxes.images import RootfsStore
 
-    cache: dict[Arch, Any] = {}
+    cache: dict[tuple[ArtifactKind, Arch], Any] = {}
     roots, containers = RootfsStore.from_cascade(), ContainerPolicy.from_cascade()
 
-    def get(arch: Arch) -> Any:
-        if arch not in cache:
-            with _shared_by_the_run(tmp_path_factory, "dist-browser") as out:
-                record = build_browser_once(
-                    docker_engine, arch, out, lambda _: None, roots, containers
+    def get(kind: ArtifactKind, arch: Arch) -> Any:
+        if (kind, arch) not in cache:
+            with _shared_by_the_run(tmp_path_factory, f"dist-{kind.value}") as out:
+                record = build_addon_once(
+                    docker_engine, kind, arch, out, lambda _: None, roots, containers
                 )
-            cache[arch] = record, out / record.name
-        return cache[arch]
+            cache[kind, arch] = record, out / record.name
+        return cache[kind, arch]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def built_browser(built_addon: Any) -> Any:
+    """The browser add-on of an architecture (`built_addon`)."""
+    from sandbox_tools.artifacts import ArtifactKind
+
+    return lambda arch: built_addon(ArtifactKind.BROWSER, arch)
 
 
 @pytest.fixture(scope="session")

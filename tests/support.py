@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
+import io
 import json
 import os
 import random
@@ -764,3 +765,30 @@ def oversized_request_then_one(argv: list[str], env: dict[str, str], method: str
     assert answers[0]["error"]["code"] == -32600 and "larger" in answers[0]["error"]["message"]
     assert answers[1]["id"] == 2, answers[1]
     return answers
+
+
+def repacked_without(source: Path, target: Path, leave_out: str) -> Path:
+    """An add-on's tree as a tar.xz without one member (xz's fastest preset: only the
+    static checks read it)."""
+    import lzma
+    import tarfile
+
+    from sandbox_tools.build_containers.tree_archive import read_archive
+
+    with lzma.open(target, "wb", preset=0) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+        for member, content in read_archive(str(source)):
+            if member.name != leave_out:
+                tar.addfile(member, io.BytesIO(content) if member.isfile() else None)
+    return target
+
+
+def recorded_as_built(record: Any, path: Path) -> Any:
+    """`record` for the add-on at `path`, as `tools build` would record it."""
+    from dataclasses import replace
+
+    from sandbox_tools.artifacts import sha256_of
+    from sandbox_tools.runtime.addons import digest_of_archive
+
+    with path.open("rb") as handle:
+        tree = digest_of_archive(handle)
+    return replace(record, size=path.stat().st_size, sha256=sha256_of(path), tree=tree)

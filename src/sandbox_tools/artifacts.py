@@ -65,6 +65,7 @@ class ArtifactKind(TextEnum):
 
     RUNTIME = "runtime"  # the executable injected into every sandbox
     BROWSER = "browser"  # headless Chromium with its own glibc, fonts and licences
+    DESKTOP = "desktop"  # an X server, input, a window manager and a terminal, likewise
 
 
 class Provenance(TextEnum):
@@ -81,8 +82,12 @@ def artifact_name(arch: Arch, fmt: ArtifactFormat, version: str = __version__) -
     return f"sandbox-tools-{version}-linux-{arch.value}{fmt.suffix}"
 
 
+def addon_artifact_name(kind: ArtifactKind, arch: Arch, version: str = __version__) -> str:
+    return f"sandbox-tools-{kind.value}-{version}-linux-{arch.value}{ArtifactFormat.TAR_XZ.suffix}"
+
+
 def browser_artifact_name(arch: Arch, version: str = __version__) -> str:
-    return f"sandbox-tools-browser-{version}-linux-{arch.value}{ArtifactFormat.TAR_XZ.suffix}"
+    return addon_artifact_name(ArtifactKind.BROWSER, arch, version)
 
 
 # -- writing files -----------------------------------------------------------------------
@@ -334,9 +339,9 @@ def read_build_records(directory: Path) -> list[Artifact]:
 def write_build_records(directory: Path, records: list[Artifact]) -> Path:
     """Replace the records of the same platform and format; keep the others.
 
-    The format tells the kinds apart too: the browser add-on is the only tar.xz."""
-    merged = {(r.platform, r.format.value): r for r in read_build_records(directory)}
-    merged.update({(r.platform, r.format.value): r for r in records})
+    The add-ons are all tar.xz: their kind tells them apart."""
+    merged = {(r.platform, r.format.value, r.kind.value): r for r in read_build_records(directory)}
+    merged.update({(r.platform, r.format.value, r.kind.value): r for r in records})
     document = {
         "schema": RECORD_SCHEMA,
         "version": __version__,

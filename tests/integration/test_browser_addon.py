@@ -8,21 +8,21 @@ built tree repacked without a library it needs.
 
 from __future__ import annotations
 
-import lzma
 import os
-import tarfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandbox_tools.artifacts import Artifact, ArtifactKind, sha256_of
-from sandbox_tools.build_containers.tree_archive import read_archive
-from sandbox_tools.distro_matrix.static import browser_static_checks, static_checks
+from sandbox_tools.artifacts import ArtifactKind
+from sandbox_tools.distro_matrix.static import addon_static_checks, static_checks
 from sandbox_tools.platforms import Arch
-from sandbox_tools.runtime.addons import digest_of_archive
-from tests.support import arches_under_test, locked_down_busybox
+from tests.support import (
+    arches_under_test,
+    locked_down_busybox,
+    recorded_as_built,
+    repacked_without,
+)
 
 pytestmark = [pytest.mark.long, pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
@@ -43,36 +43,13 @@ def test_the_built_add_on_passes_its_static_checks(built_browser: Any, arch: Arc
     assert static_checks(path, record) == []
 
 
-def _repacked(source: Path, target: Path, leave_out: str) -> Path:
-    """The same tree as a tar.xz without one member (fast preset: only the checks read it)."""
-    with lzma.open(target, "wb", preset=0) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
-        for member, content in read_archive(str(source)):
-            if member.name == leave_out:
-                continue
-            tar.addfile(member, _Reader(content) if member.isfile() else None)
-    return target
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-
-    def read(self, size: int = -1) -> bytes:
-        chunk, self.data = self.data[:size], self.data[size:]
-        return bytes(chunk)
-
-
 def test_a_tree_without_a_library_fails_naming_who_needs_it(
     built_browser: Any, tmp_path: Path
 ) -> None:
     record, path = built_browser(HOST_ARCH)
-    broken = _repacked(path, tmp_path / record.name, leave_out="lib/libnss3.so")
-    with broken.open("rb") as handle:  # recorded as tools build would record it
-        tree = digest_of_archive(handle)
-    broken_record: Artifact = replace(
-        record, size=broken.stat().st_size, sha256=sha256_of(broken), tree=tree
-    )
-    problems = browser_static_checks(broken, broken_record)
+    broken = repacked_without(path, tmp_path / record.name, "lib/libnss3.so")
+    broken_record = recorded_as_built(record, broken)
+    problems = addon_static_checks(broken, broken_record)
     assert "chromium-headless-shell needs libnss3.so, which the tree lacks" in problems
     # The only other finding: the fast repack (xz preset 0) is over the size budget.
     others = [p for p in problems if "libnss3.so" not in p]

@@ -151,7 +151,7 @@ from sandbox_tools.runtime.tools.desktop.display import DesktopError, Programs, 
 
 async def main():
     try:
-        programs = Programs("/usr/bin/Xvfb", ("/usr/bin/twm",))
+        programs = Programs(("/usr/bin/Xvfb",), ("/usr/bin/xdotool",), ("/usr/bin/twm",))
         desktop = await start(programs, "/tmp/desk-" + sys.argv[1])
     except DesktopError as exc:
         print(json.dumps({"refused": str(exc)}))
@@ -261,9 +261,11 @@ from sandbox_tools.runtime.tools.desktop.actions import ActionError, Actions
 from sandbox_tools.runtime.tools.desktop.display import Programs, start
 
 async def main():
-    programs = Programs("/usr/bin/Xvfb", ("/usr/bin/twm", "-f", "/opt/twmrc"))
+    programs = Programs(
+        ("/usr/bin/Xvfb",), ("/usr/bin/xdotool",), ("/usr/bin/twm", "-f", "/opt/twmrc")
+    )
     desktop = await start(programs, "/tmp/desk")
-    actions = Actions(desktop, "/usr/bin/xdotool", settle=0.2)
+    actions = Actions(desktop, settle=0.2)
     env = {**os.environ, **desktop.environment()}
     shell = "read line; echo \\"$line\\" > /tmp/typed"
     await asyncio.create_subprocess_exec(

@@ -19,13 +19,14 @@ import pytest
 
 from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind, sha256_of
 from sandbox_tools.build_containers import tree_archive
+from sandbox_tools.build_containers.addon_recipes import ADDONS
 from sandbox_tools.build_containers.elf import is_elf, read_elf
-from sandbox_tools.build_containers.records import BROWSER_RESOURCES
 from sandbox_tools.build_containers.tree_archive import write_archive
 from sandbox_tools.distro_matrix.static import NSS_CHECKSUMS, NSS_MODULES, static_checks
 from sandbox_tools.platforms import Arch
 from sandbox_tools.runtime.addons import TreeDigest, digest_of_archive
 
+BROWSER_RESOURCES = ADDONS[ArtifactKind.BROWSER].resources
 HOST_LIBS = (Path("/lib/x86_64-linux-gnu"), Path("/usr/lib/x86_64-linux-gnu"))
 HOST_LOADER = Path("/lib64/ld-linux-x86-64.so.2")
 FONTS = Path("/usr/share/fonts/truetype/dejavu")

@@ -65,3 +65,26 @@ def test_an_add_on_needs_its_exact_bytes_named_and_its_checks_run_and_sound() ->
 def test_a_runtime_still_needs_a_passing_cell() -> None:
     idle = ValidationReport(artifacts=[RUNTIME], results=[], static={RUNTIME.name: []})
     assert idle.problems_for(RUNTIME) == f"no validation cell passed for {RUNTIME.name}"
+
+
+def test_only_the_browser_add_on_runs_the_browser_cells() -> None:
+    """The desktop add-on is validated by its static checks until the runtime serves its
+    tool: the browser's scenarios are not its own."""
+    from sandbox_tools.distro_matrix.matrix import Distro, Matrix, Scenario
+    from sandbox_tools.distro_matrix.runner import plan
+
+    desktop = replace(
+        ADDON, name="sandbox-tools-desktop-9-linux-amd64.tar.xz", kind=ArtifactKind.DESKTOP
+    )
+    matrix = Matrix(
+        distros=(Distro(name="debian-12"),),
+        scenarios=(
+            Scenario(name="root", description="tools"),
+            Scenario(name="browser-root", description="a page", browser=True),
+        ),
+    )
+    rows = plan([RUNTIME], [ADDON, desktop], matrix)
+    assert [(r.artifact.name, [s.name for s in r.scenarios]) for r in rows] == [
+        (RUNTIME.name, ["root"]),
+        (ADDON.name, ["browser-root"]),
+    ]

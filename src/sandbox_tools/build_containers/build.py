@@ -28,20 +28,17 @@ from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import (
     Artifact,
     ArtifactFormat,
+    ArtifactKind,
     TextEnum,
+    addon_artifact_name,
     artifact_name,
     atomic_output,
     atomic_write,
-    browser_artifact_name,
     read_build_records,
     sha256_of,
     write_build_records,
 )
-from sandbox_tools.build_containers.browser import (
-    build_browser,
-    built_browser_cache,
-    reusable_browser,
-)
+from sandbox_tools.build_containers.addon import build_addon, built_addon_cache, reusable_addon
 from sandbox_tools.build_containers.builder import builder_image_tag, check_builder_root
 from sandbox_tools.build_containers.lock import (
     FREEZE_LOCK,
@@ -54,7 +51,7 @@ from sandbox_tools.build_containers.lock import (
 )
 from sandbox_tools.build_containers.package import pack_portable
 from sandbox_tools.build_containers.records import (
-    browser_build_id,
+    addon_build_id,
     builder_recipe,
     compute_build_id,
     tree_id,
@@ -87,7 +84,7 @@ class Stage(TextEnum):
     FREEZE = "freeze"
     PACKAGE = "package"
     SMOKE_TEST = "smoke test"
-    BROWSER = "browser add-on"  # only with --with-browser: build_containers/browser.py
+    ADDON = "add-ons"  # only with --with-browser or --with-desktop: build_containers/addon.py
 
     @property
     def number(self) -> int:
@@ -123,7 +120,7 @@ class BuildRequest:
     out_dir: Path
     roots: RootfsStore  # the Debian mirror and the cache, from the caller's settings
     containers: ContainerPolicy  # keep/echo, and the tracker Ctrl-C empties
-    with_browser: bool = False  # also the optional browser add-on of each architecture
+    addons: tuple[ArtifactKind, ...] = ()  # also these optional add-ons of each architecture
 
 
 def _reusable(out_dir: Path, name: str, build_id: str, fmt: ArtifactFormat) -> Artifact | None:
@@ -395,7 +392,7 @@ def _remove_unrecorded(request: BuildRequest, records: list[Artifact], since: fl
     recorded = {record.name for record in records}
     for arch in request.arches:
         names = [artifact_name(arch, request.format)]
-        names += [browser_artifact_name(arch)] if request.with_browser else []
+        names += [addon_artifact_name(kind, arch) for kind in request.addons]
         for output in (request.out_dir / name for name in names):
             with contextlib.suppress(FileNotFoundError):
                 if output.name not in recorded and output.stat().st_mtime >= since:
@@ -404,16 +401,21 @@ def _remove_unrecorded(request: BuildRequest, records: list[Artifact], since: fl
                 partial.unlink(missing_ok=True)
 
 
-def _browser_addon(
-    client: DockerClient, arch: Arch, request: BuildRequest, reporter: BuildReporter
+def _addon(
+    client: DockerClient,
+    kind: ArtifactKind,
+    arch: Arch,
+    request: BuildRequest,
+    reporter: BuildReporter,
 ) -> Artifact:
-    existing = reusable_browser(request.out_dir, arch, browser_build_id(arch))
+    existing = reusable_addon(kind, request.out_dir, arch, addon_build_id(kind, arch))
     if existing is not None:
         reporter.finished(arch, existing, skipped=True)
         return existing
-    _stage(reporter, arch, Stage.BROWSER)
-    record = build_browser_once(
+    _stage(reporter, arch, Stage.ADDON)
+    record = build_addon_once(
         client,
+        kind,
         arch,
         request.out_dir,
         lambda line: reporter.log(arch, line),
@@ -424,19 +426,20 @@ def _browser_addon(
     return record
 
 
-def build_browser_once(
+def build_addon_once(
     client: DockerClient,
+    kind: ArtifactKind,
     arch: Arch,
     out_dir: Path,
     log: Callable[[str], None],
     roots: RootfsStore,
     containers: ContainerPolicy,
 ) -> Artifact:
-    """`build_browser`, one maker per build id on this host: a second build of the same
+    """`build_addon`, one maker per build id on this host: a second build of the same
     add-on at once (a rehearsal beside a test run) waits, then copies the first one's
     from the cache instead of assembling it again (minutes per architecture)."""
-    with one_builder(built_browser_cache(browser_build_id(arch), roots)):
-        return build_browser(client, arch, out_dir, log, roots, containers)
+    with one_builder(built_addon_cache(kind, addon_build_id(kind, arch), roots)):
+        return build_addon(client, kind, arch, out_dir, log, roots, containers)
 
 
 def _on_engine(
@@ -455,8 +458,8 @@ def _on_engine(
         )
     reporter.log(arch, f"building on engine {engine.label}")
     records = [build_arch(engine.client, arch, request, reporter)]
-    if request.with_browser:
-        records.append(_browser_addon(engine.client, arch, request, reporter))
+    for kind in request.addons:
+        records.append(_addon(engine.client, kind, arch, request, reporter))
     return records
 
 
@@ -468,8 +471,7 @@ def build(
 ) -> list[Artifact]:
     """Build every requested architecture in parallel; records go to dist/build.json.
 
-    With `request.with_browser`, each architecture's browser add-on follows its runtime
-    in the same worker.
+    Each architecture's add-ons (`request.addons`) follow its runtime in the same worker.
 
     The architectures are dealt round-robin across `engines` (each builds its share, in
     parallel); `local_engine()` is this machine's.

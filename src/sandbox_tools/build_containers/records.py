@@ -14,23 +14,23 @@ from pathlib import Path
 
 from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import RECORD_SCHEMA, ArtifactFormat, ArtifactKind
+from sandbox_tools.build_containers.addon_recipes import ADDONS, BUILD_CONTAINERS, RECIPES
 from sandbox_tools.platforms import Arch
 from sandbox_tools.recipes import RootfsRecipe
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # src/sandbox_tools
-BUILD_CONTAINERS = _PACKAGE_ROOT / "build_containers"
-BROWSER_RESOURCES = BUILD_CONTAINERS / "resources" / "browser"
-# What the browser's assemble.py imports of ours: the ELF reader and the (import-free)
-# packages above it, copied into the builder as they are.
+# What each add-on's assemble.py imports of ours: the common assembly, the ELF reader,
+# the packer and the (import-free) packages above them, copied into the builder as they are.
 ASSEMBLER_IMPORTS = {
     "/src/sandbox_tools/__init__.py": _PACKAGE_ROOT / "__init__.py",
     "/src/sandbox_tools/_version.py": _PACKAGE_ROOT / "_version.py",
     "/src/sandbox_tools/build_containers/__init__.py": BUILD_CONTAINERS / "__init__.py",
+    "/src/sandbox_tools/build_containers/debian_tree.py": BUILD_CONTAINERS / "debian_tree.py",
     "/src/sandbox_tools/build_containers/elf.py": BUILD_CONTAINERS / "elf.py",
     "/src/sandbox_tools/build_containers/tree_archive.py": BUILD_CONTAINERS / "tree_archive.py",
 }
-# The browser's tree is assembled in the amd64 builder for both architectures (unpack,
-# read ELF files, tar, xz: nothing under QEMU); its launcher in the target's builder.
+# An add-on's tree is assembled in the amd64 builder for both architectures (unpack,
+# read ELF files, tar, xz: nothing under QEMU); what it compiles in the target's builder.
 ASSEMBLY_ARCH = Arch.AMD64
 
 
@@ -111,20 +111,20 @@ def builder_lock_path(arch: Arch) -> Path:
     return BUILD_CONTAINERS / "resources" / f"builder-{arch.value}.lock"
 
 
-def browser_build_inputs() -> list[Path]:
-    """Every file whose content goes into the browser add-on (sorted, for a stable digest)."""
-    recipe = [p for p in BROWSER_RESOURCES.iterdir() if p.is_file()]
-    return sorted({*recipe, *ASSEMBLER_IMPORTS.values(), BUILD_CONTAINERS / "browser.py"})
+def addon_build_inputs(kind: ArtifactKind) -> list[Path]:
+    """Every file whose content goes into an add-on (sorted, for a stable digest)."""
+    recipe = [p for p in ADDONS[kind].resources.iterdir() if p.is_file()]
+    return sorted({*recipe, *ASSEMBLER_IMPORTS.values(), BUILD_CONTAINERS / "addon.py", RECIPES})
 
 
-def browser_build_id(arch: Arch) -> str:
-    """The add-on's build id: its lock and recipe, and the builders that make it. Here,
+def addon_build_id(kind: ArtifactKind, arch: Arch) -> str:
+    """An add-on's build id: its lock and recipe, and the builders that make it. Here,
     free of the Docker SDK, so that the injector can tell whether a local add-on is
     current without loading an engine client."""
     digest = hashlib.sha256()
     header = {
         "version": __version__,
-        "kind": ArtifactKind.BROWSER.value,
+        "kind": kind.value,
         "arch": arch.value,
         "format": ArtifactFormat.TAR_XZ.value,
         "schema": RECORD_SCHEMA,
@@ -134,7 +134,7 @@ def browser_build_id(arch: Arch) -> str:
         },
     }
     digest.update(json.dumps(header, sort_keys=True).encode())
-    for path in browser_build_inputs():
+    for path in addon_build_inputs(kind):
         if "__pycache__" in path.parts:
             continue
         digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0")

@@ -90,15 +90,17 @@ class PlainReporter:
 
 
 class RichReporter(PlainReporter):
-    """A live progress line per architecture: stage n/6 (7 with the browser add-on),
-    name, elapsed time."""
+    """A live progress line per architecture: stage n/6 (7 with add-ons), name, elapsed
+    time."""
 
-    def __init__(self, progress: Progress, verbose: bool, with_browser: bool = False) -> None:
+    def __init__(
+        self, progress: Progress, verbose: bool, addons: tuple[ArtifactKind, ...] = ()
+    ) -> None:
         super().__init__(verbose)
         self.progress = progress
         self.tasks: dict[Arch, TaskID] = {}
-        self.with_browser = with_browser
-        self.total = len(Stage) if with_browser else Stage.BROWSER.number
+        self.addons = addons
+        self.total = len(Stage) if addons else Stage.ADDON.number
 
     def add(self, arch: Arch) -> None:
         self.tasks[arch] = self.progress.add_task(f"{arch.value}: waiting", total=self.total)
@@ -113,10 +115,10 @@ class RichReporter(PlainReporter):
 
     def finished(self, arch: Arch, record: Artifact, skipped: bool) -> None:
         verdict = "up to date" if skipped else "built"
-        last = record.kind is ArtifactKind.BROWSER or not self.with_browser
+        last = not self.addons or record.kind is self.addons[-1]
         self.progress.update(
             self.tasks[arch],
-            completed=self.total if last else Stage.BROWSER.number,
+            completed=self.total if last else Stage.ADDON.number,
             description=f"{arch.value}: {record.kind} {verdict}",
         )
 
@@ -152,7 +154,8 @@ def build_command(
     fmt: Annotated[
         ArtifactFormat,
         typer.Option(
-            "--format", help="The runtime's format: portable or staticx (tar.xz: --with-browser)."
+            "--format",
+            help="The runtime's format: portable or staticx (tar.xz: the add-ons' packing).",
         ),
     ] = ArtifactFormat.PORTABLE,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("dist"),
@@ -182,19 +185,36 @@ def build_command(
             metavar="",
         ),
     ] = False,
+    with_desktop: Annotated[
+        bool,
+        typer.Option(
+            "--with-desktop",
+            help="Also build the optional desktop add-on (an X server, input, a window "
+            "manager and a terminal, tar.xz, about 7 MB) of each architecture.",
+            metavar="",
+        ),
+    ] = False,
 ) -> None:
     """Build the runtime into one self-contained executable per architecture."""
     if all_arches and arch:
         raise ConfigurationError("--all and --arch exclude each other")
     if fmt not in RUNTIME_FORMATS:
         raise ConfigurationError(
-            f"--format {fmt} is the browser add-on's packing, not a runtime format",
-            remedy="Build the add-on with --with-browser.",
+            f"--format {fmt} is the add-ons' packing, not a runtime format",
+            remedy="Build the add-ons with --with-browser or --with-desktop.",
         )
     try:
         arches = tuple(Arch) if all_arches else tuple(parse_arches(arch or [os.uname().machine]))
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
+    addons = tuple(
+        kind
+        for kind, wanted in (
+            (ArtifactKind.BROWSER, with_browser),
+            (ArtifactKind.DESKTOP, with_desktop),
+        )
+        if wanted
+    )
     run = invocation(ctx)
     limit = run.settings.engine_concurrency
     client = connect_engines(engine, limit) if engine else [local_engine(limit)]
@@ -204,7 +224,7 @@ def build_command(
         out_dir=out,
         roots=run.roots,
         containers=run.containers,
-        with_browser=with_browser,
+        addons=addons,
     )
     started = time.monotonic()
     verbose = verbose or globally_verbose()
@@ -220,7 +240,7 @@ def build_command(
             TimeElapsedColumn(),
             console=notes,
         ) as progress:
-            reporter = RichReporter(progress, verbose, with_browser)
+            reporter = RichReporter(progress, verbose, addons)
             for target in arches:
                 reporter.add(target)
             records = build(client, request, reporter)

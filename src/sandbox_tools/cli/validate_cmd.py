@@ -113,21 +113,21 @@ def _artifacts(dist: Path, arches: list[Arch]) -> list[Artifact]:
 
 
 def _addons(dist: Path, arches: list[Arch]) -> tuple[list[Artifact], dict[str, list[str]]]:
-    """Each browser add-on built in `dist`, and its static findings (none built: none).
-    The report names their records beside the runtimes': `tools release` publishes an
-    add-on only if the report names its exact bytes with sound static checks and
-    passing browser cells, none failed."""
+    """Each add-on built in `dist`, and its static findings (none built: none). The
+    report names their records beside the runtimes': `tools release` publishes an add-on
+    only if the report names its exact bytes with sound static checks and passing cells
+    (the browser's), none failed."""
     records: list[Artifact] = []
     found: dict[str, list[str]] = {}
     for record in read_build_records(dist):
-        if record.kind is not ArtifactKind.BROWSER or (arches and record.arch not in arches):
+        if record.kind is ArtifactKind.RUNTIME or (arches and record.arch not in arches):
             continue
         located = record.found_at(dist / record.name, Provenance.DIST)
         records.append(located or record)  # the browser cells read the bytes found
         if located is None:
             found[record.name] = [
                 "missing or does not match its record in build.json; rebuild it with "
-                "`tools build --with-browser`"
+                f"`tools build --with-{record.kind.value}`"
             ]
         else:
             found[record.name] = static_checks(located.located, located)

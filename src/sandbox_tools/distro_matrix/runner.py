@@ -46,13 +46,14 @@ class Row:
 
 
 def plan(artifacts: Sequence[Artifact], addons: Sequence[Artifact], matrix: Matrix) -> list[Row]:
-    """The rows a run has: each runtime on each distribution, then each add-on with the
-    runtime of its architecture (when there is none in the run, its cells fail saying
-    so)."""
+    """The rows a run has: each runtime on each distribution, then each browser add-on
+    with the runtime of its architecture (when there is none in the run, its cells fail
+    saying so). The desktop add-on has its static checks only, until the runtime serves
+    its tool."""
     tools = tuple(s for s in matrix.scenarios if not s.browser)
     browser = tuple(s for s in matrix.scenarios if s.browser)
     rows = [Row(a, d, tools) for a in artifacts for d in matrix.distros if tools]
-    for addon in addons:
+    for addon in (a for a in addons if a.kind is ArtifactKind.BROWSER):
         runtime = next((a for a in artifacts if a.arch is addon.arch), None)
         rows += [Row(addon, d, browser, runtime) for d in matrix.distros if browser]
     return rows

@@ -16,6 +16,7 @@ import lzma
 import posixpath
 import tarfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -41,8 +42,8 @@ LIBRARY_PATH = ("lib", "_internal")  # the launcher's --library-path, relative t
 
 def static_checks(path: Path, record: Artifact) -> list[str]:
     """Every problem found in the artifact without running it; empty when it is sound."""
-    if record.kind is ArtifactKind.BROWSER:
-        return browser_static_checks(path, record)
+    if record.kind in ADDON_SHAPES:
+        return addon_static_checks(path, record)
     problems: list[str] = []
     data = path.read_bytes()
     if len(data) != record.size:
@@ -169,17 +170,53 @@ def _newest_glibc(libc: bytes) -> tuple[int, ...] | None:
     return max(versions) if versions else None
 
 
-# -- the browser add-on ------------------------------------------------------------------
+# -- the add-ons ---------------------------------------------------------------------------
 
-MAX_BROWSER_BYTES = 110 * 1000 * 1000
-BROWSER_ENTRY = "chrome"  # the static launcher
-BROWSER_BINARY = "chromium-headless-shell"
-BROWSER_LIBRARY_PATH = ("", "lib")  # the launcher's --library-path, and the browser's own dir
-BROWSER_METADATA = "browser.json"
 # Opened with dlopen, so no DT_NEEDED names them: NSS's modules (with the checksums the
 # softoken verifies itself against) and the library the softoken keeps its database in.
 NSS_MODULES = ("libsoftokn3.so", "libfreebl3.so", "libfreeblpriv3.so", "libnssckbi.so")
 NSS_CHECKSUMS = ("libsoftokn3.chk", "libfreebl3.chk", "libfreeblpriv3.chk")
+
+
+@dataclass(frozen=True)
+class AddonShape:
+    """What an add-on's tree must hold, beside a loader, libc and the closure of its ELF
+    files (build_containers/resources/<kind>/assemble.py makes it)."""
+
+    budget: int  # bytes of the tar.xz
+    entry: str  # the static launcher
+    library_path: tuple[str, ...]  # the launcher's --library-path (and more places searched)
+    required: Mapping[str, str]  # tree path -> why it is needed ("" where plain)
+
+
+ADDON_SHAPES = {
+    ArtifactKind.BROWSER: AddonShape(
+        budget=110 * 1000 * 1000,
+        entry="chrome",
+        library_path=("", "lib"),  # and the browser's own directory
+        required={
+            "chromium-headless-shell": "",
+            "icudtl.dat": "",
+            **{f"lib/{n}": "NSS opens it with dlopen" for n in (*NSS_MODULES, *NSS_CHECKSUMS)},
+            "fonts.conf": "without one Chromium aborts, even for --dump-dom",
+        },
+    ),
+    ArtifactKind.DESKTOP: AddonShape(
+        budget=10 * 1000 * 1000,
+        entry="desktop",
+        library_path=("", "lib"),  # the loader, at the top, is every program's
+        required={
+            **{f"bin/{p}": "" for p in ("Xvfb", "xkbcomp", "xdotool", "twm", "xterm")},
+            "lib/xkbcomp-shim.so": "Xvfb's keymap without a shell",
+            "share/xkb/rules/evdev": "Xvfb's keymap",
+            "share/locale/locale.dir": "without Xlib's locale tables text vanishes",
+            "locale/C.utf8/LC_CTYPE": "typing beyond ASCII",
+            "app-defaults/XTerm": "",
+            "twmrc": "without one twm waits for a user to place each window",
+            "fonts.conf": "",
+        },
+    ),
+}
 
 
 def _tree_problems(path: Path, record: Artifact) -> list[str]:
@@ -198,16 +235,18 @@ def _tree_problems(path: Path, record: Artifact) -> list[str]:
     return []
 
 
-def browser_static_checks(path: Path, record: Artifact) -> list[str]:
+def addon_static_checks(path: Path, record: Artifact) -> list[str]:
     """The add-on read back as the runtime will unpack it (tarfile + lzma), without
-    running it: the members, the launcher, the ELF closure, glibc versions, the fonts
-    and their configuration, a licence per package, and the metadata."""
+    running it: the members, the launcher, what its kind requires, the ELF closure,
+    glibc versions, the fonts and their configuration, a licence per package, and the
+    metadata."""
+    shape = ADDON_SHAPES[record.kind]
     problems: list[str] = []
     size = path.stat().st_size
     if size != record.size:
         problems.append(f"size {size} differs from the record's {record.size}")
-    if size > MAX_BROWSER_BYTES:
-        problems.append(f"{size} bytes exceeds the {MAX_BROWSER_BYTES} byte budget")
+    if size > shape.budget:
+        problems.append(f"{size} bytes exceeds the {shape.budget} byte budget")
     files: dict[str, bytes] = {}
     try:
         for member, content in read_archive(str(path)):
@@ -220,60 +259,62 @@ def browser_static_checks(path: Path, record: Artifact) -> list[str]:
                 problems.append(f"archive: {name} is neither a file nor a directory")
     except (OSError, EOFError, tarfile.TarError, lzma.LZMAError) as exc:
         return [*problems, f"archive: cannot be read back ({exc})"]
-    problems += _browser_metadata_problems(files, record)
+    metadata = f"{record.kind.value}.json"
+    problems += _addon_metadata_problems(metadata, files, record)
     problems += _tree_problems(path, record)
     loader = posixpath.basename(LOADERS[record.arch])
-    required = (BROWSER_ENTRY, BROWSER_BINARY, loader, "lib/libc.so.6", "icudtl.dat")
-    problems += [f"no {name}" for name in required if name not in files]
     problems += [
-        f"no lib/{name} (NSS opens it with dlopen)"
-        for name in (*NSS_MODULES, *NSS_CHECKSUMS)
-        if f"lib/{name}" not in files
+        f"no {name}" for name in (shape.entry, loader, "lib/libc.so.6") if name not in files
     ]
-    if BROWSER_ENTRY in files:
-        problems += _launcher_problems(files[BROWSER_ENTRY], record.arch)
+    problems += [
+        f"no {name}" + (f" ({why})" if why else "")
+        for name, why in shape.required.items()
+        if name not in files
+    ]
+    if shape.entry in files:
+        problems += _launcher_problems(shape.entry, files[shape.entry], record.arch)
     problems += _fonts_problems(files)
-    problems += _licence_problems(files)
+    problems += _licence_problems(metadata, files)
     libc = files.get("lib/libc.so.6")
     newest = _newest_glibc(libc) if libc is not None else None
     elves = {name: content for name, content in files.items() if is_elf(content)}
-    elves.pop(BROWSER_ENTRY, None)  # static: checked above
-    problems += tree_elf_problems(elves, set(files), BROWSER_LIBRARY_PATH, record.arch, newest)
+    elves.pop(shape.entry, None)  # static: checked above
+    problems += tree_elf_problems(elves, set(files), shape.library_path, record.arch, newest)
     return problems
 
 
-def _browser_metadata_problems(files: Mapping[str, bytes], record: Artifact) -> list[str]:
+def _addon_metadata_problems(name: str, files: Mapping[str, bytes], record: Artifact) -> list[str]:
     try:
-        metadata = json.loads(files[BROWSER_METADATA])
+        metadata = json.loads(files[name])
     except KeyError:
-        return [f"no {BROWSER_METADATA}"]
+        return [f"no {name}"]
     except ValueError as exc:
-        return [f"{BROWSER_METADATA} is not JSON ({exc})"]
+        return [f"{name} is not JSON ({exc})"]
     expected = {
         "build_id": record.build_id,
         "platform": record.platform,
-        "kind": ArtifactKind.BROWSER.value,
+        "kind": record.kind.value,
     }
-    return _disagreements(BROWSER_METADATA, metadata, expected)
+    return _disagreements(name, metadata, expected)
 
 
-def _launcher_problems(content: bytes, arch: Arch) -> list[str]:
+def _launcher_problems(entry: str, content: bytes, arch: Arch) -> list[str]:
     try:
         info = read_elf(content)
     except ElfError as exc:
-        return [f"{BROWSER_ENTRY}: {exc}"]
+        return [f"{entry}: {exc}"]
     problems = []
     if info.machine != ELF_MACHINES[arch]:
-        problems.append(f"{BROWSER_ENTRY} is built for ELF machine {info.machine}")
+        problems.append(f"{entry} is built for ELF machine {info.machine}")
     if info.interpreter or info.dynamic:
-        problems.append(f"{BROWSER_ENTRY} is not statically linked")
+        problems.append(f"{entry} is not statically linked")
     return problems
 
 
 def _fonts_problems(files: Mapping[str, bytes]) -> list[str]:
     """fonts.conf present and parseable, and every directory it names holds fonts."""
     if "fonts.conf" not in files:
-        return ["no fonts.conf (without one Chromium aborts, even for --dump-dom)"]
+        return []  # said by the required files
     try:
         config = ElementTree.fromstring(files["fonts.conf"])
     except ElementTree.ParseError as exc:
@@ -293,14 +334,14 @@ def _fonts_problems(files: Mapping[str, bytes]) -> list[str]:
     return problems
 
 
-def _licence_problems(files: Mapping[str, bytes]) -> list[str]:
-    """A non-empty copyright file for every package browser.json lists."""
+def _licence_problems(metadata: str, files: Mapping[str, bytes]) -> list[str]:
+    """A non-empty copyright file for every package the metadata lists."""
     try:
-        packages = json.loads(files[BROWSER_METADATA]).get("packages", {})
+        packages = json.loads(files[metadata]).get("packages", {})
     except (KeyError, ValueError, AttributeError):
         return []  # said once, by the metadata check
     if not packages:
-        return [f"{BROWSER_METADATA} lists no packages: no licences can be checked"]
+        return [f"{metadata} lists no packages: no licences can be checked"]
     return [
         f"no licence for {package} (licenses/{package}/copyright)"
         for package in sorted(packages)

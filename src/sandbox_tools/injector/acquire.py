@@ -289,7 +289,7 @@ class Build:
                     out_dir=self.directory,
                     roots=RootfsStore.of(self.where),
                     containers=ContainerPolicy.of(self.where),
-                    with_browser=need.browser,
+                    addons=(ArtifactKind.BROWSER,) if need.browser else (),
                 ),
                 NullReporter(),
             )
@@ -322,13 +322,13 @@ def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
     """The build id the sources would produce now: a local artifact is used only if it
     matches (tar.xz is the browser add-on's format, and only its)."""
     from sandbox_tools.build_containers.records import (
-        browser_build_id,
+        addon_build_id,
         builder_recipe,
         compute_build_id,
     )
 
     if fmt is ArtifactFormat.TAR_XZ:
-        return browser_build_id(arch)
+        return addon_build_id(ArtifactKind.BROWSER, arch)
     return compute_build_id(arch, fmt, builder_recipe(arch).digest)
 
 

@@ -73,9 +73,8 @@ class Actions:
     """The actions on one running desktop. `settle` is how long a screen is given to
     redraw before the screenshot that follows an action (inspect's tool waits 2 s)."""
 
-    def __init__(self, desktop: Desktop, xdotool: str, settle: float) -> None:
+    def __init__(self, desktop: Desktop, settle: float) -> None:
         self.desktop = desktop
-        self.xdotool = xdotool
         self.settle = settle
 
     # -- what is on the screen -----------------------------------------------------------
@@ -111,12 +110,12 @@ class Actions:
 
     async def _xdotool(self, *args: str) -> Result:
         process = await asyncio.create_subprocess_exec(
-            self.xdotool,
+            *self.desktop.programs.xdotool,
             *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=self.desktop.environment(),
+            env=self.desktop.program_environment(),
             start_new_session=True,
         )
         try:

@@ -52,9 +52,11 @@ class DesktopError(Exception):
 
 @dataclass(frozen=True)
 class Programs:
-    """The desktop's programs: the X server and the window manager's command line."""
+    """The desktop's programs, each a command line to which arguments are added: the
+    desktop add-on's `desktop PROGRAM` (its static launcher), an image's own in tests."""
 
-    xvfb: str
+    xvfb: tuple[str, ...]
+    xdotool: tuple[str, ...]
     window_manager: tuple[str, ...] = ()
     # What every program of the desktop gets beside DISPLAY and XAUTHORITY.
     environment: dict[str, str] = field(default_factory=dict)
@@ -67,6 +69,7 @@ class Desktop:
     display: int
     cookie: bytes
     directory: str
+    programs: Programs
     server: asyncio.subprocess.Process
     window_manager: asyncio.subprocess.Process | None
     width: int
@@ -79,6 +82,10 @@ class Desktop:
     def environment(self) -> dict[str, str]:
         """What a program needs to draw on this desktop and to send it input."""
         return {"DISPLAY": f":{self.display}", "XAUTHORITY": self.authority}
+
+    def program_environment(self) -> dict[str, str]:
+        """The whole environment of the desktop's own programs."""
+        return {**self.programs.environment, **self.environment()}
 
     def connect(self) -> Display:
         return Display(self.display, self.cookie)
@@ -206,7 +213,7 @@ async def start(
     log = os.open(os.path.join(directory, LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         server = await asyncio.create_subprocess_exec(
-            programs.xvfb,
+            *programs.xvfb,
             "-displayfd",
             str(write_end),
             "-screen",
@@ -228,7 +235,7 @@ async def start(
         )
     except OSError as exc:
         os.close(read_end)
-        raise DesktopError(f"cannot start the X server {programs.xvfb}: {exc}") from None
+        raise DesktopError(f"cannot start the X server {programs.xvfb[0]}: {exc}") from None
     finally:
         os.close(write_end)
         os.close(log)
@@ -241,7 +248,7 @@ async def start(
         display = await _display_number(reader, server, directory, deadline)
     finally:
         transport.close()
-    desktop = Desktop(display, cookie, directory, server, None, width, height)
+    desktop = Desktop(display, cookie, directory, programs, server, None, width, height)
     try:
         _check_socket(display)
         with desktop.connect() as connection:
@@ -257,7 +264,7 @@ async def start(
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
-                env={**programs.environment, **desktop.environment()},
+                env=desktop.program_environment(),
             )
     except (DesktopError, X11Error, OSError) as exc:
         await desktop.stop()

@@ -1,4 +1,4 @@
-"""The browser add-on's inputs, without an engine: the committed locks, what a lock line
+"""The add-ons' inputs, without an engine: the committed locks, what a lock line
 says, where a package is downloaded from, what the build id covers, and the packer's
 output read back by the standard library."""
 
@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_tools.build_containers.browser import parse_lock, read_lock
-from sandbox_tools.build_containers.records import browser_build_id, browser_build_inputs
+from sandbox_tools.artifacts import ArtifactKind
+from sandbox_tools.build_containers.addon import parse_lock, read_lock
+from sandbox_tools.build_containers.addon_recipes import ADDONS
+from sandbox_tools.build_containers.records import addon_build_id, addon_build_inputs
 from sandbox_tools.build_containers.tree_archive import XZ_PIECE, read_archive, write_archive
 from sandbox_tools.errors import BuildError
 from sandbox_tools.platforms import Arch
@@ -21,7 +23,7 @@ from sandbox_tools.platforms import Arch
 def test_the_committed_locks_pin_chromium_from_bookworm_for_their_architecture(
     arch: Arch,
 ) -> None:
-    packages = {p.name: p for p in read_lock(arch)}
+    packages = {p.name: p for p in read_lock(ADDONS[ArtifactKind.BROWSER], arch)}
     for name in ("chromium-headless-shell", "chromium-common", "libc6", "libnss3"):
         assert packages[name].arch == arch.value, name
         assert packages[name].url.startswith("http://deb.debian.org/debian")
@@ -65,13 +67,20 @@ def test_packages_come_from_the_configured_mirror_and_security_from_its_archive(
     assert security.source_url(mirror) == security.url
 
 
-def test_the_build_id_covers_the_lock_the_recipe_and_the_architecture() -> None:
-    amd64 = browser_build_id(Arch.AMD64)
-    assert amd64 == browser_build_id(Arch.AMD64) != browser_build_id(Arch.ARM64)
+@pytest.mark.parametrize("kind", list(ADDONS), ids=lambda k: k.value)
+def test_the_build_id_covers_the_lock_the_recipe_and_the_architecture(kind: ArtifactKind) -> None:
+    amd64 = addon_build_id(kind, Arch.AMD64)
+    assert amd64 == addon_build_id(kind, Arch.AMD64) != addon_build_id(kind, Arch.ARM64)
     assert amd64.startswith("sha256:") and len(amd64) == 7 + 64
-    names = {p.name for p in browser_build_inputs()}
-    assert {"browser-amd64.lock", "browser-arm64.lock", "assemble.py", "launcher.c"} <= names
-    assert {"fonts.conf", "elf.py", "tree_archive.py", "browser.py"} <= names
+    names = {p.name for p in addon_build_inputs(kind)}
+    locks = {f"{kind.value}-amd64.lock", f"{kind.value}-arm64.lock"}
+    assert {*locks, "assemble.py", "launcher.c"} <= names
+    assert {"elf.py", "tree_archive.py", "debian_tree.py", "addon.py", "addon_recipes.py"} <= names
+
+
+def test_each_add_on_has_its_own_build_id() -> None:
+    ids = {addon_build_id(kind, arch) for kind in ADDONS for arch in Arch}
+    assert len(ids) == len(ADDONS) * len(Arch)
 
 
 def test_the_packer_writes_a_deterministic_tree_that_tarfile_reads(tmp_path: Path) -> None:
@@ -103,3 +112,16 @@ def test_the_packer_writes_a_deterministic_tree_that_tarfile_reads(tmp_path: Pat
     }
     with lzma.open(first) as plain, tarfile.open(fileobj=plain) as tar:
         assert len(tar.getnames()) == 6
+
+
+@pytest.mark.parametrize("arch", list(Arch), ids=lambda a: a.value)
+def test_the_committed_desktop_locks_pin_the_x_server_and_its_programs(arch: Arch) -> None:
+    packages = {p.name: p for p in read_lock(ADDONS[ArtifactKind.DESKTOP], arch)}
+    for name in ("xvfb", "x11-xkb-utils", "xdotool", "twm", "xterm", "libc6", "libc-bin"):
+        assert packages[name].arch == arch.value, name
+        assert packages[name].url.startswith("http://deb.debian.org/debian")
+    for name in ("xkb-data", "libx11-data", "fonts-dejavu-core"):
+        assert packages[name].arch == "all", name
+    assert "deb12" in packages["xvfb"].version  # bookworm's security build
+    # The closure, not the package set: Xvfb's Depends bring what it never loads.
+    assert not {"xserver-common", "xauth", "libgl1-mesa-dri"} & set(packages)
