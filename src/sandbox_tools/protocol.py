@@ -162,6 +162,10 @@ SOCKET_NAME = "server.sock"
 SERVER_DIR_ENV = "SANDBOX_TOOLS_DIR"
 # Exported by the portable launcher: its own path, how the runtime starts itself again.
 LAUNCHER_SELF_ENV = "SANDBOX_TOOLS_SELF"
+# The runtime server's pid, set for the desktop's programs: the desktop add-on's launcher
+# (build_containers/resources/desktop/launcher.c) has the kernel kill a program it
+# starts when that process ends, so a killed server leaves no X server behind.
+DESKTOP_PARENT_ENV = "SANDBOX_TOOLS_DESKTOP_PARENT"
 # A caller's RESPONSE_MAX_BYTES_ENV travels (as RESPONSE_LIMIT_OPTION) only when it is at
 # most this many ASCII digits: it then fits a signed 64-bit integer on both sides.
 RESPONSE_LIMIT_MAX_DIGITS = 18

@@ -31,7 +31,7 @@ import pytest
 
 from sandbox_tools.injector.acquire import Dist
 from sandbox_tools.injector.addon_copy import docker_addon_mounts
-from sandbox_tools.injector.browser_addon import ensure_browser
+from sandbox_tools.injector.addon_delivery import ensure_browser
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.web_browser import open_browser

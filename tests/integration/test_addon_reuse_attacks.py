@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from sandbox_tools.injector.acquire import Dist
-from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
+from sandbox_tools.injector.addon_delivery import AddonInstall, ensure_browser
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.web_browser import open_browser
@@ -95,14 +95,14 @@ async def _sh(sandbox: Sandbox, script: str, *args: str, user: str | None = None
     return done.stdout.decode()
 
 
-async def _later_handle(sandbox: Sandbox, **kwargs: Any) -> tuple[ToolSupport, BrowserInstall]:
+async def _later_handle(sandbox: Sandbox, **kwargs: Any) -> tuple[ToolSupport, AddonInstall]:
     """A new sample's handle in the same sandbox object, and its browser."""
     await forget_sandbox(sandbox)
     support = await tool_support_sandbox(sandbox, **kwargs)
     return support, await ensure_browser(support)
 
 
-async def _full_check(sandbox: Sandbox, support: ToolSupport, install: BrowserInstall) -> str:
+async def _full_check(sandbox: Sandbox, support: ToolSupport, install: AddonInstall) -> str:
     """What the installer's `addon-check` says of the tree with no signature: the hash."""
     assert install.artifact.tree is not None
     done = await sandbox.exec(
@@ -111,7 +111,7 @@ async def _full_check(sandbox: Sandbox, support: ToolSupport, install: BrowserIn
     return done.stdout.decode()
 
 
-async def _loaded_into_the_browser(sandbox: Sandbox, install: BrowserInstall) -> list[str]:
+async def _loaded_into_the_browser(sandbox: Sandbox, install: AddonInstall) -> list[str]:
     with contextlib.suppress(Exception):
         noted = (await sandbox.read_file(LOADED)).decode().splitlines()
         return [exe for exe in noted if exe.startswith(install.directory)]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_tools.injector.browser_addon import BrowserInstall, CheckedTrees, ensure_browser
+from sandbox_tools.injector.addon_delivery import AddonInstall, CheckedTrees, ensure_browser
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
 from sandbox_tools.sandboxes.base import Sandbox
 from sandbox_tools.sandboxes.containers import RunningContainer
@@ -37,7 +37,7 @@ def _debian(engine: Any, image: str) -> Iterator[RunningContainer]:
         yield container
 
 
-async def _later_handle(sandbox: Sandbox) -> tuple[ToolSupport, BrowserInstall]:
+async def _later_handle(sandbox: Sandbox) -> tuple[ToolSupport, AddonInstall]:
     """A new sample's handle in the same sandbox: the old handles dropped, a new one
     made, and the browser asked for."""
     await forget_sandbox(sandbox)
@@ -45,7 +45,7 @@ async def _later_handle(sandbox: Sandbox) -> tuple[ToolSupport, BrowserInstall]:
     return support, await ensure_browser(support)
 
 
-async def _runs(sandbox: Sandbox, install: BrowserInstall) -> None:
+async def _runs(sandbox: Sandbox, install: AddonInstall) -> None:
     dom = await sandbox.exec([install.executable, "--dump-dom", PAGE])
     assert b"<p>ok</p>" in dom.stdout, dom.stderr[-500:]
 

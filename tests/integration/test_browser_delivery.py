@@ -25,7 +25,7 @@ import pytest
 from sandbox_tools.errors import SandboxInjectionError, ToolError
 from sandbox_tools.injector.acquire import Dist
 from sandbox_tools.injector.addon_copy import docker_addon_mounts
-from sandbox_tools.injector.browser_addon import ensure_browser
+from sandbox_tools.injector.addon_delivery import ensure_browser
 from sandbox_tools.injector.inject import ToolSupport, forget_sandbox, tool_support_sandbox
 from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.injector.web_browser import BrowserPage, BrowserSession, open_browser

@@ -209,7 +209,7 @@ async def test_browser_mcp_from_plain_python(busybox: str, docker_engine: Any) -
     runtime's executable as the MCP server, spoken to with the SDK's ClientSession."""
     from mcp import ClientSession, StdioServerParameters
 
-    from sandbox_tools.injector.browser_addon import ensure_browser
+    from sandbox_tools.injector.addon_delivery import ensure_browser
     from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
     from sandbox_tools.injector.mcp_client import sandbox_mcp_client
     from sandbox_tools.sandboxes.containers import RunningContainer

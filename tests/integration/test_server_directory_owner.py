@@ -175,7 +175,7 @@ def test_a_browser_beside_the_executable_that_another_user_could_plant_is_not_ru
     """A runtime copied to a directory others may write (/var/tmp-like, not sticky): a
     `browser/chrome` there is not the add-on, whoever made it, nor one owned by another
     user, nor one others may write; the add-on in a directory only root can change is."""
-    from sandbox_tools.runtime.paths import installed_browser
+    from sandbox_tools.runtime.paths import BROWSER, installed_addon
 
     def planted(directory: Path, owner: int = 0, mode: int = 0o755) -> Path:
         (directory / "browser").mkdir(parents=True)
@@ -189,19 +189,19 @@ def test_a_browser_beside_the_executable_that_another_user_could_plant_is_not_ru
     open_dir.mkdir()
     open_dir.chmod(0o777)
     planted(open_dir)
-    assert installed_browser(str(open_dir / "sandbox-tools")) is None
+    assert installed_addon(BROWSER, str(open_dir / "sandbox-tools")) is None
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     planted(theirs, owner=1000)
-    assert installed_browser(str(theirs / "sandbox-tools")) is None
+    assert installed_addon(BROWSER, str(theirs / "sandbox-tools")) is None
     writable = tmp_path / "writable"
     writable.mkdir()
     planted(writable, mode=0o777)
-    assert installed_browser(str(writable / "sandbox-tools")) is None
+    assert installed_addon(BROWSER, str(writable / "sandbox-tools")) is None
     ours = tmp_path / "ours"
     ours.mkdir()
     chrome = planted(ours)
-    assert installed_browser(str(ours / "sandbox-tools")) == str(chrome)
+    assert installed_addon(BROWSER, str(ours / "sandbox-tools")) == str(chrome)
     # A runtime in a sticky shared directory (/tmp): the agent's `browser` link there,
     # flipped between a root-owned browser and its own, is never followed.
     sticky = tmp_path / "sticky"
@@ -209,4 +209,4 @@ def test_a_browser_beside_the_executable_that_another_user_could_plant_is_not_ru
     sticky.chmod(0o1777)
     (sticky / "browser").symlink_to(ours / "browser")
     os.lchown(sticky / "browser", 1000, 1000)
-    assert installed_browser(str(sticky / "sandbox-tools")) is None
+    assert installed_addon(BROWSER, str(sticky / "sandbox-tools")) is None

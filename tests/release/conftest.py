@@ -123,7 +123,7 @@ def _browser_record(arch: Arch, data: bytes) -> Artifact:
         size=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
         # What the current sources would build: the injector's test of a released add-on.
-        build_id=current_build_id(arch, ArtifactFormat.TAR_XZ),
+        build_id=current_build_id(arch, ArtifactFormat.TAR_XZ, ArtifactKind.BROWSER),
         tree=digest_of_archive(io.BytesIO(data)),  # as tools build records it
     )
 

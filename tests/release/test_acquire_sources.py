@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from sandbox_tools import __version__
-from sandbox_tools.artifacts import ArtifactFormat, ArtifactKind, sha256_of, write_build_records
+from sandbox_tools.artifacts import (
+    Artifact,
+    ArtifactFormat,
+    ArtifactKind,
+    addon_artifact_name,
+    sha256_of,
+    write_build_records,
+)
 from sandbox_tools.errors import SandboxInjectionError
 from sandbox_tools.injector.acquire import (
     Build,
@@ -22,7 +29,9 @@ from sandbox_tools.injector.acquire import (
     Dist,
     Mirrors,
     Source,
+    acquire_addon,
     acquire_artifact,
+    current_build_id,
 )
 from sandbox_tools.platforms import Arch
 from sandbox_tools.release.fetch import fetch
@@ -134,13 +143,13 @@ def test_the_browser_add_on_is_downloaded_alone_then_taken_from_the_cache(
     sources = installed_from_git(cache, tmp_path / "none", published_with_browser, offline=False)
     pinned = published_with_browser.for_platform("linux/amd64", ArtifactKind.BROWSER)
 
-    first = acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, sources=sources)
+    first = acquire_addon(ArtifactKind.BROWSER, Arch.AMD64, sources)
 
     assert first.provenance == "fetched" and first.kind is ArtifactKind.BROWSER
     assert first.path == cache / pinned.name and sha256_of(first.path) == pinned.sha256
     assert [p.name for p in cache.iterdir() if not p.name.startswith(".")] == [pinned.name]
     before = first.path.stat()
-    again = acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, sources=sources)
+    again = acquire_addon(ArtifactKind.BROWSER, Arch.AMD64, sources)
     assert again.provenance == "cache" and again.path == first.path
     assert again.path.stat().st_mtime_ns == before.st_mtime_ns  # not downloaded again
 
@@ -151,7 +160,7 @@ def test_offline_the_add_on_comes_from_what_tools_fetch_with_browser_placed(
     cache = tmp_path / "cache"
     sources = installed_from_git(cache, tmp_path / "none", published_with_browser, offline=True)
     with pytest.raises(SandboxInjectionError) as offline:
-        acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, sources=sources)
+        acquire_addon(ArtifactKind.BROWSER, Arch.AMD64, sources)
     assert "release wheels never bundle" not in offline.value.message  # not a wheel here
     assert "tools bundle create --with-browser" in (offline.value.remedy or "")
 
@@ -159,7 +168,7 @@ def test_offline_the_add_on_comes_from_what_tools_fetch_with_browser_placed(
         published_with_browser, cache, ["linux/amd64"], origin=fake_release.dist, with_browser=True
     )
 
-    found = acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, sources=sources)
+    found = acquire_addon(ArtifactKind.BROWSER, Arch.AMD64, sources)
     assert found.provenance == "cache" and found.kind is ArtifactKind.BROWSER
 
 
@@ -178,7 +187,7 @@ def test_a_release_without_the_add_on_says_so_and_the_step_it_names_works(
     sources[0] = Bundled(wheel, manifest)
 
     with pytest.raises(SandboxInjectionError) as failed:
-        acquire_artifact(Arch.ARM64, ArtifactFormat.TAR_XZ, sources=sources)
+        acquire_addon(ArtifactKind.BROWSER, Arch.ARM64, sources)
 
     message = failed.value.message
     assert message.startswith(f"no browser add-on for linux/arm64 of sandbox-tools {__version__}")
@@ -193,5 +202,33 @@ def test_a_release_without_the_add_on_says_so_and_the_step_it_names_works(
     # Following the step: what `tools build --with-browser --out DIST` writes is used.
     fake_release.add_browser(Arch.ARM64)
     shutil.copytree(fake_release.dist, dist)
-    found = acquire_artifact(Arch.ARM64, ArtifactFormat.TAR_XZ, sources=sources)
+    found = acquire_addon(ArtifactKind.BROWSER, Arch.ARM64, sources)
     assert found.provenance == "dist" and found.path == dist / found.name
+
+
+def test_each_add_on_is_taken_by_its_kind_from_a_dist_that_holds_both(tmp_path: Path) -> None:
+    """`tools build --with-browser --with-desktop` writes two tar.xz records for one
+    platform: each acquisition takes its own kind's, and neither is taken for the other."""
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    records = []
+    for kind in (ArtifactKind.BROWSER, ArtifactKind.DESKTOP):
+        path = dist / addon_artifact_name(kind, Arch.AMD64)
+        path.write_bytes(kind.value.encode() * 100)
+        records.append(
+            Artifact(
+                name=path.name,
+                arch=Arch.AMD64,
+                format=ArtifactFormat.TAR_XZ,
+                kind=kind,
+                size=path.stat().st_size,
+                sha256=sha256_of(path),
+                build_id=current_build_id(Arch.AMD64, ArtifactFormat.TAR_XZ, kind),
+            )
+        )
+    write_build_records(dist, records)
+    for kind in (ArtifactKind.BROWSER, ArtifactKind.DESKTOP):
+        found = acquire_addon(kind, Arch.AMD64, [Dist(dist)])
+        assert found.kind is kind and found.path == dist / addon_artifact_name(kind, Arch.AMD64)
+    with pytest.raises(ValueError, match=r"no runtime artifact is tar\.xz"):
+        acquire_artifact(Arch.AMD64, ArtifactFormat.TAR_XZ, [Dist(dist)])

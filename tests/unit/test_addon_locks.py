@@ -125,3 +125,11 @@ def test_the_committed_desktop_locks_pin_the_x_server_and_its_programs(arch: Arc
     assert "deb12" in packages["xvfb"].version  # bookworm's security build
     # The closure, not the package set: Xvfb's Depends bring what it never loads.
     assert not {"xserver-common", "xauth", "libgl1-mesa-dri"} & set(packages)
+
+
+def test_the_desktop_launcher_reads_the_variable_the_runtime_sets() -> None:
+    """The name is declared once in protocol.py; the launcher (C) spells it again."""
+    from sandbox_tools.protocol import DESKTOP_PARENT_ENV
+
+    source = (ADDONS[ArtifactKind.DESKTOP].resources / "launcher.c").read_text()
+    assert f'#define PARENT_VARIABLE "{DESKTOP_PARENT_ENV}"' in source

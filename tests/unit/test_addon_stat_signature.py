@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_tools.injector.browser_addon import CheckedTrees
+from sandbox_tools.injector.addon_delivery import CheckedTrees
 from sandbox_tools.runtime import addons
 from sandbox_tools.runtime.addons import (
     COARSE_AGE_NS,

@@ -288,7 +288,7 @@ def test_the_tree_digest_travels_in_the_record_and_validate_checks_it(tmp_path: 
     from sandbox_tools.artifacts import Artifact
     from sandbox_tools.distro_matrix.static import _tree_problems
     from sandbox_tools.errors import SandboxInjectionError
-    from sandbox_tools.injector.browser_addon import _tree_of
+    from sandbox_tools.injector.addon_delivery import _tree_of
     from tests.support import addon_record
 
     archive = tmp_path / "addon.tar.xz"
@@ -313,12 +313,14 @@ def test_a_hostile_free_space_answer_is_a_typed_error(free: object) -> None:
     """Rule 3: whatever answers `addon-check` in the sandbox may send any JSON; the host
     refuses what is not a count with SandboxInjectionError (it raised OverflowError and
     TypeError before)."""
+    from sandbox_tools.artifacts import ArtifactKind
     from sandbox_tools.errors import SandboxInjectionError
-    from sandbox_tools.injector.browser_addon import _free_bytes
+    from sandbox_tools.injector.addon_delivery import ADDONS, _free_bytes
 
-    with pytest.raises(SandboxInjectionError, match="free_bytes"):
-        _free_bytes({"state": "missing", "free_bytes": free}, "box")
-    assert _free_bytes({"state": "missing", "free_bytes": 5}, "box") == 5
+    desktop = ADDONS[ArtifactKind.DESKTOP]
+    with pytest.raises(SandboxInjectionError, match="checking the desktop add-on .*free_bytes"):
+        _free_bytes(desktop, {"state": "missing", "free_bytes": free}, "box")
+    assert _free_bytes(desktop, {"state": "missing", "free_bytes": 5}, "box") == 5
 
 
 def test_a_stream_that_fails_half_way_fails_the_install_and_leaves_nothing(

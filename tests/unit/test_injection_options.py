@@ -20,7 +20,7 @@ from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind, Prov
 from sandbox_tools.errors import ConfigurationError
 from sandbox_tools.injector import InjectionOptions, inject
 from sandbox_tools.injector.acquire import Need
-from sandbox_tools.injector.browser_addon import install_browser
+from sandbox_tools.injector.addon_delivery import install_addon
 from sandbox_tools.injector.inject import (
     Injector,
     ToolSupport,
@@ -80,8 +80,8 @@ class Listed:
     name: str = "listed"
 
     def supply(self, need: Need) -> Artifact:
-        self.asked.append("add-on" if need.browser else "runtime")
-        return self.addon if need.browser else self.runtime
+        self.asked.append("add-on" if need.addon else "runtime")
+        return self.addon if need.addon else self.runtime
 
 
 def located(path: Path, data: bytes, **record: object) -> Artifact:
@@ -183,7 +183,7 @@ async def test_the_options_reach_the_install_whole(
     assert support.artifact == runtime
     assert sandbox.streams_asked == (1 if persistent else 0)
 
-    install = await install_browser(support)
+    install = await install_addon(support, ArtifactKind.BROWSER)
     assert source.asked == ["runtime", "add-on"]
     assert install.artifact == addon and install.reused
 
@@ -196,7 +196,7 @@ async def test_a_given_artifact_and_add_on_are_used_and_no_source_is_asked(
     source = Listed(runtime, addon)
     options = InjectionOptions(artifact=runtime, browser_artifact=addon, sources=[source])
     async with open_tool_support(Scripted("given"), options=options) as support:
-        install = await install_browser(support)
+        install = await install_addon(support, ArtifactKind.BROWSER)
     assert support.artifact == runtime and install.artifact == addon
     assert source.asked == []
 

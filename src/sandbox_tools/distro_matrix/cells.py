@@ -14,10 +14,10 @@ from typing import Protocol
 
 import docker.errors
 
-from sandbox_tools.artifacts import Artifact
+from sandbox_tools.artifacts import Artifact, ArtifactKind
 from sandbox_tools.distro_matrix.matrix import Distro, Scenario
 from sandbox_tools.errors import SandboxInjectionError, SandboxToolsError
-from sandbox_tools.injector.browser_addon import install_browser
+from sandbox_tools.injector.addon_delivery import install_addon
 from sandbox_tools.injector.exec_remote import ExecRemoteOptions, exec_remote
 from sandbox_tools.injector.inject import open_tool_support
 from sandbox_tools.injector.jsonrpc_client import RuntimeInfo
@@ -151,7 +151,7 @@ async def _exercise_browser(
     await sandbox.write_file(f"{SITE_DIR}/busybox", cell.page_server, 0o755)
     options = InjectionOptions(artifact=cell.runtime, browser_artifact=addon)
     async with open_tool_support(sandbox, options=options) as support:
-        install = await install_browser(support)
+        install = await install_addon(support, ArtifactKind.BROWSER)
         checks.append(f"add-on installed ({install.seconds:.0f} s)")
         server = await exec_remote(
             support.client,

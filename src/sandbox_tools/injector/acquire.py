@@ -26,6 +26,7 @@ from typing import Protocol
 
 from sandbox_tools._version import __version__
 from sandbox_tools.artifacts import (
+    RUNTIME_FORMATS,
     Artifact,
     ArtifactFormat,
     ArtifactKind,
@@ -44,28 +45,42 @@ log = logging.getLogger(__name__)
 
 
 class Need:
-    """What is wanted: a platform and format, and the build id the sources would make
-    now (hashing the sources is computed once, and only if a source asks; a caller that
-    computed it already for this need passes it in)."""
+    """What is wanted: a platform, a kind (the runtime or an add-on) and format, and the
+    build id the sources would make now (hashing the sources is computed once, and only
+    if a source asks; a caller that computed it already for this need passes it in)."""
 
-    def __init__(self, arch: Arch, fmt: ArtifactFormat, build_id: str | None = None) -> None:
+    def __init__(
+        self,
+        arch: Arch,
+        fmt: ArtifactFormat,
+        build_id: str | None = None,
+        kind: ArtifactKind = ArtifactKind.RUNTIME,
+    ) -> None:
+        if (kind is ArtifactKind.RUNTIME) != (fmt in RUNTIME_FORMATS):
+            raise ValueError(f"no {kind.value} artifact is {fmt.value}")
         self.arch = arch
         self.fmt = fmt
+        self.kind = kind
         if build_id is not None:
             self.__dict__["build_id"] = build_id  # the cached property's value
 
     @functools.cached_property
     def build_id(self) -> str:
-        return current_build_id(self.arch, self.fmt)
+        return current_build_id(self.arch, self.fmt, self.kind)
 
     @property
-    def browser(self) -> bool:
-        """The browser add-on rather than the runtime (its only format is tar.xz)."""
-        return self.fmt is ArtifactFormat.TAR_XZ
+    def addon(self) -> bool:
+        """An add-on rather than the runtime."""
+        return self.kind is not ArtifactKind.RUNTIME
+
+    @property
+    def flag(self) -> str:
+        """What `tools build`, `fetch` and `bundle create` are told to take the add-on."""
+        return f" --with-{self.kind.value}" if self.addon else ""
 
     def __str__(self) -> str:
-        if self.browser:
-            return f"the browser add-on for {self.arch.platform}"
+        if self.addon:
+            return f"the {self.kind.value} add-on for {self.arch.platform}"
         return f"the {self.fmt.value} artifact for {self.arch.platform}"
 
 
@@ -89,9 +104,15 @@ class Source(Protocol):
         ...
 
 
-def select_record(records: list[Artifact], arch: Arch, fmt: ArtifactFormat) -> Artifact | None:
-    """The one record for (platform, format); more than one is an error, not a choice."""
-    matches = [r for r in records if r.arch is arch and r.format is fmt]
+def select_record(
+    records: list[Artifact],
+    arch: Arch,
+    fmt: ArtifactFormat,
+    kind: ArtifactKind = ArtifactKind.RUNTIME,
+) -> Artifact | None:
+    """The one record for (platform, format, kind); more than one is an error, not a
+    choice."""
+    matches = [r for r in records if r.arch is arch and r.format is fmt and r.kind is kind]
     if len(matches) > 1:
         raise SandboxInjectionError(
             f"{len(matches)} artifacts claim {arch.platform} ({fmt.value})",
@@ -101,25 +122,26 @@ def select_record(records: list[Artifact], arch: Arch, fmt: ArtifactFormat) -> A
 
 
 def _released(manifest: Manifest | None, need: Need) -> Artifact:
-    """This version's released artifact for `need` (the runtime, or the browser add-on:
-    the manifest's entry of that kind), if its sources are these."""
+    """This version's released artifact for `need` (the runtime, or an add-on: the
+    manifest's entry of that kind), if its sources are these."""
     if manifest is None:
         raise Unavailable("this installation carries no release manifest")
     if manifest.version != __version__:
         raise Unavailable(f"the manifest is for {manifest.version}, not {__version__}")
-    kind = ArtifactKind.BROWSER if need.browser else ArtifactKind.RUNTIME
-    entry = manifest.find(need.arch.platform, kind)
-    if entry is None and need.browser:
+    entry = manifest.find(need.arch.platform, need.kind)
+    if entry is None and need.addon:
         # The add-on is optional: a release may carry none, for this platform or any. The
         # local dist source, asked after this one, says where to build it.
-        raise Unavailable(f"the release carries no browser add-on for {need.arch.platform}")
+        raise Unavailable(
+            f"the release carries no {need.kind.value} add-on for {need.arch.platform}"
+        )
     if entry is None:
         raise Unavailable(f"the release has no artifact for {need.arch.platform}")
     if entry.format is not need.fmt:
         raise Unavailable(f"the release's artifact is {entry.format.value}, not {need.fmt.value}")
     if entry.build_id != need.build_id:
         # The sources changed since the release: never mix versions.
-        what = "browser add-on's" if need.browser else "runtime"
+        what = f"{need.kind.value} add-on's" if need.addon else "runtime"
         raise Unavailable(f"the {what} sources differ from the released ones")
     return entry
 
@@ -135,15 +157,14 @@ class Bundled:
     def supply(self, need: Need) -> Artifact:
         if self.directory is None or not self.directory.is_dir():
             raise Unavailable("this installation is not a release wheel (no bundled artifacts)")
-        record = select_record(read_build_records(self.directory), need.arch, need.fmt)
-        if record is None and need.browser:
-            raise Unavailable("release wheels never bundle the browser add-on (about 100 MB)")
+        record = select_record(read_build_records(self.directory), need.arch, need.fmt, need.kind)
+        if record is None and need.addon:
+            raise Unavailable(f"release wheels never bundle the {need.kind.value} add-on")
         if record is None:
             raise Unavailable(f"the wheel bundles no {need.fmt.value} artifact for this platform")
         pinned = None
         if self.manifest is not None and self.manifest.version == __version__:
-            kind = ArtifactKind.BROWSER if need.browser else ArtifactKind.RUNTIME
-            pinned = self.manifest.find(need.arch.platform, kind)
+            pinned = self.manifest.find(need.arch.platform, need.kind)
         if pinned is not None and pinned.format is need.fmt and pinned.sha256 != record.sha256:
             raise SandboxInjectionError(
                 f"the bundled {record.name} is not the artifact this version's manifest pins",
@@ -190,7 +211,7 @@ class Mirrors:
 
     def supply(self, need: Need) -> Artifact:
         entry = _released(self.manifest, need)
-        addon = " --with-browser" if need.browser else ""
+        addon = need.flag
         if self.offline:
             raise Unavailable(
                 "offline (SANDBOX_TOOLS_OFFLINE is set)",
@@ -231,15 +252,16 @@ class Dist:
     name: str = "dist"
 
     def supply(self, need: Need) -> Artifact:
-        addon = " --with-browser" if need.browser else ""
         step = (
-            f"Run `tools build --arch {need.arch.value}{addon} --out {self.directory}`: the "
-            "injector looks for local builds there (SANDBOX_TOOLS_DIST names another place)."
-            + ("" if need.browser else " Add --with-browser if the task uses the web browser.")
+            f"Run `tools build --arch {need.arch.value}{need.flag} --out {self.directory}`: "
+            "the injector looks for local builds there (SANDBOX_TOOLS_DIST names another "
+            "place)."
+            + ("" if need.addon else " Add --with-browser if the task uses the web browser.")
         )
-        record = select_record(read_build_records(self.directory), need.arch, need.fmt)
+        records = read_build_records(self.directory)
+        record = select_record(records, need.arch, need.fmt, need.kind)
         if record is None:
-            what = "browser add-on" if need.browser else "build"
+            what = f"{need.kind.value} add-on" if need.addon else "build"
             raise Unavailable(f"{self.directory} holds no {what} for this platform", step)
         if record.build_id != need.build_id:
             raise Unavailable(f"{self.directory}/{record.name} was built from other sources", step)
@@ -275,7 +297,7 @@ class Build:
             need,
             self.directory,
             "about a minute with a warm cache, 4 to 7 minutes on a cold machine"
-            if need.browser
+            if need.addon
             else "about 20 s with warm builder images, minutes on a cold machine",
         )
         started = time.monotonic()
@@ -285,17 +307,17 @@ class Build:
                 BuildRequest(
                     arches=(need.arch,),
                     # The add-on is built beside a runtime (of the default format).
-                    format=DEFAULT_FORMAT if need.browser else need.fmt,
+                    format=DEFAULT_FORMAT if need.addon else need.fmt,
                     out_dir=self.directory,
                     roots=RootfsStore.of(self.where),
                     containers=ContainerPolicy.of(self.where),
-                    addons=(ArtifactKind.BROWSER,) if need.browser else (),
+                    addons=(need.kind,) if need.addon else (),
                 ),
                 NullReporter(),
             )
         except SandboxToolsError as exc:
             raise Unavailable(f"building failed: {exc.message}") from None
-        (built,) = [r for r in records if r.format is need.fmt]
+        (built,) = [r for r in records if r.format is need.fmt and r.kind is need.kind]
         found = built.found_at(self.directory / built.name, Provenance.BUILT)
         if found is None:
             raise Unavailable(f"the artifact just built in {self.directory} does not match")
@@ -318,17 +340,19 @@ def local_dist(where: Settings) -> Path:
     return checkout / "dist" if checkout is not None else cache_root(where) / "dist"
 
 
-def current_build_id(arch: Arch, fmt: ArtifactFormat) -> str:
+def current_build_id(
+    arch: Arch, fmt: ArtifactFormat, kind: ArtifactKind = ArtifactKind.RUNTIME
+) -> str:
     """The build id the sources would produce now: a local artifact is used only if it
-    matches (tar.xz is the browser add-on's format, and only its)."""
+    matches."""
     from sandbox_tools.build_containers.records import (
         addon_build_id,
         builder_recipe,
         compute_build_id,
     )
 
-    if fmt is ArtifactFormat.TAR_XZ:
-        return addon_build_id(ArtifactKind.BROWSER, arch)
+    if kind is not ArtifactKind.RUNTIME:
+        return addon_build_id(kind, arch)
     return compute_build_id(arch, fmt, builder_recipe(arch).digest)
 
 
@@ -352,13 +376,15 @@ def acquire_artifact(
     fmt: ArtifactFormat = DEFAULT_FORMAT,
     sources: Sequence[Source] | None = None,
     build_id: str | None = None,
+    kind: ArtifactKind = ArtifactKind.RUNTIME,
 ) -> Artifact:
-    """The artifact to inject for `arch`, verified, from the first source that has it
-    (`sources`, else this installation's under the settings as they stand now: this is a
-    library entry point). `build_id`: `current_build_id(arch, fmt)` where the caller
-    has it already (hashing the sources again costs milliseconds per injection)."""
+    """The artifact to inject for `arch` (the runtime of `fmt`, or the add-on `kind`:
+    `acquire_addon`), verified, from the first source that has it (`sources`, else this
+    installation's under the settings as they stand now: this is a library entry point).
+    `build_id`: `current_build_id(arch, fmt, kind)` where the caller has it already
+    (hashing the sources again costs milliseconds per injection)."""
     chosen = default_sources(load_settings()) if sources is None else sources
-    need = Need(arch, fmt, build_id)
+    need = Need(arch, fmt, build_id, kind)
     reasons: dict[str, str] = {}
     steps: list[str] = []
     for source in chosen:
@@ -373,7 +399,7 @@ def acquire_artifact(
         return found
     listed = "; ".join(f"{name}: {why}" for name, why in reasons.items())
     error = SandboxInjectionError(
-        f"no {'browser add-on' if need.browser else f'{fmt.value} artifact'} for "
+        f"no {f'{kind.value} add-on' if need.addon else f'{fmt.value} artifact'} for "
         f"{arch.platform} of sandbox-tools {__version__} ({listed})",
         # The most preferred source that knows how it could supply it says what to do.
         remedy=steps[0] if steps else "Install a release wheel of sandbox-tools.",
@@ -381,11 +407,19 @@ def acquire_artifact(
     raise error
 
 
+def acquire_addon(
+    kind: ArtifactKind, arch: Arch, sources: Sequence[Source] | None = None
+) -> Artifact:
+    """The add-on `kind` for `arch`, as `acquire_artifact` finds the runtime."""
+    return acquire_artifact(arch, ArtifactFormat.TAR_XZ, sources, kind=kind)
+
+
 def present_artifact(
     arch: Arch,
     fmt: ArtifactFormat,
     sources: Sequence[Source] | None = None,
     build_id: str | None = None,
+    kind: ArtifactKind = ArtifactKind.RUNTIME,
 ) -> Artifact:
     """`acquire_artifact` from the sources that need no download and no build (the
     wheel's, the cache's, dist/): for work that only pays off if the artifact is here
@@ -396,4 +430,5 @@ def present_artifact(
         fmt,
         [source for source in chosen if isinstance(source, (Bundled, Cache, Dist))],
         build_id,
+        kind,
     )

@@ -36,6 +36,7 @@ from typing import IO, Any
 from sandbox_tools.artifacts import (
     Artifact,
     ArtifactFormat,
+    ArtifactKind,
     atomic_output,
     atomic_write,
     sha256_of,
@@ -273,7 +274,7 @@ def browser_mount(arch: Arch, options: InjectionOptions) -> AddonMount | None:
     every later one nothing."""
     try:
         artifact = options.browser_artifact or present_artifact(
-            arch, ArtifactFormat.TAR_XZ, options.sources
+            arch, ArtifactFormat.TAR_XZ, options.sources, kind=ArtifactKind.BROWSER
         )
     except SandboxInjectionError as exc:
         log.debug("no browser add-on to mount for %s: %s", arch.platform, exc)

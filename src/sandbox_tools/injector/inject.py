@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox_tools.artifacts import Artifact, ArtifactFormat
+from sandbox_tools.artifacts import Artifact, ArtifactFormat, ArtifactKind
 from sandbox_tools.errors import (
     ConfigurationError,
     SandboxExecError,
@@ -82,7 +82,6 @@ from sandbox_tools.injector.recon import (
 )
 from sandbox_tools.platforms import Arch
 from sandbox_tools.protocol import SERVER_DIR_ENV
-from sandbox_tools.runtime.paths import BROWSER_ENTRY
 from sandbox_tools.sandboxes.base import Sandbox, Stream, StreamLineTooLong
 
 NO_SHELL_DIR = "/tmp"
@@ -99,12 +98,13 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class BrowserInstall:
-    """The browser add-on in one sandbox (browser_addon.py installs it): where, from
-    which artifact, and what getting it cost."""
+class AddonInstall:
+    """An add-on in one sandbox (addon_delivery.py installs it): where, from which
+    artifact, and what getting it cost."""
 
     directory: str
     artifact: Artifact
+    entry: str  # its entry point's name in `directory` (runtime/paths.py's AddonPlace)
     reused: bool
     seconds: float  # acquisition, check, upload and unpack: what the first call waited
     sent_bytes: int  # what crossed into the sandbox (0 when reused)
@@ -119,7 +119,7 @@ class BrowserInstall:
 
     @property
     def executable(self) -> str:
-        return f"{self.directory}/{BROWSER_ENTRY}"
+        return f"{self.directory}/{self.entry}"
 
 
 @dataclass
@@ -139,12 +139,17 @@ class ToolSupport:
     seconds: float = 0.0  # how long getting it ready took (probe to first answer)
     # The options it was opened with: add-ons installed later come from the same sources.
     options: InjectionOptions = DEFAULT_OPTIONS
-    browser: BrowserInstall | None = None  # the browser add-on, once a tool needed it
+    # The add-ons installed, each once a tool needed it (addon_delivery.py).
+    addons: dict[ArtifactKind, AddonInstall] = field(default_factory=dict, compare=False)
     addon_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
     @property
     def exe(self) -> str:
         return f"{self.install_dir}/{EXE_NAME}"
+
+    @property
+    def browser(self) -> AddonInstall | None:
+        return self.addons.get(ArtifactKind.BROWSER)
 
     @property
     def command(self) -> list[str]:

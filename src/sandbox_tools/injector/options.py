@@ -41,6 +41,8 @@ class InjectionOptions:
     persistent: bool = True
     # The browser add-on, sent when a tool first needs it. None: the first of `sources`.
     browser_artifact: Artifact | None = None
+    # The desktop add-on, likewise (the computer tool's).
+    desktop_artifact: Artifact | None = None
     # Where the host keeps add-ons decompressed (for engines on this host) and unpacked
     # (to mount into containers made here): addon_copy.py. None: `addons` in this
     # installation's cache, under the settings as they stand.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox_tools.errors import RuntimeTransportError
-from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
+from sandbox_tools.injector.addon_delivery import AddonInstall, ensure_browser
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.jsonrpc_client import RuntimeClient, bounded_text, result_fields
 from sandbox_tools.protocol import User
@@ -92,7 +92,7 @@ class BrowserPage:
 class BrowserSession:
     """One browser session (a context and its tabs) in the sandbox's browser."""
 
-    def __init__(self, client: RuntimeClient, name: str, install: BrowserInstall | None) -> None:
+    def __init__(self, client: RuntimeClient, name: str, install: AddonInstall | None) -> None:
         self.client = client
         self.name = name
         self.install = install  # None when the browser came from elsewhere (the image)
@@ -164,7 +164,7 @@ class BrowserSession:
 
 
 async def new_browser_session(
-    client: RuntimeClient, user: User | None = None, install: BrowserInstall | None = None
+    client: RuntimeClient, user: User | None = None, install: AddonInstall | None = None
 ) -> BrowserSession:
     """A new session in the runtime behind `client` (the browser must be there already:
     the add-on, or SANDBOX_TOOLS_BROWSER); acting as `user` when given."""

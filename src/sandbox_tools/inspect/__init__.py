@@ -3,6 +3,8 @@
 - `bash_session()`, `text_editor()`, `exec_remote()`, `mcp_server_sandbox()`: inspect's
   tools, exec_remote and sandbox MCP servers, same parameters and events, backed by our
   runtime injected into any inspect sandbox.
+- `computer()`: inspect's computer tool on an X desktop the runtime starts from its
+  desktop add-on (delivered on first use), in any image.
 - `web_browser()`: inspect's web browser tools on a headless Chromium the runtime runs in
   the sandbox (delivered on first use); `browser_mcp_server()`: the same browser as an
   MCP server for `mcp_tools()`.
@@ -12,6 +14,7 @@
 """
 
 from sandbox_tools.inspect.browser import browser_mcp_server, web_browser
+from sandbox_tools.inspect.computer import computer
 from sandbox_tools.inspect.docker_env import DockerSdkConfig
 from sandbox_tools.inspect.tools import (
     ExecRemoteProcess,
@@ -26,6 +29,7 @@ __all__ = [
     "ExecRemoteProcess",
     "bash_session",
     "browser_mcp_server",
+    "computer",
     "exec_remote",
     "mcp_server_sandbox",
     "text_editor",

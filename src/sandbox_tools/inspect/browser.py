@@ -3,7 +3,7 @@ tools on our runtime, and the runtime's `browser-mcp` server for `mcp_tools()`.
 
 The browser is the runtime's optional add-on (a headless Chromium, about 100 MB): the
 first browser call of a sample sends it into the sandbox, or reuses it when a checked
-copy is already there (injector/browser_addon.py), and the transcript says which and how
+copy is already there (injector/addon_delivery.py), and the transcript says which and how
 long it took. Nothing is downloaded inside the sandbox, so offline sandboxes work, and
 the add-on needs no libc of the image's.
 
@@ -23,7 +23,7 @@ from inspect_ai.tool import ContentImage, ContentText, MCPServer, Tool, ToolErro
 from inspect_ai.util import store
 
 from sandbox_tools import errors
-from sandbox_tools.injector.browser_addon import BrowserInstall, ensure_browser
+from sandbox_tools.injector.addon_delivery import AddonInstall, ensure_browser
 from sandbox_tools.injector.web_browser import (
     BROWSER_MCP_COMMAND,
     BrowserPage,
@@ -75,7 +75,7 @@ def page_result(page: BrowserPage, png: bytes | None = None) -> ToolResult:
     return list(items)
 
 
-async def _installed(bound: _Bound) -> BrowserInstall:
+async def _installed(bound: _Bound) -> AddonInstall:
     """The browser add-on in the bound sandbox: installed (or found) on the sample's first
     browser call and reported in its transcript; a failure is raised as an injection
     failure is, on this call and at once on every later one."""

@@ -25,9 +25,9 @@ from inspect_ai._util.error import PrerequisiteError  # inspect's "print the mes
 from inspect_ai.util import SandboxEnvironment, sandboxenv
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from sandbox_tools.artifacts import ArtifactFormat
+from sandbox_tools.artifacts import ArtifactKind
 from sandbox_tools.errors import ConfigurationError, SandboxToolsError
-from sandbox_tools.injector.acquire import acquire_artifact
+from sandbox_tools.injector.acquire import acquire_addon, acquire_artifact
 from sandbox_tools.injector.addon_copy import browser_mount, docker_addon_mounts
 from sandbox_tools.inspect.provider_env import TIMEOUT_COMMAND, ProviderEnvironment
 from sandbox_tools.inspect.tools import INSPECT_INJECTION, browser_wanted
@@ -294,7 +294,7 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
             arch = Arch.parse(str(image.attrs.get("Architecture") or os.uname().machine))
             acquire_artifact(arch)
             if browser_wanted():  # a task of this evaluation made web_browser()
-                acquire_artifact(arch, ArtifactFormat.TAR_XZ)
+                acquire_addon(ArtifactKind.BROWSER, arch)
                 # Its tree unpacked for the samples' mounts now, once, not in a sample.
                 if engine_api(client).on_this_host:
                     browser_mount(arch, INSPECT_INJECTION)

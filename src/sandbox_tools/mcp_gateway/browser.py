@@ -27,7 +27,7 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters, types
 
 from sandbox_tools.errors import RuntimeTransportError
-from sandbox_tools.injector.browser_addon import ensure_browser
+from sandbox_tools.injector.addon_delivery import ensure_browser
 from sandbox_tools.injector.inject import ToolSupport
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
 from sandbox_tools.injector.web_browser import (

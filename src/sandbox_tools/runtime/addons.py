@@ -622,6 +622,28 @@ def check(dest: str, digest: str, signature: str | None = None) -> dict[str, obj
     return answer
 
 
+def check_as_asked(
+    directory: str | None, digest: str | None, signature: str | None
+) -> dict[str, object] | None:
+    """The check an add-on's info method (`browser_info`, `computer_info`) was asked to
+    make first: None where none was asked; InvalidParams for a request that cannot be
+    one. A tree whose signature moved is hashed, which takes a second: call it in a
+    thread."""
+    from sandbox_tools.runtime.jsonrpc import InvalidParams
+
+    if directory is None and digest is None:
+        if signature is not None:
+            raise InvalidParams("addon_signature needs addon_dir and addon_digest")
+        return None
+    if directory is None or digest is None or not directory.startswith("/"):
+        raise InvalidParams("addon_dir (an absolute path) and addon_digest go together")
+    if not TREE_DIGEST.fullmatch(digest):
+        raise InvalidParams(f"addon_digest is not a tree digest: {digest[:80]!r}")
+    if signature is not None and not SIGNATURE.fullmatch(signature):
+        raise InvalidParams(f"addon_signature is not a stat signature: {signature[:80]!r}")
+    return check(directory, digest, signature)
+
+
 def _hashed(dest: str, digest: str, algorithm: str, owners: frozenset[int]) -> dict[str, object]:
     """The full check of `check`: the tree hashed between two stat walks."""
     before, signature = settled_signature(dest, owners)

@@ -37,7 +37,7 @@ from sandbox_tools.protocol import (
     STDIN_TIMEOUT_ENV,
     TEXT_EDITOR_MAX_BYTES_ENV,
 )
-from sandbox_tools.runtime.paths import installed_browser
+from sandbox_tools.runtime.paths import BROWSER, installed_addon
 
 # The browser web_browser starts when neither the browser add-on is installed beside the
 # runtime nor BROWSER_ENV names one: Debian's Chromium headless shell, if the image has it.
@@ -102,7 +102,7 @@ class Limits:
         the image's. The add-on comes first because the runtime's environment is partly
         the image's: an image's BROWSER_ENV must not put its own program in place of the
         browser the host sent (THREAT_MODEL.md, rule 2)."""
-        return installed_browser(self.launcher) or self.browser or DEFAULT_BROWSER
+        return installed_addon(BROWSER, self.launcher) or self.browser or DEFAULT_BROWSER
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Limits:

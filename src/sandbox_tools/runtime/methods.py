@@ -110,6 +110,14 @@ def _web_browser(controllers: Controllers) -> Loaded:
     return controller, json_rpc_methods.methods(controller)
 
 
+def _desktop(controllers: Controllers) -> Loaded:
+    from sandbox_tools.runtime.tools.desktop import json_rpc_methods
+    from sandbox_tools.runtime.tools.desktop.controller import DesktopController
+
+    controller = DesktopController(controllers.limits)
+    return controller, json_rpc_methods.methods(controller)
+
+
 @dataclass(frozen=True)
 class Tool:
     """A tool of the server: the prefixes of the method names it serves, and how it is
@@ -125,6 +133,7 @@ TOOLS: dict[str, Tool] = {
     "exec_remote": Tool(("exec_remote_",), _exec_remote),
     "bash_session": Tool(("bash_session",), _bash_session),
     "web_browser": Tool(("web_", "browser_"), _web_browser),
+    "desktop": Tool(("computer_",), _desktop),
     "text_editor": Tool(("text_editor",), _text_editor),
 }
 

@@ -16,10 +16,22 @@ from typing import NamedTuple
 from sandbox_tools.protocol import SERVER_DIR_ENV, SOCKET_NAME
 from sandbox_tools.runtime.build_info import build_info
 
-# Where the browser add-on goes in the runtime's install directory (addons.py installs
-# it), and its entry point: build_containers/resources/browser/assemble.py has the tree.
-BROWSER_DIR = "browser"
-BROWSER_ENTRY = "chrome"
+
+class AddonPlace(NamedTuple):
+    """Where an add-on goes in the runtime's install directory (addons.py installs it),
+    and its entry point: build_containers/resources/<kind>/assemble.py has its tree."""
+
+    directory: str
+    entry: str
+
+    def mount_name(self) -> re.Pattern[str]:
+        """The name of its tree mounted under ADDON_MOUNT_ROOT."""
+        return re.compile(rf"{self.directory}-[0-9a-f]{{16}}")
+
+
+BROWSER = AddonPlace("browser", "chrome")
+DESKTOP = AddonPlace("desktop", "desktop")
+BROWSER_DIR, BROWSER_ENTRY = BROWSER
 # Where a server records the browser profiles it has not removed yet (in its directory):
 # the next server removes what one killed left.
 BROWSER_PROFILES_FILE = "browser-profiles.json"
@@ -27,7 +39,6 @@ BROWSER_PROFILES_FILE = "browser-profiles.json"
 # (`<root>/browser-<digest>`): a top-level directory, so that an image's /opt or /usr
 # link cannot lead the mount elsewhere.
 ADDON_MOUNT_ROOT = "/.sandbox-tools-addons"
-_BROWSER_MOUNT = re.compile(rf"{BROWSER_DIR}-[0-9a-f]{{16}}")
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH = 107
@@ -155,6 +166,36 @@ def default_server_dir() -> str:
     )
 
 
+def temporary_base() -> str | None:
+    """Where a tool makes its private directories (a browser's profile, a desktop's
+    cookie): the temporary directory, unless another user could swap what we make there
+    (the image sets TMPDIR for the runtime too, e.g. to a directory the agent owns: root
+    then wrote through the agent's links), else the first of TEMPORARY_DIRECTORIES that
+    only root and we can change; None where there is none."""
+    import tempfile
+
+    for candidate in (tempfile.gettempdir(), *TEMPORARY_DIRECTORIES):
+        if safe_for_us(candidate) is not None:
+            return candidate
+    return None
+
+
+def private_directory(base: str, prefix: str, uid: int | None, gid: int | None) -> str:
+    """A new directory in `base` only `uid` may enter (made by us, then given to it
+    through a descriptor of the directory just made: no path another user could swap)."""
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=prefix, dir=base)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if uid is not None and gid is not None:
+            os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return path
+
+
 def server_paths(directory: str | None = None, create: bool = True) -> ServerPaths:
     paths = ServerPaths(os.path.abspath(directory or default_server_dir()))
     if len(paths.socket.encode()) > _MAX_SOCKET_PATH:
@@ -197,39 +238,42 @@ def ensure_private_dir(directory: str) -> None:
         os.chmod(directory, 0o700)
 
 
-def installed_browser(launcher: str | None) -> str | None:
-    """The browser add-on's entry point: the one the host mounted when it made the
-    container, if any (`mounted_browser`), else the one beside the runtime's launcher (in
-    its install directory) if the host installed one there and nobody but root and us can
-    change it or any directory above it: a runtime copied to a directory others may
-    write must not start, as root, a `browser/chrome` another user put beside it. The
-    mount comes first: the host checks a tree beside the runtime only where it mounted
-    none, so a tree an image left there is never run in a container with the mount."""
-    mounted = mounted_browser()
+def installed_addon(place: AddonPlace, launcher: str | None) -> str | None:
+    """An add-on's entry point: the one the host mounted when it made the container, if
+    any (`mounted_addon`), else the one beside the runtime's launcher (in its install
+    directory) if the host installed one there and nobody but root and us can change it
+    or any directory above it: a runtime copied to a directory others may write must not
+    start, as root, a `browser/chrome` another user put beside it. The mount comes
+    first: the host checks a tree beside the runtime only where it mounted none, so a
+    tree an image left there is never run in a container with the mount."""
+    mounted = mounted_addon(place)
     if mounted is not None or not launcher:
         return mounted
-    return _entry_in(os.path.join(os.path.dirname(launcher), BROWSER_DIR))
+    return _entry_in(os.path.join(os.path.dirname(launcher), place.directory), place.entry)
 
 
-def mounted_browser(
-    root: str = ADDON_MOUNT_ROOT, points: Mapping[str, Sequence[Sequence[str]]] | None = None
+def mounted_addon(
+    place: AddonPlace,
+    root: str = ADDON_MOUNT_ROOT,
+    points: Mapping[str, Sequence[Sequence[str]]] | None = None,
 ) -> str | None:
-    """The browser in the add-on tree the host mounted read-only under `root` when it
-    made the container (`browser-<16 hex of its digest>`), if there is exactly one: one
-    mount at that point of this namespace, read-only, nothing mounted inside it, under
-    directories only root and we can change. Nobody in the container can write to a
-    read-only mount (remounting needs CAP_SYS_ADMIN), so its files' owners do not matter
-    (they are the host user's, a uid the container may not know). An image can have the
-    engine mount volumes (VOLUME), but read-write ones only: one at a look-alike name is
-    not read-only, one stacked on ours or inside it (shadowing a library of the tree with
-    the image's) makes the tree refused. `points`: each mount point's mounts' options
-    (mount_points(), read now by default). The host asks which browser the runtime would
-    start and refuses any but the one it delivered."""
+    """The entry point of the add-on tree the host mounted read-only under `root` when
+    it made the container (`<place>-<16 hex of its digest>`), if there is exactly one:
+    one mount at that point of this namespace, read-only, nothing mounted inside it,
+    under directories only root and we can change. Nobody in the container can write to
+    a read-only mount (remounting needs CAP_SYS_ADMIN), so its files' owners do not
+    matter (they are the host user's, a uid the container may not know). An image can
+    have the engine mount volumes (VOLUME), but read-write ones only: one at a look-alike
+    name is not read-only, one stacked on ours or inside it (shadowing a library of the
+    tree with the image's) makes the tree refused. `points`: each mount point's mounts'
+    options (mount_points(), read now by default). The host asks which program the
+    runtime would start and refuses any but the one it delivered."""
     points = mount_points() if points is None else points
     if safe_for_us(root) != root:
         return None
+    pattern = place.mount_name()
     try:
-        names = sorted(n for n in os.listdir(root) if _BROWSER_MOUNT.fullmatch(n))
+        names = sorted(n for n in os.listdir(root) if pattern.fullmatch(n))
     except OSError:
         return None
     mounted = [
@@ -242,7 +286,7 @@ def mounted_browser(
     ]
     if len(mounted) != 1:
         return None
-    entry = os.path.join(mounted[0], BROWSER_ENTRY)
+    entry = os.path.join(mounted[0], place.entry)
     try:
         return entry if stat.S_ISREG(os.lstat(entry).st_mode) else None
     except OSError:
@@ -281,13 +325,13 @@ def mount_points(mountinfo: str = "/proc/self/mountinfo") -> dict[str, list[list
     return points
 
 
-def _entry_in(tree: str) -> str | None:
-    """`tree`'s browser entry point if nobody but root and us can change it or the way
+def _entry_in(tree: str, name: str) -> str | None:
+    """`tree`'s entry point `name` if nobody but root and us can change it or the way
     to it."""
     directory = safe_for_us(tree)
     if directory is None:  # reached through a link or a directory another user controls
         return None
-    entry = os.path.join(directory, BROWSER_ENTRY)  # by its real path: nothing to repoint
+    entry = os.path.join(directory, name)  # by its real path: nothing to repoint
     try:
         info = os.lstat(entry)
     except OSError:

@@ -19,9 +19,16 @@
  *
  * `shell` is what the terminal runs: the tree's variables are taken away first, so that
  * what the user starts from it is the image's own program in the image's own setting.
+ *
+ * A program started by the runtime server (SANDBOX_TOOLS_DESKTOP_PARENT names it, and it
+ * is our parent) is killed by the kernel when the server ends (PR_SET_PDEATHSIG, kept
+ * across exec), so a server killed without its shutdown leaves no X server running; the
+ * window manager and the terminal end with their display.
  */
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +43,9 @@
 #endif
 
 static const char *const PROGRAMS[] = {"Xvfb", "xkbcomp", "xdotool", "twm", "xterm"};
+#define PARENT_VARIABLE "SANDBOX_TOOLS_DESKTOP_PARENT"
 static const char *const TREE_VARIABLES[] = {"XLOCALEDIR", "LOCPATH", "FONTCONFIG_FILE",
-                                             "XFILESEARCHPATH"};
+                                             "XFILESEARCHPATH", PARENT_VARIABLE};
 #define COUNT(a) (sizeof(a) / sizeof(a)[0])
 #define EXTRA_ARGS 16
 
@@ -59,6 +67,17 @@ static int usage(void) {
     return 2;
 }
 
+/* Ended with the runtime server that started us, if it did (not when the agent runs the
+ * launcher from the terminal, where the variable is inherited but the parent is not it). */
+static void end_with_the_server(void) {
+    const char *named = getenv(PARENT_VARIABLE);
+    if (named == NULL) return;
+    char *end;
+    long server = strtol(named, &end, 10);
+    if (*end != '\0' || server <= 1 || getppid() != (pid_t)server) return;
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != (pid_t)server) _exit(1);
+}
+
 static int shell(void) {
     for (size_t i = 0; i < COUNT(TREE_VARIABLES); i++) unsetenv(TREE_VARIABLES[i]);
     const char *chosen = getenv("SHELL");
@@ -76,6 +95,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < COUNT(PROGRAMS); i++)
         if (strcmp(argv[1], PROGRAMS[i]) == 0) program = PROGRAMS[i];
     if (program == NULL) return usage();
+    end_with_the_server();
 
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {

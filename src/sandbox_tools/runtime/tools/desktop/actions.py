@@ -109,14 +109,12 @@ class Actions:
     # -- xdotool -------------------------------------------------------------------------
 
     async def _xdotool(self, *args: str) -> Result:
-        process = await asyncio.create_subprocess_exec(
+        process = await self.desktop.run(
             *self.desktop.programs.xdotool,
             *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=self.desktop.program_environment(),
-            start_new_session=True,
         )
         try:
             out, err = await asyncio.wait_for(process.communicate(), XDOTOOL_TIMEOUT)

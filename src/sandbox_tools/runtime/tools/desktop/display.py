@@ -31,7 +31,10 @@ import stat
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from sandbox_tools.runtime.child_env import unprotect
+from sandbox_tools.runtime.identity import SELF, Identity
 from sandbox_tools.runtime.paths import safe_for_us
 from sandbox_tools.runtime.tools.desktop.x11 import SOCKET_DIR, Display, X11Error
 
@@ -70,6 +73,7 @@ class Desktop:
     cookie: bytes
     directory: str
     programs: Programs
+    identity: Identity  # who its processes run as
     server: asyncio.subprocess.Process
     window_manager: asyncio.subprocess.Process | None
     width: int
@@ -85,7 +89,21 @@ class Desktop:
 
     def program_environment(self) -> dict[str, str]:
         """The whole environment of the desktop's own programs."""
-        return {**self.programs.environment, **self.environment()}
+        return {**self.programs.environment, **self.identity.env(), **self.environment()}
+
+    async def run(self, *command: str, **options: Any) -> asyncio.subprocess.Process:
+        """`command` started on this desktop as its identity, in a session of its own."""
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            env=self.program_environment(),
+            start_new_session=True,
+            user=self.identity.uid,
+            group=self.identity.gid,
+            extra_groups=self.identity.groups,
+            **options,
+        )
+        unprotect(process.pid)
+        return process
 
     def connect(self) -> Display:
         return Display(self.display, self.cookie)
@@ -115,6 +133,15 @@ def authority_entry(cookie: bytes) -> bytes:
     )
 
 
+def _new_file(path: str) -> int:
+    """`path` made anew (0600), open for writing: whatever was there is removed first,
+    and a link or file put there in between is refused, never followed or truncated
+    (the directory may be the desktop's user's, and we may be root)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+
+
 def _check_socket_directory() -> None:
     """/tmp/.X11-unix as the display's socket may live in it: made (sticky, as the X
     server makes it as root) where there is none, refused where another uid could
@@ -134,13 +161,13 @@ def _check_socket_directory() -> None:
         )
 
 
-def _check_socket(display: int) -> None:
+def _check_socket(display: int, owner: int) -> None:
     path = f"{SOCKET_DIR}/X{display}"
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         return  # an X server run by another uid makes only the abstract socket
-    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != owner:
         raise DesktopError(
             f"{path} is not the desktop's socket (uid {info.st_uid}'s); refusing display :{display}"
         )
@@ -191,26 +218,32 @@ async def _display_number(
 
 
 async def start(
-    programs: Programs, directory: str, width: int = WIDTH, height: int = HEIGHT
+    programs: Programs,
+    directory: str,
+    width: int = WIDTH,
+    height: int = HEIGHT,
+    identity: Identity = SELF,
 ) -> Desktop:
-    """A desktop of `width` x `height` whose private files are in `directory` (made 0700
-    if missing; it must be ours): the X server, checked, then the window manager."""
+    """A desktop of `width` x `height` whose private files are in `directory`: the X
+    server, checked, then the window manager, both as `identity`. The directory is the
+    identity's, 0700 (paths.private_directory makes one); for the runtime's own user it
+    is made where it is missing."""
     _check_socket_directory()
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    owner = os.geteuid() if identity.uid is None else identity.uid
+    if identity.uid is None:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
     info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise DesktopError(f"the desktop's directory {directory} is not ours")
-    os.chmod(directory, 0o700)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != owner or info.st_mode & 0o077:
+        raise DesktopError(f"the desktop's directory {directory} is not uid {owner}'s alone")
     cookie = secrets.token_bytes(16)
     authority = os.path.join(directory, AUTHORITY_FILE)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(authority)
-    fd = os.open(authority, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as handle:
+    with os.fdopen(_new_file(authority), "wb") as handle:
+        if identity.uid is not None and identity.gid is not None:
+            os.fchown(handle.fileno(), identity.uid, identity.gid)
         handle.write(authority_entry(cookie))
     read_end, write_end = os.pipe()
     deadline = time.monotonic() + START_TIMEOUT
-    log = os.open(os.path.join(directory, LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    log = _new_file(os.path.join(directory, LOG_FILE))
     try:
         server = await asyncio.create_subprocess_exec(
             *programs.xvfb,
@@ -231,8 +264,12 @@ async def start(
             stderr=log,
             pass_fds=(write_end,),
             start_new_session=True,
-            env={**programs.environment},
+            env={**programs.environment, **identity.env()},
+            user=identity.uid,
+            group=identity.gid,
+            extra_groups=identity.groups,
         )
+        unprotect(server.pid)
     except OSError as exc:
         os.close(read_end)
         raise DesktopError(f"cannot start the X server {programs.xvfb[0]}: {exc}") from None
@@ -248,9 +285,9 @@ async def start(
         display = await _display_number(reader, server, directory, deadline)
     finally:
         transport.close()
-    desktop = Desktop(display, cookie, directory, programs, server, None, width, height)
+    desktop = Desktop(display, cookie, directory, programs, identity, server, None, width, height)
     try:
-        _check_socket(display)
+        _check_socket(display, os.geteuid() if identity.uid is None else identity.uid)
         with desktop.connect() as connection:
             if (connection.screen.width, connection.screen.height) != (width, height):
                 raise DesktopError(
@@ -258,13 +295,11 @@ async def start(
                     f"{connection.screen.height}, not the {width} x {height} we started"
                 )
         if programs.window_manager:
-            desktop.window_manager = await asyncio.create_subprocess_exec(
+            desktop.window_manager = await desktop.run(
                 *programs.window_manager,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,
-                env=desktop.program_environment(),
             )
     except (DesktopError, X11Error, OSError) as exc:
         await desktop.stop()

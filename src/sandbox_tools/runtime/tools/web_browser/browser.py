@@ -21,13 +21,12 @@ import os
 import shutil
 import signal
 import stat
-import tempfile
 from dataclasses import dataclass, field
 
 from sandbox_tools.runtime.child_env import child_environment, unprotect
 from sandbox_tools.runtime.identity import Identity
 from sandbox_tools.runtime.jsonrpc import ToolError
-from sandbox_tools.runtime.paths import TEMPORARY_DIRECTORIES, safe_for_us
+from sandbox_tools.runtime.paths import private_directory, temporary_base
 from sandbox_tools.runtime.tools.web_browser.cdp import BrowserFailed, CdpConnection, EventHandler
 
 VIEWPORT_WIDTH = 1280
@@ -138,29 +137,19 @@ class BrowserProcess:
 
 
 def profile_base() -> str:
-    """Where profiles are made: the temporary directory, unless another user could swap
-    what we make there (the image sets TMPDIR for the runtime too, e.g. to a directory
-    the agent owns: root's browser then wrote through the agent's links), then /tmp."""
-    for candidate in (tempfile.gettempdir(), *TEMPORARY_DIRECTORIES):
-        if safe_for_us(candidate) is not None:
-            return candidate
-    raise ToolError(
-        "no directory for the browser's profile that only root and the runtime's user can "
-        "change (tried $TMPDIR, /tmp, /var/tmp, /dev/shm)"
-    )
+    """Where profiles are made (paths.temporary_base)."""
+    base = temporary_base()
+    if base is None:
+        raise ToolError(
+            "no directory for the browser's profile that only root and the runtime's user "
+            "can change (tried $TMPDIR, /tmp, /var/tmp, /dev/shm)"
+        )
+    return base
 
 
 def _private_profile(identity: Identity) -> str:
     """A new directory only `identity` may enter (made by us, then given to it)."""
-    path = tempfile.mkdtemp(prefix="sandbox-tools-browser-", dir=profile_base())
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        if identity.uid is not None and identity.gid is not None:
-            os.fchown(fd, identity.uid, identity.gid)
-        os.fchmod(fd, 0o700)
-    finally:
-        os.close(fd)
-    return path
+    return private_directory(profile_base(), "sandbox-tools-browser-", identity.uid, identity.gid)
 
 
 def _child_pipes(read_end: int, write_end: int) -> None:

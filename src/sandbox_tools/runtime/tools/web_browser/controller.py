@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from sandbox_tools.protocol import ErrorReason
 from sandbox_tools.runtime.identity import Identity, UserSpec, resolve_user
-from sandbox_tools.runtime.jsonrpc import InvalidParams, ToolError
+from sandbox_tools.runtime.jsonrpc import ToolError
 from sandbox_tools.runtime.limits import DEFAULT_LIMITS, Limits
 from sandbox_tools.runtime.paths import BROWSER_PROFILES_FILE
 from sandbox_tools.runtime.tools.web_browser import browser as chromium
@@ -99,22 +99,12 @@ T = TypeVar("T")
 
 
 async def _addon_checked(params: InfoParams) -> dict[str, object] | None:
-    """The add-on check `browser_info` was asked to make first (InfoParams), in a thread:
-    a tree whose signature moved is hashed, which takes a second."""
-    if params.addon_dir is None and params.addon_digest is None:
-        if params.addon_signature is not None:
-            raise InvalidParams("addon_signature needs addon_dir and addon_digest")
-        return None
+    """The add-on check `browser_info` was asked to make first (InfoParams)."""
     from sandbox_tools.runtime import addons  # tarfile and lzma: only where a check is asked
 
-    directory, digest, signature = params.addon_dir, params.addon_digest, params.addon_signature
-    if directory is None or digest is None or not directory.startswith("/"):
-        raise InvalidParams("addon_dir (an absolute path) and addon_digest go together")
-    if not addons.TREE_DIGEST.fullmatch(digest):
-        raise InvalidParams(f"addon_digest is not a tree digest: {digest[:80]!r}")
-    if signature is not None and not addons.SIGNATURE.fullmatch(signature):
-        raise InvalidParams(f"addon_signature is not a stat signature: {signature[:80]!r}")
-    return await asyncio.to_thread(addons.check, directory, digest, signature)
+    return await asyncio.to_thread(
+        addons.check_as_asked, params.addon_dir, params.addon_digest, params.addon_signature
+    )
 
 
 class PageError(Exception):

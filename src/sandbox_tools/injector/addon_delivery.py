@@ -1,4 +1,5 @@
-"""The browser add-on, installed into a sandbox the first time a browser is needed.
+"""The add-ons (the browser, the desktop), installed into a sandbox the first time a
+tool needs one.
 
 Same trust rules as the runtime (THREAT_MODEL.md, rule 2): the add-on goes into the
 runtime's own install directory, which only root and the runtime's uid can change (the
@@ -16,9 +17,12 @@ process keeps on the sandbox object (`CheckedTrees`) and hands to the next
 `addon-check`; the runtime stats the entries and answers "ok" only when nothing moved
 since, else hashes the tree as before. The record is host memory, never the sandbox's.
 
-The runtime finds the add-on by itself (`<install dir>/browser/chrome`), also when its
-server started before the add-on arrived, so inspect's own host code and our MCP mode
-use it without being told.
+The runtime finds an add-on by itself (`<install dir>/browser/chrome`,
+`<install dir>/desktop/desktop`), also when its server started before the add-on
+arrived, so inspect's own host code and our MCP mode use the browser without being told.
+Each add-on is declared once (`ADDONS`): where it goes, its entry point, and the runtime
+method that says which entry point the runtime would start (and checks a tree on the
+channel).
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sandbox_tools.artifacts import Artifact, ArtifactFormat
+from sandbox_tools.artifacts import Artifact, ArtifactKind
 from sandbox_tools.errors import SandboxInjectionError
-from sandbox_tools.injector.acquire import acquire_artifact
+from sandbox_tools.injector.acquire import acquire_addon
 from sandbox_tools.injector.addon_copy import (
     PlainCopy,
     addons_on_host,
@@ -40,13 +46,46 @@ from sandbox_tools.injector.addon_copy import (
     mount_target,
     plain_copy,
 )
-from sandbox_tools.injector.inject import BrowserInstall, ToolSupport, artifact_bytes, run_step
+from sandbox_tools.injector.inject import AddonInstall, ToolSupport, artifact_bytes, run_step
 from sandbox_tools.injector.log_bounds import said
+from sandbox_tools.injector.options import InjectionOptions
 from sandbox_tools.runtime.addons import PLAIN, SIGNATURE, XZ, TreeDigest, needed_bytes
-from sandbox_tools.runtime.paths import BROWSER_DIR, BROWSER_ENTRY
+from sandbox_tools.runtime.paths import BROWSER, DESKTOP, AddonPlace
 from sandbox_tools.sandboxes.base import Sandbox
 
-__all__ = ["BrowserInstall", "ensure_browser", "install_browser"]
+__all__ = ["ADDONS", "AddonInstall", "ensure_addon", "ensure_browser", "install_addon"]
+
+
+@dataclass(frozen=True)
+class Addon:
+    """How one add-on is delivered: its kind, its place beside the runtime, the artifact
+    the injection's options pin, and the runtime's info method (`browser_info`,
+    `computer_info`): the entry point the runtime would start now, and a tree checked on
+    the channel."""
+
+    kind: ArtifactKind
+    place: AddonPlace
+    pinned: Callable[[InjectionOptions], Artifact | None]
+    info_method: str
+    info_params: dict[str, Any]  # what makes the info method start nothing
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind.value} add-on"
+
+
+ADDONS = {
+    ArtifactKind.BROWSER: Addon(
+        ArtifactKind.BROWSER,
+        BROWSER,
+        lambda o: o.browser_artifact,
+        "browser_info",
+        {"version": False},
+    ),
+    ArtifactKind.DESKTOP: Addon(
+        ArtifactKind.DESKTOP, DESKTOP, lambda o: o.desktop_artifact, "computer_info", {}
+    ),
+}
 
 CHECK_TIMEOUT = 120.0  # walking and hashing ~300 MiB; QEMU included
 INSTALL_TIMEOUT = 900.0  # 100 MB streamed in, unpacked and hashed: ~6 s native, minutes under QEMU
@@ -103,11 +142,12 @@ def _tree_of(artifact: Artifact) -> TreeDigest:
     `tools validate` checked it against the archive, so no host hashes ~300 MiB at eval
     time. The runtime checks the unpacked tree against it before using any of it."""
     if artifact.tree is None:
+        flag = f"--with-{artifact.kind.value}"
         raise SandboxInjectionError(
             f"the record of {artifact.name} has no tree digest (an add-on built by an older "
             "sandbox-tools)",
-            remedy="Build it again (tools build --with-browser) or fetch this version's "
-            "release (tools fetch --with-browser).",
+            remedy=f"Build it again (tools build {flag}) or fetch this version's "
+            f"release (tools fetch {flag}).",
         )
     return artifact.tree
 
@@ -140,71 +180,72 @@ async def _runtime_command(
     return answer
 
 
-def _free_bytes(answer: dict[str, Any], sandbox: str) -> int:
+def _free_bytes(addon: Addon, answer: dict[str, Any], sandbox: str) -> int:
     """The free space addon-check reported: a count, or a typed error (whatever answers
     in the sandbox may send Infinity, a list or a bool)."""
     free = answer.get("free_bytes")
     if not isinstance(free, int) or isinstance(free, bool) or free < 0:
         raise SandboxInjectionError(
-            f"checking the browser add-on in {sandbox} answered free_bytes={free!r:.50}"
+            f"checking the {addon.name} in {sandbox} answered free_bytes={free!r:.50}"
         )
     return free
 
 
-async def _would_start(support: ToolSupport) -> str:
-    """The browser the runtime would start now (`browser_info` without running it)."""
-    info = await support.client.call("browser_info", {"version": False})
+async def _would_start(support: ToolSupport, addon: Addon) -> str:
+    """The entry point the runtime would start now (its info method, running nothing)."""
+    info = await support.client.call(addon.info_method, dict(addon.info_params))
     executable = info.get("executable") if isinstance(info, dict) else None
     return executable if isinstance(executable, str) else repr(executable)[:200]
 
 
-async def _runtime_uses(support: ToolSupport, mounted: str) -> bool:
-    """Whether the runtime accepted the tree mounted at `mounted` as its browser. It
+async def _runtime_uses(support: ToolSupport, addon: Addon, mounted: str) -> bool:
+    """Whether the runtime accepted the tree mounted at `mounted` as its add-on. It
     refuses one it cannot trust as a mount (an image's world-writable or linked
     `/.sandbox-tools-addons` moves or exposes it, an image's volume stacks on it); the
     add-on is then sent as anywhere else, and checked."""
-    uses = await _would_start(support) == f"{mounted}/{BROWSER_ENTRY}"
+    uses = await _would_start(support, addon) == f"{mounted}/{addon.place.entry}"
     if not uses:
         log.warning(
-            "%s: the runtime does not use the browser add-on mounted at %s; sending it",
+            "%s: the runtime does not use the %s mounted at %s; sending it",
             support.sandbox.name,
+            addon.name,
             mounted,
         )
     return uses
 
 
 async def _check(
-    support: ToolSupport, directory: str, digest: str, signature: str | None
+    support: ToolSupport, addon: Addon, directory: str, digest: str, signature: str | None
 ) -> tuple[dict[str, Any], str | None]:
     """The add-on's check (`runtime/addons.py`), by `signature` where there is one, and
-    the browser the runtime would start now where that came with it. A server running
-    as the installer makes the check on the channel (`browser_info`): one round trip
-    where an exec started an interpreter, a third of a later handle's time; a server
-    running as another user (`user=`) may not judge the installer's tree, so there the
-    installer's `addon-check` makes it."""
+    the entry point the runtime would start now where that came with it. A server
+    running as the installer makes the check on the channel (the add-on's info method):
+    one round trip where an exec started an interpreter, a third of a later handle's
+    time; a server running as another user (`user=`) may not judge the installer's tree,
+    so there the installer's `addon-check` makes it."""
     if support.user is not None:
         found = await _runtime_command(
             support,
             ["addon-check", directory, digest, *([signature] if signature else [])],
-            "checking the browser add-on",
+            f"checking the {addon.name}",
             CHECK_TIMEOUT,
         )
         return found, None
-    params: dict[str, Any] = {"version": False, "addon_dir": directory, "addon_digest": digest}
+    params: dict[str, Any] = {**addon.info_params, "addon_dir": directory, "addon_digest": digest}
     if signature:
         params["addon_signature"] = signature
-    info = await support.client.call("browser_info", params, timeout=CHECK_TIMEOUT)
+    info = await support.client.call(addon.info_method, params, timeout=CHECK_TIMEOUT)
     answer = info.get("addon") if isinstance(info, dict) else None
     if not isinstance(answer, dict) or not isinstance(answer.get("state"), str):
         raise SandboxInjectionError(
-            f"checking the browser add-on in {support.sandbox.name} gave no answer: {said(answer)}"
+            f"checking the {addon.name} in {support.sandbox.name} gave no answer: {said(answer)}"
         )
     executable = info.get("executable")
     return answer, executable if isinstance(executable, str) else repr(executable)[:200]
 
 
 async def _send(
-    support: ToolSupport, artifact: Artifact, directory: str
+    support: ToolSupport, addon: Addon, artifact: Artifact, directory: str
 ) -> tuple[int, str, dict[str, Any]]:
     """Stream the add-on into the runtime's `addon-install`: its plain tar where bytes
     into the sandbox are cheap (an engine on this host), else the pinned archive.
@@ -231,7 +272,7 @@ async def _send(
         answer = await _runtime_command(
             support,
             ["addon-install", directory, tree.digest, str(tree.size), fmt],
-            "installing the browser add-on",
+            f"installing the {addon.name}",
             INSTALL_TIMEOUT,
             data,
         )
@@ -244,44 +285,50 @@ async def _send(
     return len(data), fmt, answer
 
 
-async def ensure_browser(support: ToolSupport) -> BrowserInstall:
-    """The browser add-on beside `support`'s runtime, installed on the first call and
+async def ensure_addon(support: ToolSupport, kind: ArtifactKind) -> AddonInstall:
+    """The add-on `kind` beside `support`'s runtime, installed on the first call and
     remembered for the handle's life (concurrent first calls install once)."""
     async with support.addon_lock:
-        if support.browser is None:
-            support.browser = await install_browser(support)
-        return support.browser
+        installed = support.addons.get(kind)
+        if installed is None:
+            installed = support.addons[kind] = await install_addon(support, kind)
+        return installed
 
 
-async def install_browser(support: ToolSupport) -> BrowserInstall:
-    """Make the browser add-on ready beside `support`'s runtime (a ToolSupport): reused
-    when the pinned tree is there, else sent and unpacked now. The add-on is the handle's
-    `options.browser_artifact`, else the first of its `options.sources` (default: this
-    installation's) that has it: the choices the runtime was injected with."""
+async def ensure_browser(support: ToolSupport) -> AddonInstall:
+    """The browser add-on (`ensure_addon`)."""
+    return await ensure_addon(support, ArtifactKind.BROWSER)
+
+
+async def install_addon(support: ToolSupport, kind: ArtifactKind) -> AddonInstall:
+    """Make the add-on `kind` ready beside `support`'s runtime (a ToolSupport): reused
+    when the pinned tree is there, else sent and unpacked now. The add-on is the one the
+    handle's options pin (`browser_artifact`, `desktop_artifact`), else the first of its
+    `options.sources` (default: this installation's) that has it: the choices the
+    runtime was injected with."""
+    addon = ADDONS[kind]
     started = time.monotonic()
     arch = support.recon.arch
     assert arch is not None  # the runtime runs, so the platform is a supported one
     options = support.options
-    artifact = options.browser_artifact
+    artifact = addon.pinned(options)
     if artifact is None:
-        artifact = await asyncio.to_thread(
-            acquire_artifact, arch, ArtifactFormat.TAR_XZ, options.sources
-        )
-    if artifact.format is not ArtifactFormat.TAR_XZ or artifact.platform != arch.platform:
+        artifact = await asyncio.to_thread(acquire_addon, kind, arch, options.sources)
+    if artifact.kind is not kind or artifact.platform != arch.platform:
         raise SandboxInjectionError(
-            f"{artifact.name} is not the browser add-on for {arch.platform}",
-            remedy="Pass the add-on of the sandbox's platform (tools build --with-browser).",
+            f"{artifact.name} is not the {addon.name} for {arch.platform}",
+            remedy=f"Pass the add-on of the sandbox's platform (tools build --with-{kind.value}).",
         )
     tree = _tree_of(artifact)
-    directory = f"{support.install_dir}/{BROWSER_DIR}"
-    mounted = mount_target("browser", tree)
-    if support.sandbox.mounted_read_only(mounted) and await _runtime_uses(support, mounted):
+    directory = f"{support.install_dir}/{addon.place.directory}"
+    mounted = mount_target(addon.place.directory, tree)
+    if support.sandbox.mounted_read_only(mounted) and await _runtime_uses(support, addon, mounted):
         # We made the container with the checked tree mounted there: nothing to send or
-        # hash, and the runtime finds it by itself (paths.mounted_browser).
-        return _installed(support, artifact, mounted, started, reused=False)
+        # hash, and the runtime finds it by itself (paths.mounted_addon).
+        return _installed(support, addon, artifact, mounted, started, reused=False)
     checked = CheckedTrees.of(support.sandbox)
     recorded = checked.signature(directory, tree.digest)
-    found, starts = await _check(support, directory, tree.digest, recorded)
+    found, starts = await _check(support, addon, directory, tree.digest, recorded)
     sent, transfer, method = 0, "", ""
     if found.get("state") == "ok":
         checked.record(directory, tree.digest, found)
@@ -295,33 +342,36 @@ async def install_browser(support: ToolSupport) -> BrowserInstall:
                 directory,
                 said(found.get("why")),  # names from the sandbox: escaped, cut
             )
-        free, needed = _free_bytes(found, support.sandbox.name), needed_bytes(tree.size)
+        free, needed = _free_bytes(addon, found, support.sandbox.name), needed_bytes(tree.size)
         if free < needed:
             raise SandboxInjectionError(
-                f"the browser add-on needs {needed >> 20} MiB free in {support.install_dir} "
+                f"the {addon.name} needs {needed >> 20} MiB free in {support.install_dir} "
                 f"in {support.sandbox.name}; {free >> 20} MiB are",
                 remedy="Give the sandbox more disk (or a larger tmpfs where the runtime is "
-                "installed), or do without the browser there.",
+                f"installed), or do without the {kind.value} there.",
             )
-        sent, transfer, installed = await _send(support, artifact, directory)
+        sent, transfer, installed = await _send(support, addon, artifact, directory)
         checked.record(directory, tree.digest, installed)
         starts = None
-    # The runtime must start what was checked: never a browser it takes for a mount of
+    # The runtime must start what was checked: never an add-on it takes for a mount of
     # ours, or the image's, in its place.
     if starts is None:
-        starts = await _would_start(support)
-    if starts != f"{directory}/{BROWSER_ENTRY}":
+        starts = await _would_start(support, addon)
+    if starts != f"{directory}/{addon.place.entry}":
         raise SandboxInjectionError(
             f"the runtime in {support.sandbox.name} would start {said(starts)} as its "
-            f"browser, not the add-on checked at {directory}",
+            f"{kind.value}, not the add-on checked at {directory}",
             remedy="Something in the image takes the add-on's place (a volume or a tree "
             "under /.sandbox-tools-addons); use another image.",
         )
-    return _installed(support, artifact, directory, started, sent == 0, sent, transfer, method)
+    return _installed(
+        support, addon, artifact, directory, started, sent == 0, sent, transfer, method
+    )
 
 
 def _installed(
     support: ToolSupport,
+    addon: Addon,
     artifact: Artifact,
     directory: str,
     started: float,
@@ -329,10 +379,11 @@ def _installed(
     sent: int = 0,
     transfer: str = "mount",
     check: str = "",
-) -> BrowserInstall:
-    install = BrowserInstall(
+) -> AddonInstall:
+    install = AddonInstall(
         directory=directory,
         artifact=artifact,
+        entry=addon.place.entry,
         reused=reused,
         seconds=time.monotonic() - started,
         sent_bytes=sent,
@@ -340,7 +391,8 @@ def _installed(
         check=check,
     )
     log.info(
-        "browser add-on in %s: %s %s (%s) at %s in %.1f s",
+        "%s in %s: %s %s (%s) at %s in %.1f s",
+        addon.name,
         support.sandbox.name,
         f"reused (checked by {check}):" if reused else f"installed ({transfer}):",
         artifact.name,
