@@ -41,9 +41,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sandbox_tools.artifacts import ArtifactFormat
-from sandbox_tools.injector import browser_addon
-from sandbox_tools.injector.acquire import acquire_artifact
+from sandbox_tools.artifacts import ArtifactKind
+from sandbox_tools.injector import addon_delivery
+from sandbox_tools.injector.acquire import acquire_addon
 from sandbox_tools.injector.addon_copy import (
     addon_tree,
     addons_on_host,
@@ -138,7 +138,7 @@ async def measure(
     results["runtime: cold injection"] = (time.perf_counter() - started) * 1000
     base = await _site(sandbox, root, server)
     started = time.perf_counter()
-    install = await browser_addon.ensure_browser(support)
+    install = await addon_delivery.ensure_browser(support)
     installed = time.perf_counter()
     browser = await open_browser(support)  # the add-on is there: the browser starts
     opened = time.perf_counter()
@@ -173,7 +173,7 @@ async def measure(
     started = time.perf_counter()
     again = await tool_support_sandbox(sandbox, options=options)
     injected = time.perf_counter()
-    await browser_addon.ensure_browser(again)  # open_browser then finds it on the handle
+    await addon_delivery.ensure_browser(again)  # open_browser then finds it on the handle
     checked = time.perf_counter()
     browser = await open_browser(again)
     await _first_page(browser, home)
@@ -202,7 +202,7 @@ async def run(runs: int) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="browser-delivery-") as scratch:
         options = InjectionOptions(addons_on_host=Path(scratch))
         started = time.perf_counter()
-        addon = await asyncio.to_thread(acquire_artifact, ARCH, ArtifactFormat.TAR_XZ)
+        addon = await asyncio.to_thread(acquire_addon, ArtifactKind.BROWSER, ARCH)
         acquired = time.perf_counter()
         with addon.located.open("rb") as handle:  # what tools build does once, for the record
             digest_of_archive(handle)

@@ -45,13 +45,13 @@ async def runtime_in_process() -> AsyncIterator[InProcessRuntime]:
 
 
 @pytest.fixture(autouse=True)
-def _no_browser_wanted_across_tests() -> Iterator[None]:
-    """A test that makes the browser tools without running an evaluation would leave
-    the docker_sdk sandbox checking for the add-on at every later task's start."""
+def _no_addon_wanted_across_tests() -> Iterator[None]:
+    """A test that makes the browser or desktop tools without running an evaluation would
+    leave the docker_sdk sandbox checking for the add-on at every later task's start."""
     yield
     tools = sys.modules.get("sandbox_tools.inspect.tools")  # only where a test loaded it
     if tools is not None:
-        tools._BROWSER_WANTED.clear()
+        tools._ADDONS_WANTED.clear()
 
 
 BUILD_WAIT_TIMEOUT = 1800  # seconds, setup included (pyproject's default is 300)

@@ -166,6 +166,10 @@ LAUNCHER_SELF_ENV = "SANDBOX_TOOLS_SELF"
 # (build_containers/resources/desktop/launcher.c) has the kernel kill a program it
 # starts when that process ends, so a killed server leaves no X server behind.
 DESKTOP_PARENT_ENV = "SANDBOX_TOOLS_DESKTOP_PARENT"
+# The desktop's private directory, set for its X server: the add-on's keymap shim
+# (resources/desktop/xkbcomp_shim.c) keeps the compiled keymap there, not at a name in
+# /tmp another user could take first.
+DESKTOP_KEYMAPS_ENV = "SANDBOX_TOOLS_DESKTOP_KEYMAPS"
 # A caller's RESPONSE_MAX_BYTES_ENV travels (as RESPONSE_LIMIT_OPTION) only when it is at
 # most this many ASCII digits: it then fits a signed 64-bit integer on both sides.
 RESPONSE_LIMIT_MAX_DIGITS = 18
@@ -184,6 +188,7 @@ MAX_MCP_SESSIONS_ENV = "SANDBOX_TOOLS_MAX_MCP_SESSIONS"
 # headless shell), and its bounds.
 BROWSER_ENV = "SANDBOX_TOOLS_BROWSER"
 BROWSER_IDLE_TIMEOUT_ENV = "SANDBOX_TOOLS_BROWSER_IDLE_TIMEOUT"
+DESKTOP_SETTLE_ENV = "SANDBOX_TOOLS_DESKTOP_SETTLE"
 BROWSER_CALL_TIMEOUT_ENV = "SANDBOX_TOOLS_BROWSER_CALL_TIMEOUT"
 BROWSER_TREE_MAX_CHARS_ENV = "SANDBOX_TOOLS_BROWSER_TREE_MAX_CHARS"
 MAX_BROWSER_SESSIONS_ENV = "SANDBOX_TOOLS_MAX_BROWSER_SESSIONS"

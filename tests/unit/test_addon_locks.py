@@ -127,9 +127,12 @@ def test_the_committed_desktop_locks_pin_the_x_server_and_its_programs(arch: Arc
     assert not {"xserver-common", "xauth", "libgl1-mesa-dri"} & set(packages)
 
 
-def test_the_desktop_launcher_reads_the_variable_the_runtime_sets() -> None:
-    """The name is declared once in protocol.py; the launcher (C) spells it again."""
-    from sandbox_tools.protocol import DESKTOP_PARENT_ENV
+def test_the_desktop_launcher_and_shim_read_the_variables_the_runtime_sets() -> None:
+    """The names are declared once in protocol.py; the C sources spell them again."""
+    from sandbox_tools.protocol import DESKTOP_KEYMAPS_ENV, DESKTOP_PARENT_ENV
 
-    source = (ADDONS[ArtifactKind.DESKTOP].resources / "launcher.c").read_text()
-    assert f'#define PARENT_VARIABLE "{DESKTOP_PARENT_ENV}"' in source
+    resources = ADDONS[ArtifactKind.DESKTOP].resources
+    launcher = (resources / "launcher.c").read_text()
+    assert f'#define PARENT_VARIABLE "{DESKTOP_PARENT_ENV}"' in launcher
+    shim = (resources / "xkbcomp_shim.c").read_text()
+    assert f'#define KEYMAPS_VARIABLE "{DESKTOP_KEYMAPS_ENV}"' in shim

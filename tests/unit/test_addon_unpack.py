@@ -318,7 +318,7 @@ def test_a_hostile_free_space_answer_is_a_typed_error(free: object) -> None:
     from sandbox_tools.injector.addon_delivery import ADDONS, _free_bytes
 
     desktop = ADDONS[ArtifactKind.DESKTOP]
-    with pytest.raises(SandboxInjectionError, match="checking the desktop add-on .*free_bytes"):
+    with pytest.raises(SandboxInjectionError, match=r"checking the desktop add-on .*free_bytes"):
         _free_bytes(desktop, {"state": "missing", "free_bytes": free}, "box")
     assert _free_bytes(desktop, {"state": "missing", "free_bytes": 5}, "box") == 5
 

@@ -157,3 +157,26 @@ def test_missing_arguments_and_unknown_actions_are_the_models_to_fix(
     for action in ("open_web_browser", "navigate"):
         with pytest.raises(ToolError, match="no web browser on this desktop"):
             _run(monkeypatch, action=action, text="https://example.com")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"output": {"nested": 1}, "error": None, "base64_image": None},
+        {"output": "", "error": ["x"], "base64_image": None},
+        {"output": "", "error": "", "base64_image": 'x,"/><script>'},
+        {"output": "", "error": "", "base64_image": "PHN2Zz48L3N2Zz4="},  # an SVG
+        {"output": "", "error": "", "base64_image": "A" * (30 << 20)},
+        {"output": "", "error": "", "base64_image": 7},
+        ["not", "an", "object"],
+    ],
+    ids=["output-object", "error-list", "not-base64", "svg", "huge", "number", "list"],
+)
+def test_an_answer_of_another_shape_never_reaches_the_model(answer: Any) -> None:
+    """Attacker walk: what the sandbox answers is checked as the browser's screenshots
+    are (strict base64 of a PNG, bounded); a pydantic error or an SVG in the model's input
+    before."""
+    from sandbox_tools.errors import RuntimeTransportError
+
+    with pytest.raises(RuntimeTransportError):
+        _answer(answer)

@@ -110,6 +110,27 @@ def bounded_text(text: str, limit: int, what: str) -> str:
     return text
 
 
+MAX_SCREENSHOT_BYTES = 16 << 20
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def checked_png(encoded: object, what: str) -> bytes:
+    """A screenshot from the sandbox (base64 of a PNG), decoded: RuntimeTransportError
+    for anything else (not text, over MAX_SCREENSHOT_BYTES, not strict base64, not a
+    PNG), so that nothing but an image reaches a model's input as one."""
+    if not isinstance(encoded, str):
+        raise RuntimeTransportError(f"{what}: the image is not text")
+    if len(encoded) > (MAX_SCREENSHOT_BYTES + 2) // 3 * 4:
+        raise RuntimeTransportError(f"{what}: the image is over {MAX_SCREENSHOT_BYTES >> 20} MiB")
+    try:
+        png = base64.b64decode(encoded, validate=True)
+    except ValueError:
+        raise RuntimeTransportError(f"{what}: the image is not base64") from None
+    if not png.startswith(PNG_SIGNATURE):
+        raise RuntimeTransportError(f"{what}: the image is not a PNG")
+    return png
+
+
 def _last_line(output: bytes) -> bytes:
     """The last line of `output` once stripped (`output.strip().splitlines()[-1]`, b"" if
     there is none), found without splitting the rest: 64 MiB of short lines split would

@@ -13,7 +13,6 @@ Page failures (a refused connection, an unknown element id) come back in
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,12 @@ from typing import Any
 from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.addon_delivery import AddonInstall, ensure_browser
 from sandbox_tools.injector.inject import ToolSupport
-from sandbox_tools.injector.jsonrpc_client import RuntimeClient, bounded_text, result_fields
+from sandbox_tools.injector.jsonrpc_client import (
+    RuntimeClient,
+    bounded_text,
+    checked_png,
+    result_fields,
+)
 from sandbox_tools.protocol import User
 from sandbox_tools.runtime.jsonrpc import WireParams
 from sandbox_tools.runtime.tools.web_browser.tool_types import (
@@ -54,8 +58,6 @@ def _bounded(text: str | None, limit: int, what: str) -> str | None:
 # sandbox could name one of 100 MB, which the host keeps and sends with every call.
 SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # The viewport's PNG is a few MB; the runtime refuses one over 16 MiB.
-MAX_SCREENSHOT_BYTES = 16 << 20
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The runtime's subcommand that serves its browser as MCP tools on stdio.
 BROWSER_MCP_COMMAND = "browser-mcp"
 
@@ -138,17 +140,7 @@ class BrowserSession:
         session = SessionParams(session_name=self.name).to_params()
         result = await self.client.call("web_screenshot", session, timeout=CALL_TIMEOUT)
         encoded = result_fields(result, "web_screenshot", png_base64=str)["png_base64"]
-        if len(encoded) > (MAX_SCREENSHOT_BYTES + 2) // 3 * 4:
-            raise RuntimeTransportError(
-                f"web_screenshot: the image is over {MAX_SCREENSHOT_BYTES >> 20} MiB"
-            )
-        try:
-            png = base64.b64decode(encoded, validate=True)
-        except ValueError:
-            raise RuntimeTransportError("web_screenshot: the image is not base64") from None
-        if not png.startswith(PNG_SIGNATURE):
-            raise RuntimeTransportError("web_screenshot: the image is not a PNG")
-        return png
+        return checked_png(encoded, "web_screenshot")
 
     async def close(self) -> bool:
         """End the session (its context and tabs); False if it was gone already."""

@@ -23,6 +23,7 @@ from inspect_ai.tool import ContentImage, ContentText, MCPServer, Tool, ToolErro
 from inspect_ai.util import store
 
 from sandbox_tools import errors
+from sandbox_tools.artifacts import ArtifactKind
 from sandbox_tools.injector.addon_delivery import AddonInstall, ensure_browser
 from sandbox_tools.injector.web_browser import (
     BROWSER_MCP_COMMAND,
@@ -36,7 +37,7 @@ from sandbox_tools.inspect.tools import (
     _for_model,
     _mcp_server,
     tool_state_instance,
-    want_browser,
+    want_addon,
 )
 from sandbox_tools.protocol import ErrorReason
 from sandbox_tools.runtime.tools.web_browser.tool_types import SCROLL_DIRECTIONS, ScrollDirection
@@ -390,7 +391,7 @@ def web_browser(
       inspect's browser tools in inspect's order (docs/INSPECT.md lists them): going to
       a page first, then (interactive) the ones that click and type, then the others.
     """
-    want_browser()
+    want_addon(ArtifactKind.BROWSER)
     options: dict[str, Any] = {
         "instance": instance,
         "screenshots": screenshots,
@@ -429,7 +430,7 @@ def browser_mcp_server(
       user: Run the server and its browser as this user.
       timeout: Seconds one request to the server may take (default 600).
     """
-    want_browser()
+    want_addon(ArtifactKind.BROWSER)
     from mcp import StdioServerParameters
 
     async def launch(bound: _Bound) -> StdioServerParameters:

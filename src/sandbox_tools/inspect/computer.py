@@ -29,8 +29,11 @@ from inspect_ai.tool._tool_call import ToolCallModelInputHints
 
 from sandbox_tools import errors
 from sandbox_tools.artifacts import ArtifactKind
+from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.addon_delivery import AddonInstall, ensure_addon
-from sandbox_tools.inspect.tools import _Bound, _bound_for, _for_model
+from sandbox_tools.injector.jsonrpc_client import MAX_MESSAGE_CHARS, bounded_text, checked_png
+from sandbox_tools.injector.log_bounds import said
+from sandbox_tools.inspect.tools import _Bound, _bound_for, _for_model, want_addon
 from sandbox_tools.runtime.jsonrpc import InvalidParams
 from sandbox_tools.runtime.tools.desktop.tool_types import COMPUTER_ACTIONS, ComputerParams
 
@@ -58,6 +61,7 @@ Action = Literal[
     "navigate",
 ]
 MAX_REPEAT = 100  # presses of one `key` action, each a round trip
+MAX_OUTPUT_CHARS = 100_000  # xdotool's output in one answer, as the model reads it
 NO_BROWSER = (
     "There is no web browser on this desktop: open_web_browser and navigate need one that "
     "draws windows. Start a browser the sandbox has from the terminal, if it has one."
@@ -157,13 +161,21 @@ def _required(args: dict[str, Any], name: str) -> Any:
 
 
 def _answer(result: Any) -> ToolResult:
-    """The runtime's {output, error, base64_image} as inspect's tool answers the model."""
-    if not isinstance(result, dict):
-        raise ToolError(f"the desktop answered {str(result)[:200]}")
+    """The runtime's {output, error, base64_image} as inspect's tool answers the model;
+    an answer of another shape, or an image that is no PNG, is RuntimeTransportError
+    (the sandbox's answer, never passed on as it is)."""
+    if not isinstance(result, dict) or not all(
+        isinstance(result.get(field), (str, type(None))) for field in ("output", "error")
+    ):
+        raise RuntimeTransportError(f"computer_action answered {said(result)}")
     if result.get("error"):
-        raise ToolError(str(result["error"]))
-    text = result.get("output") or None
+        raise ToolError(bounded_text(result["error"], MAX_MESSAGE_CHARS, "error"))
+    text = (
+        bounded_text(result["output"], MAX_OUTPUT_CHARS, "output") if result.get("output") else None
+    )
     encoded = result.get("base64_image")
+    if encoded is not None:
+        checked_png(encoded, "computer_action")
     image = ContentImage(image=f"data:image/png;base64,{encoded}") if encoded else None
     if text is not None and image is not None:
         return [ContentText(text=text), image]
@@ -316,6 +328,7 @@ def computer(
         as root only with "root", since its terminal is a root shell).
       sandbox: The sample's sandbox to use (default: the default one).
     """
+    want_addon(ArtifactKind.DESKTOP)
     desktop = _Desktop(user, sandbox, timeout)
 
     async def execute(

@@ -30,7 +30,7 @@ from sandbox_tools.errors import ConfigurationError, SandboxToolsError
 from sandbox_tools.injector.acquire import acquire_addon, acquire_artifact
 from sandbox_tools.injector.addon_copy import browser_mount, docker_addon_mounts
 from sandbox_tools.inspect.provider_env import TIMEOUT_COMMAND, ProviderEnvironment
-from sandbox_tools.inspect.tools import INSPECT_INJECTION, browser_wanted
+from sandbox_tools.inspect.tools import INSPECT_INJECTION, addons_wanted
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.docker import DockerSandbox
 from sandbox_tools.sandboxes.docker_api import engine_api
@@ -223,7 +223,9 @@ def _run(config: Any, task_name: str) -> Any:
     # The browser add-on's checked tree, read-only: a sample's first browser call then
     # sends nothing (where the engine runs here and the add-on is on this host).
     mounts = (
-        docker_addon_mounts(client, config.image, INSPECT_INJECTION) if browser_wanted() else []
+        docker_addon_mounts(client, config.image, INSPECT_INJECTION)
+        if ArtifactKind.BROWSER in addons_wanted()
+        else []
     )
     if mounts:
         options["mounts"] = mounts
@@ -293,11 +295,11 @@ class DockerSdkSandboxEnvironment(ProviderEnvironment):
             image = client.images.get(resolved_config(client, config).image)
             arch = Arch.parse(str(image.attrs.get("Architecture") or os.uname().machine))
             acquire_artifact(arch)
-            if browser_wanted():  # a task of this evaluation made web_browser()
-                acquire_addon(ArtifactKind.BROWSER, arch)
+            for kind in sorted(addons_wanted()):  # its tools made: web_browser(), computer()
+                acquire_addon(kind, arch)
+            if ArtifactKind.BROWSER in addons_wanted() and engine_api(client).on_this_host:
                 # Its tree unpacked for the samples' mounts now, once, not in a sample.
-                if engine_api(client).on_this_host:
-                    browser_mount(arch, INSPECT_INJECTION)
+                browser_mount(arch, INSPECT_INJECTION)
 
         try:
             await asyncio.to_thread(check)

@@ -41,6 +41,7 @@ from inspect_ai.util import (
 from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
 
 from sandbox_tools import errors
+from sandbox_tools.artifacts import ArtifactKind
 from sandbox_tools.injector import tool_clients
 from sandbox_tools.injector.exec_remote import (
     ExecEvent,
@@ -75,17 +76,18 @@ INSPECT_INJECTION = InjectionOptions()
 
 # Whether a task of this process made the browser tools: the docker_sdk sandbox then
 # checks, before any sample, that the browser add-on can be had, as it does the runtime.
-_BROWSER_WANTED: list[bool] = []
+_ADDONS_WANTED: set[ArtifactKind] = set()
 
 
-def want_browser() -> None:
-    """Called by the browser tools' factories, when the task is made."""
-    if not _BROWSER_WANTED:
-        _BROWSER_WANTED.append(True)
+def want_addon(kind: ArtifactKind) -> None:
+    """Called by the factories of the tools that need an add-on (the browser's, the
+    desktop's), when the task is made: the sandbox then gets it ready at the task's
+    start (docker_env.py)."""
+    _ADDONS_WANTED.add(kind)
 
 
-def browser_wanted() -> bool:
-    return bool(_BROWSER_WANTED)
+def addons_wanted() -> frozenset[ArtifactKind]:
+    return frozenset(_ADDONS_WANTED)
 
 
 DEFAULT_WAIT_FOR_OUTPUT = 30
@@ -699,7 +701,7 @@ async def _release(bound: _Bound) -> None:
 class ReleaseAtSampleEnd(Hooks):
     async def on_run_end(self, data: RunEnd) -> None:
         """An evaluation run ended: the next one's tasks say again whether they browse."""
-        _BROWSER_WANTED.clear()
+        _ADDONS_WANTED.clear()
 
     async def on_sample_end(self, data: SampleEnd) -> None:
         for key, token in (data.sample.store or {}).items():

@@ -29,12 +29,9 @@ from mcp import ClientSession, StdioServerParameters, types
 from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.addon_delivery import ensure_browser
 from sandbox_tools.injector.inject import ToolSupport
+from sandbox_tools.injector.jsonrpc_client import MAX_SCREENSHOT_BYTES, PNG_SIGNATURE
 from sandbox_tools.injector.mcp_client import sandbox_mcp_client
-from sandbox_tools.injector.web_browser import (
-    BROWSER_MCP_COMMAND,
-    MAX_SCREENSHOT_BYTES,
-    PNG_SIGNATURE,
-)
+from sandbox_tools.injector.web_browser import BROWSER_MCP_COMMAND
 from sandbox_tools.runtime.jsonrpc import WireParams, wire
 from sandbox_tools.runtime.tools.web_browser.mcp_tools import TOOLS as RUNTIME_TOOLS
 from sandbox_tools.runtime.tools.web_browser.mcp_tools import McpTool

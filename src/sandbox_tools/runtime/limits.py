@@ -24,6 +24,7 @@ from sandbox_tools.protocol import (
     BROWSER_ENV,
     BROWSER_IDLE_TIMEOUT_ENV,
     BROWSER_TREE_MAX_CHARS_ENV,
+    DESKTOP_SETTLE_ENV,
     EXEC_BUFFER_BYTES_ENV,
     EXEC_RESPONSE_BYTES_ENV,
     KILL_GRACE_ENV,
@@ -86,6 +87,9 @@ class Limits:
     browser_tree_max_chars: int = 100_000
     # Browser sessions (one browser context each) at once.
     max_browser_sessions: int = 16
+    # How long the desktop's screen is given to redraw before the screenshot that
+    # follows an action: inspect's computer tool waits as long.
+    desktop_settle_s: float = 2.0
 
     def reported(self) -> dict[str, int | float]:
         """The limits by field name, as `runtime_info` reports them (the browser's and
@@ -136,6 +140,7 @@ class Limits:
             max_browser_sessions=_digits(
                 environ, MAX_BROWSER_SESSIONS_ENV, default.max_browser_sessions
             ),
+            desktop_settle_s=_number(environ, DESKTOP_SETTLE_ENV, default.desktop_settle_s),
         )
 
 

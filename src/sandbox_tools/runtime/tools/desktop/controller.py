@@ -21,7 +21,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_tools.protocol import DESKTOP_PARENT_ENV
+from sandbox_tools.protocol import DESKTOP_KEYMAPS_ENV, DESKTOP_PARENT_ENV
 from sandbox_tools.runtime.addons import check_as_asked
 from sandbox_tools.runtime.identity import Identity, resolve_user
 from sandbox_tools.runtime.jsonrpc import ToolError
@@ -46,9 +46,8 @@ from sandbox_tools.runtime.tools.desktop.tool_types import (
 )
 from sandbox_tools.runtime.tools.desktop.x11 import X11Error
 
-# inspect's computer tool gives the screen this long to redraw before the screenshot
-# that follows an action.
-SETTLE_S = 2.0
+MAX_SETTLE_S = 60.0
+TERMINAL_WAIT_S = 5.0
 TERMINAL = ("-title", "Terminal", "-geometry", "100x30+40+40", "-fa", "monospace", "-fs", "11")
 CLICK_ACTIONS = (
     "left_click",
@@ -74,9 +73,8 @@ def _key(identity: Identity) -> tuple[int, int | None, tuple[int, ...]]:
 
 
 class DesktopController:
-    def __init__(self, limits: Limits, settle: float = SETTLE_S) -> None:
+    def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.settle = settle
         self._running: dict[tuple[int, int | None, tuple[int, ...]], _Running] = {}
         self._lock = asyncio.Lock()
 
@@ -94,6 +92,7 @@ class DesktopController:
                 "LANG": "C.UTF-8",  # xdotool types beyond ASCII in a UTF-8 locale only
                 "XDG_CACHE_HOME": os.path.join(directory, "cache"),
                 DESKTOP_PARENT_ENV: str(os.getpid()),
+                DESKTOP_KEYMAPS_ENV: directory,
                 **({"SHELL": os.environ["SHELL"]} if "SHELL" in os.environ else {}),
             },
         )
@@ -124,9 +123,8 @@ class DesktopController:
                     "no directory for the desktop's cookie that only root and the runtime's "
                     "user can change (tried $TMPDIR, /tmp, /var/tmp, /dev/shm)"
                 )
-            directory = private_directory(
-                base, "sandbox-tools-desktop-", identity.uid, identity.gid
-            )
+            # Ours until its files are made (start() then gives it to the identity).
+            directory = private_directory(base, "sandbox-tools-desktop-", None, None)
             try:
                 desktop = await start(self.programs(entry, directory), directory, identity=identity)
             except (DesktopError, OSError) as exc:
@@ -144,7 +142,10 @@ class DesktopController:
                 stderr=asyncio.subprocess.DEVNULL,
                 cwd=identity.home if identity.home and os.path.isdir(identity.home) else "/",
             )
-            running = _Running(desktop, Actions(desktop, self.settle), terminal)
+            await _shown(desktop, entry)
+            running = _Running(
+                desktop, Actions(desktop, _settle(self.limits.desktop_settle_s)), terminal
+            )
             self._running[key] = running
             return running
 
@@ -180,6 +181,34 @@ class DesktopController:
     async def shutdown(self) -> None:
         for key in list(self._running):
             await self._stop(key)
+
+
+async def _shown(desktop: Desktop, entry: str) -> None:
+    """Wait (at most TERMINAL_WAIT_S) until the terminal's window is on the screen: the
+    first screenshot shows the desktop the model was told of, not a black screen."""
+    search = await desktop.run(
+        entry,
+        "xdotool",
+        "search",
+        "--sync",
+        "--onlyvisible",
+        "--class",
+        "xterm",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await asyncio.wait_for(search.wait(), TERMINAL_WAIT_S)
+    except asyncio.TimeoutError:  # a terminal that does not start: the desktop goes on
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(search.pid, 9)
+        await search.wait()
+
+
+def _settle(seconds: float) -> float:
+    """The configured wait, within 0 to MAX_SETTLE_S ("inf" is a number, not a wait)."""
+    return min(max(seconds, 0.0), MAX_SETTLE_S) if seconds == seconds else 0.0
 
 
 def _need(value: Any, name: str, action: str) -> Any:

@@ -72,6 +72,10 @@ class Desktop:
     display: int
     cookie: bytes
     directory: str
+    # The directory as opened while it was still ours alone: its user may rename it and
+    # put a link in its place, so whatever the runtime (maybe root) does in it later is
+    # done through this descriptor, never by its path.
+    directory_fd: int
     programs: Programs
     identity: Identity  # who its processes run as
     server: asyncio.subprocess.Process
@@ -113,8 +117,11 @@ class Desktop:
         for process in (self.window_manager, self.server):
             if process is not None:
                 await _end(process)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.authority)
+        if self.directory_fd >= 0:  # a second stop finds it closed
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(AUTHORITY_FILE, dir_fd=self.directory_fd)
+            os.close(self.directory_fd)
+            self.directory_fd = -1
 
 
 def authority_entry(cookie: bytes) -> bytes:
@@ -133,13 +140,14 @@ def authority_entry(cookie: bytes) -> bytes:
     )
 
 
-def _new_file(path: str) -> int:
-    """`path` made anew (0600), open for writing: whatever was there is removed first,
-    and a link or file put there in between is refused, never followed or truncated
-    (the directory may be the desktop's user's, and we may be root)."""
+def _new_file(directory_fd: int, name: str) -> int:
+    """`name` made anew (0600) in the directory, open for reading and writing: whatever
+    was there is removed first, and a link or file put there in between is refused,
+    never followed or truncated."""
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.unlink(name, dir_fd=directory_fd)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    return os.open(name, flags, 0o600, dir_fd=directory_fd)
 
 
 def _check_socket_directory() -> None:
@@ -186,12 +194,12 @@ async def _end(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-def _log_tail(directory: str) -> str:
+def _log_tail(log: int) -> str:
+    """The end of the X server's log, read through our descriptor of it (its path is in
+    a directory its user may change)."""
     try:
-        with open(os.path.join(directory, LOG_FILE), "rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - 2000))
-            return log.read().decode("utf-8", "replace").strip()
+        size = os.fstat(log).st_size
+        return os.pread(log, 2000, max(0, size - 2000)).decode("utf-8", "replace").strip()
     except OSError:
         return ""
 
@@ -199,7 +207,7 @@ def _log_tail(directory: str) -> str:
 async def _display_number(
     reader: asyncio.StreamReader,
     server: asyncio.subprocess.Process,
-    directory: str,
+    log: int,
     deadline: float,
 ) -> int:
     """The number the server wrote to its -displayfd once it accepts connections."""
@@ -208,12 +216,12 @@ async def _display_number(
     except asyncio.TimeoutError:
         await _end(server)
         raise DesktopError(
-            f"the X server did not start within {START_TIMEOUT:.0f} s: {_log_tail(directory)}"
+            f"the X server did not start within {START_TIMEOUT:.0f} s: {_log_tail(log)}"
         ) from None
     text = line.strip()
     if not text.isdigit() or len(text) > 5:
         await _end(server)
-        raise DesktopError(f"the X server did not start: {_log_tail(directory) or 'no log'}")
+        raise DesktopError(f"the X server did not start: {_log_tail(log) or 'no log'}")
     return int(text)
 
 
@@ -225,25 +233,93 @@ async def start(
     identity: Identity = SELF,
 ) -> Desktop:
     """A desktop of `width` x `height` whose private files are in `directory`: the X
-    server, checked, then the window manager, both as `identity`. The directory is the
-    identity's, 0700 (paths.private_directory makes one); for the runtime's own user it
-    is made where it is missing."""
+    server, checked, then the window manager, both as `identity`. The directory must be
+    ours alone (0700; paths.private_directory makes one; made here where missing): its
+    files are made through a descriptor of it, and only then is it given to `identity`."""
     _check_socket_directory()
-    owner = os.geteuid() if identity.uid is None else identity.uid
-    if identity.uid is None:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != owner or info.st_mode & 0o077:
-        raise DesktopError(f"the desktop's directory {directory} is not uid {owner}'s alone")
-    cookie = secrets.token_bytes(16)
-    authority = os.path.join(directory, AUTHORITY_FILE)
-    with os.fdopen(_new_file(authority), "wb") as handle:
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(directory_fd)
+        if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise DesktopError(f"the desktop's directory {directory} is not ours alone")
+        cookie = secrets.token_bytes(16)
+        with os.fdopen(_new_file(directory_fd, AUTHORITY_FILE), "wb") as handle:
+            if identity.uid is not None and identity.gid is not None:
+                os.fchown(handle.fileno(), identity.uid, identity.gid)
+            handle.write(authority_entry(cookie))
+        log = _new_file(directory_fd, LOG_FILE)
         if identity.uid is not None and identity.gid is not None:
-            os.fchown(handle.fileno(), identity.uid, identity.gid)
-        handle.write(authority_entry(cookie))
+            os.fchown(directory_fd, identity.uid, identity.gid)
+    except BaseException:
+        os.close(directory_fd)
+        raise
+    try:
+        return await _started(
+            programs, directory, directory_fd, log, cookie, width, height, identity
+        )
+    except BaseException:
+        os.close(directory_fd)
+        raise
+    finally:
+        os.close(log)
+
+
+async def _started(
+    programs: Programs,
+    directory: str,
+    directory_fd: int,
+    log: int,
+    cookie: bytes,
+    width: int,
+    height: int,
+    identity: Identity,
+) -> Desktop:
+    try:
+        server, display = await _server(programs, directory, log, width, height, identity)
+    except BaseException:
+        os.close(directory_fd)
+        raise
+    desktop = Desktop(
+        display, cookie, directory, directory_fd, programs, identity, server, None, width, height
+    )
+    try:
+        _check_socket(display, os.geteuid() if identity.uid is None else identity.uid)
+        with desktop.connect() as connection:
+            if (connection.screen.width, connection.screen.height) != (width, height):
+                raise DesktopError(
+                    f"display :{display} is {connection.screen.width} x "
+                    f"{connection.screen.height}, not the {width} x {height} we started"
+                )
+        if programs.window_manager:
+            desktop.window_manager = await desktop.run(
+                *programs.window_manager,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+    except BaseException as exc:
+        await desktop.stop()
+        if isinstance(exc, (DesktopError, asyncio.CancelledError)) or not isinstance(
+            exc, (X11Error, OSError)
+        ):
+            raise
+        raise DesktopError(f"the desktop on display :{display} cannot be used: {exc}") from None
+    return desktop
+
+
+async def _server(
+    programs: Programs,
+    directory: str,
+    log: int,
+    width: int,
+    height: int,
+    identity: Identity,
+) -> tuple[asyncio.subprocess.Process, int]:
+    """The X server started and accepting connections, and its display number."""
+    authority = os.path.join(directory, AUTHORITY_FILE)  # read by the X server, as its user
     read_end, write_end = os.pipe()
     deadline = time.monotonic() + START_TIMEOUT
-    log = _new_file(os.path.join(directory, LOG_FILE))
     try:
         server = await asyncio.create_subprocess_exec(
             *programs.xvfb,
@@ -275,35 +351,13 @@ async def start(
         raise DesktopError(f"cannot start the X server {programs.xvfb[0]}: {exc}") from None
     finally:
         os.close(write_end)
-        os.close(log)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_end, "rb", buffering=0)
     )
     try:
-        display = await _display_number(reader, server, directory, deadline)
+        display = await _display_number(reader, server, log, deadline)
     finally:
         transport.close()
-    desktop = Desktop(display, cookie, directory, programs, identity, server, None, width, height)
-    try:
-        _check_socket(display, os.geteuid() if identity.uid is None else identity.uid)
-        with desktop.connect() as connection:
-            if (connection.screen.width, connection.screen.height) != (width, height):
-                raise DesktopError(
-                    f"display :{display} is {connection.screen.width} x "
-                    f"{connection.screen.height}, not the {width} x {height} we started"
-                )
-        if programs.window_manager:
-            desktop.window_manager = await desktop.run(
-                *programs.window_manager,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-            )
-    except (DesktopError, X11Error, OSError) as exc:
-        await desktop.stop()
-        if isinstance(exc, DesktopError):
-            raise
-        raise DesktopError(f"the desktop on display :{display} cannot be used: {exc}") from None
-    return desktop
+    return server, display
