@@ -4,8 +4,10 @@ x11-utils, for the small X program the agent operates), as uid 1000, with a read
 root, an exec tmpfs and no network.
 
 The agent takes a screenshot, types a command into the desktop's terminal (it starts
-xmessage, a window with one button), clicks the button, and types into the terminal
-again; the scorer reads what xmessage printed when its button was clicked. The log holds
+xmessage, a window with one button), clicks the button, then does every other action
+once (and two at once, and a key three times); the scorer reads what xmessage printed
+when its button was clicked. The screen's settle time is 0.3 s here
+(SANDBOX_TOOLS_DESKTOP_SETTLE in the container's environment), not inspect's 2 s. The log holds
 every result in inspect's shapes (text, an image, or both) and the transcript the
 desktop add-on's install with its seconds.
 
@@ -55,6 +57,27 @@ TASK = textwrap.dedent(
     from sandbox_tools.inspect import DockerSdkConfig, computer
 
     M = "mockllm/model"
+    SETTLE = {{"SANDBOX_TOOLS_DESKTOP_SETTLE": "0.3"}}
+    # Every other action once, on the terminal (harmless there), then two at once in
+    # OpenAI's multi-action form and a key pressed three times.
+    MORE = [
+        {{"action": "mouse_move", "coordinate": [300, 300]}},
+        {{"action": "left_mouse_down"}},
+        {{"action": "left_mouse_up"}},
+        {{"action": "left_click_drag", "start_coordinate": [100, 100], "coordinate": [300, 120]}},
+        {{"action": "right_click", "coordinate": [300, 300]}},
+        {{"action": "middle_click"}},
+        {{"action": "back_click"}},
+        {{"action": "forward_click"}},
+        {{"action": "double_click", "coordinate": [120, 75]}},
+        {{"action": "triple_click"}},
+        {{"action": "scroll", "scroll_amount": 3, "scroll_direction": "up",
+          "coordinate": [300, 300]}},
+        {{"action": "hold_key", "text": "shift", "duration": 1}},
+        {{"actions": [{{"action": "mouse_move", "coordinate": [10, 10]}},
+                      {{"action": "cursor_position"}}]}},
+        {{"action": "key", "text": "ctrl+ENTER", "repeat": 3}},
+    ]
     SCRIPT = [
         ModelOutput.for_tool_call(M, "computer", {{"action": "screenshot"}}),
         ModelOutput.for_tool_call(
@@ -74,6 +97,7 @@ TASK = textwrap.dedent(
         ModelOutput.for_tool_call(
             M, "computer", {{"action": "zoom", "region": [0, 0, 683, 384]}}
         ),
+        *(ModelOutput.for_tool_call(M, "computer", arguments) for arguments in MORE),
         ModelOutput.for_tool_call(M, "submit", {{"answer": "clicked"}}),
     ]
     for output in SCRIPT:
@@ -101,7 +125,8 @@ TASK = textwrap.dedent(
             model=get_model(M, custom_outputs=SCRIPT),
             sandbox=("docker_sdk", DockerSdkConfig(image=image, user="1000:1000",
                                                    read_only=True, tmpfs={{"/tmp": "exec"}},
-                                                   network_mode="none")),
+                                                   network_mode="none",
+                                                   environment=SETTLE)),
         )
     """
 )
@@ -156,7 +181,13 @@ def test_the_agent_clicks_a_button_of_the_images_program_on_our_desktop(
     )
     score = next(iter(sample["scores"].values()))
     assert score["value"] == "C", score
-    shot, typed, waited, clicked, position, keyed, zoomed = _tool_results(sample)[:7]
+    results = _tool_results(sample)
+    shot, typed, waited, clicked, position, keyed, zoomed = results[:7]
+    more = results[7:]  # (react's submit ends the run, with no tool message)
+    assert len(more) == 14, results
+    for result in (*more[:12], more[13]):  # each answered with a screenshot, no error
+        assert isinstance(result, list) and result[-1]["type"] == "image", result
+    assert more[12] == "X=10,Y=10"  # the last of its actions answers
     for result in (shot, typed, waited, clicked, keyed):
         assert isinstance(result, list) and [i["type"] for i in result] == ["image"], result
         assert _size(_png(sample, result[0])) == (1366, 768)
