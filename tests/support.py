@@ -448,10 +448,12 @@ async def browse(controller: WebBrowserController, session: str, url: str) -> Cr
     return await controller.go(GoParams.parse({"session_name": session, "url": url}))
 
 
-def locked_down_busybox(client: Any, arch: Arch, tmp_size: str = "1g") -> Any:
+def locked_down_busybox(
+    client: Any, arch: Arch, tmp_size: str = "1g", user: str | None = "1000:1000"
+) -> Any:
     """The hardest sandbox the browser meets, as a RunningContainer to enter: a static
-    busybox and nothing else (no libc), uid 1000, a read-only root with an exec tmpfs of
-    `tmp_size` at /tmp (HOME), and no network."""
+    busybox and nothing else (no libc), uid 1000 (`user`; None: the image's root), a
+    read-only root with an exec tmpfs of `tmp_size` at /tmp (HOME), and no network."""
     from sandbox_tools.sandboxes.containers import RunningContainer
     from sandbox_tools.sandboxes.images import ensure_busybox_image
 
@@ -462,7 +464,7 @@ def locked_down_busybox(client: Any, arch: Arch, tmp_size: str = "1g") -> Any:
         network_mode="none",
         read_only=True,
         tmpfs={"/tmp": f"exec,size={tmp_size}"},
-        user="1000:1000",
+        user=user,
         environment={"HOME": "/tmp"},
     )
 
@@ -792,3 +794,18 @@ def recorded_as_built(record: Any, path: Path) -> Any:
     with path.open("rb") as handle:
         tree = digest_of_archive(handle)
     return replace(record, size=path.stat().st_size, sha256=sha256_of(path), tree=tree)
+
+
+def runtime_source() -> bytes:
+    """The runtime's package as a tar for /opt/src of a container: its code run there
+    with the image's python3 (`sys.path.insert(0, "/opt/src")`)."""
+    import tarfile
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for path in sorted((src / "sandbox_tools").rglob("*.py")):
+            relative = path.relative_to(src)
+            if "runtime" in relative.parts or relative.parent == Path("sandbox_tools"):
+                tar.add(path, arcname=str(relative))
+    return out.getvalue()

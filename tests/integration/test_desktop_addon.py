@@ -32,12 +32,12 @@ from tests.support import (
     locked_down_busybox,
     recorded_as_built,
     repacked_without,
+    runtime_source,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 HOST_ARCH = Arch.parse(os.uname().machine)
 DESKTOP = ArtifactKind.DESKTOP
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.mark.parametrize("arch", arches_under_test(), ids=lambda a: a.value)
@@ -216,18 +216,6 @@ asyncio.run(main())
 """
 
 
-def _runtime_source() -> bytes:
-    """The runtime's package as a tar for /opt/src: its desktop code runs there with the
-    image's python3 (the runtime's desktop tool comes next)."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for path in sorted((SRC / "sandbox_tools").rglob("*.py")):
-            relative = path.relative_to(SRC)
-            if "runtime" in relative.parts or relative.parent == Path("sandbox_tools"):
-                tar.add(path, arcname=str(relative))
-    return out.getvalue()
-
-
 async def test_the_runtimes_desktop_runs_on_the_add_on_in_an_image_without_x(
     docker_engine: Any, built_addon: Any, python_image: str
 ) -> None:
@@ -237,7 +225,7 @@ async def test_the_runtimes_desktop_runs_on_the_add_on_in_an_image_without_x(
     _, path = built_addon(DESKTOP, HOST_ARCH)
     with RunningContainer(docker_engine, python_image, network_mode="none") as container:
         container.container.put_archive("/", _plain_tree(path, "opt/desktop"))
-        container.container.put_archive("/opt", _runtime_source())
+        container.container.put_archive("/opt", runtime_source())
         sandbox = container.sandbox
         await sandbox.write_file("/opt/run.py", RUNTIME_DESKTOP.encode())
         done = await sandbox.exec(["python3", "/opt/run.py"], user="1000", timeout=120)

@@ -24,7 +24,7 @@ from sandbox_tools.injector.addon_delivery import ensure_addon
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.platforms import Arch
 from sandbox_tools.sandboxes.containers import RunningContainer
-from sandbox_tools.sandboxes.images import ensure_busybox_image
+from tests.support import locked_down_busybox
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 HOST_ARCH = Arch.parse(os.uname().machine)
@@ -82,14 +82,7 @@ async def test_a_directory_swapped_for_a_link_never_leads_roots_files_elsewhere(
 async def test_keymap_names_taken_by_another_uid_do_not_stop_the_desktop(
     docker_engine: Any,
 ) -> None:
-    with RunningContainer(
-        docker_engine,
-        ensure_busybox_image(docker_engine, HOST_ARCH),
-        platform=HOST_ARCH.platform,
-        network_mode="none",
-        read_only=True,
-        tmpfs={"/tmp": "exec"},
-    ) as container:
+    with locked_down_busybox(docker_engine, HOST_ARCH, user=None) as container:
         sandbox = container.sandbox
         taken = await sandbox.exec(
             ["sh", "-c", "for i in $(seq 0 63); do mkdir /tmp/server-$i.xkm; done"],

@@ -24,8 +24,7 @@ from sandbox_tools.errors import ToolError
 from sandbox_tools.injector.addon_delivery import ensure_addon
 from sandbox_tools.injector.inject import forget_sandbox, tool_support_sandbox
 from sandbox_tools.platforms import Arch
-from sandbox_tools.sandboxes.containers import RunningContainer
-from sandbox_tools.sandboxes.images import ensure_busybox_image
+from tests.support import locked_down_busybox
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 HOST_ARCH = Arch.parse(os.uname().machine)
@@ -63,14 +62,7 @@ def _png_size(encoded: str) -> tuple[int, int]:
 async def test_one_desktop_per_identity_never_root_and_none_left_by_a_killed_server(
     docker_engine: Any,
 ) -> None:
-    with RunningContainer(
-        docker_engine,
-        ensure_busybox_image(docker_engine, HOST_ARCH),
-        platform=HOST_ARCH.platform,
-        network_mode="none",
-        read_only=True,
-        tmpfs={"/tmp": "exec"},
-    ) as container:
+    with locked_down_busybox(docker_engine, HOST_ARCH, user=None) as container:
         sandbox = container.sandbox
         support = await tool_support_sandbox(sandbox)
         installed = await ensure_addon(support, ArtifactKind.DESKTOP)

@@ -5,10 +5,8 @@ put it, and a client without the cookie refused."""
 
 from __future__ import annotations
 
-import io
 import json
 import struct
-import tarfile
 import zlib
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ import pytest
 from sandbox_tools.recipes import RootfsRecipe
 from sandbox_tools.sandboxes.containers import RunningContainer
 from sandbox_tools.sandboxes.images import ensure_image
-from tests.support import arches_under_test
+from tests.support import arches_under_test, runtime_source
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
@@ -130,18 +128,6 @@ START = (
     "for i in $(seq 100); do [ -S /tmp/.X11-unix/X5 ] && exit 0; sleep 0.05; done; "
     "cat /tmp/x/log; exit 1"
 )
-
-
-def runtime_source() -> bytes:
-    """The runtime's package as a tar for /opt/src: the desktop's code runs there with
-    the image's python3 (the desktop is not in the built runtime yet)."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for path in sorted((SRC / "sandbox_tools").rglob("*.py")):
-            relative = path.relative_to(SRC)
-            if "runtime" in relative.parts or relative.parent == Path("sandbox_tools"):
-                tar.add(path, arcname=str(relative))
-    return out.getvalue()
 
 
 LIFECYCLE = """

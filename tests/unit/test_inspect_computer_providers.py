@@ -38,7 +38,8 @@ from openai.types.responses.computer_action import (
     Wait,
 )
 
-from sandbox_tools.inspect.computer import _Desktop, computer
+from sandbox_tools.inspect.computer import computer
+from tests.unit.test_inspect_computer_pure import Recording
 
 module = importlib.import_module("sandbox_tools.inspect.computer")
 
@@ -70,16 +71,6 @@ def test_anthropic_maps_our_tool_to_its_native_computer_use(
 def test_openai_maps_our_tool_to_its_native_computer_use() -> None:
     assert maybe_computer_use_tool("gpt-5.4", _our_tool_info()) is not None
     assert maybe_computer_use_tool("gpt-5.4-nano", _our_tool_info()) is None
-
-
-class Recording(_Desktop):
-    def __init__(self) -> None:
-        super().__init__(None, None, 180)
-        self.sent: list[dict[str, Any]] = []
-
-    async def act(self, args: dict[str, Any]) -> Any:
-        self.sent.append(args)
-        return "OK"
 
 
 NATIVE = [

@@ -18,7 +18,6 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from inspect_ai.log import transcript
 from inspect_ai.tool import ContentImage, ContentText, MCPServer, Tool, ToolError, ToolResult, tool
 from inspect_ai.util import store
 
@@ -36,6 +35,7 @@ from sandbox_tools.inspect.tools import (
     _bound_for,
     _for_model,
     _mcp_server,
+    report_addon,
     tool_state_instance,
     want_addon,
 )
@@ -94,19 +94,7 @@ async def _installed(bound: _Bound) -> AddonInstall:
             )
             raise RuntimeError(bound.browser_failure) from None
     if first:
-        transcript().info(
-            {
-                "sandbox": support.sandbox.name,
-                "browser_addon": install.artifact.name,
-                "source": str(install.artifact.provenance),
-                "directory": install.directory,
-                "reused": install.reused,
-                "transfer": install.transfer,
-                "sent_bytes": install.sent_bytes,
-                "seconds": round(install.seconds, 2),
-            },
-            source="sandbox-tools",
-        )
+        report_addon(support, "browser_addon", install)
     return install
 
 

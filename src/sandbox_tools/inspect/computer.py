@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from inspect_ai._util.content import Content
-from inspect_ai.log import transcript
 from inspect_ai.tool import ContentImage, ContentText, Tool, ToolError, ToolResult, tool
 from inspect_ai.tool._tool import TOOL_INIT_MODEL_INPUT, ToolParsingError
 from inspect_ai.tool._tool_call import ToolCallModelInputHints
@@ -33,33 +32,16 @@ from sandbox_tools.errors import RuntimeTransportError
 from sandbox_tools.injector.addon_delivery import AddonInstall, ensure_addon
 from sandbox_tools.injector.jsonrpc_client import MAX_MESSAGE_CHARS, bounded_text, checked_png
 from sandbox_tools.injector.log_bounds import said
-from sandbox_tools.inspect.tools import _Bound, _bound_for, _for_model, want_addon
+from sandbox_tools.inspect.tools import _Bound, _bound_for, _for_model, report_addon, want_addon
 from sandbox_tools.runtime.jsonrpc import InvalidParams
-from sandbox_tools.runtime.tools.desktop.tool_types import COMPUTER_ACTIONS, ComputerParams
+from sandbox_tools.runtime.tools.desktop.tool_types import (
+    COMPUTER_ACTIONS,
+    ComputerAction,
+    ComputerParams,
+)
 
-Action = Literal[
-    "key",
-    "hold_key",
-    "type",
-    "cursor_position",
-    "mouse_move",
-    "left_mouse_down",
-    "left_mouse_up",
-    "left_click",
-    "left_click_drag",
-    "right_click",
-    "middle_click",
-    "back_click",
-    "forward_click",
-    "double_click",
-    "triple_click",
-    "scroll",
-    "wait",
-    "screenshot",
-    "zoom",
-    "open_web_browser",
-    "navigate",
-]
+# The runtime's actions, and the two that need a web browser that draws windows.
+Action = Literal[ComputerAction, "open_web_browser", "navigate"]
 MAX_REPEAT = 100  # presses of one `key` action, each a round trip
 MAX_OUTPUT_CHARS = 100_000  # xdotool's output in one answer, as the model reads it
 NO_BROWSER = (
@@ -226,19 +208,7 @@ class _Desktop:
                 f"{exc.explained()}"
             ) from None
         if first:
-            transcript().info(
-                {
-                    "sandbox": support.sandbox.name,
-                    "desktop_addon": install.artifact.name,
-                    "source": str(install.artifact.provenance),
-                    "directory": install.directory,
-                    "reused": install.reused,
-                    "transfer": install.transfer,
-                    "sent_bytes": install.sent_bytes,
-                    "seconds": round(install.seconds, 2),
-                },
-                source="sandbox-tools",
-            )
+            report_addon(support, "desktop_addon", install)
         return install
 
     async def act(self, args: dict[str, Any]) -> ToolResult:

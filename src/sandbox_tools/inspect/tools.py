@@ -43,6 +43,7 @@ from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
 from sandbox_tools import errors
 from sandbox_tools.artifacts import ArtifactKind
 from sandbox_tools.injector import tool_clients
+from sandbox_tools.injector.addon_delivery import AddonInstall
 from sandbox_tools.injector.exec_remote import (
     ExecEvent,
     ExecRemoteOptions,
@@ -217,6 +218,23 @@ async def _bind(environment: SandboxEnvironment, sandbox_name: str | None) -> _B
         act_as = {k: v for k, v in act_as.items() if k != "cwd"}
     working_dir = default["cwd"] if default is not None else None
     return _Bound(support, act_as, working_dir=working_dir)
+
+
+def report_addon(support: ToolSupport, key: str, install: AddonInstall) -> None:
+    """An add-on's first delivery in a sample, in its transcript (`key`: which add-on)."""
+    transcript().info(
+        {
+            "sandbox": support.sandbox.name,
+            key: install.artifact.name,
+            "source": str(install.artifact.provenance),
+            "directory": install.directory,
+            "reused": install.reused,
+            "transfer": install.transfer,
+            "sent_bytes": install.sent_bytes,
+            "seconds": round(install.seconds, 2),
+        },
+        source="sandbox-tools",
+    )
 
 
 def _for_model(exc: errors.ToolError) -> ToolError:

@@ -19,16 +19,16 @@ from __future__ import annotations
 import asyncio
 import base64
 from dataclasses import dataclass
-from typing import Literal
 
 from sandbox_tools.runtime.tools.desktop.display import Desktop
 from sandbox_tools.runtime.tools.desktop.png import draw_pointer, encode
+from sandbox_tools.runtime.tools.desktop.tool_types import Click, ScrollDirection
 
 TYPING_DELAY_MS = 12
 TYPING_GROUP = 50
 REPEAT_DELAY_MS = 300
 XDOTOOL_TIMEOUT = 30.0
-CLICKS = {
+BUTTONS: dict[Click, list[str]] = {
     "left_click": ["1"],
     "right_click": ["3"],
     "middle_click": ["2"],
@@ -37,15 +37,6 @@ CLICKS = {
     "double_click": ["--repeat", "2", "--delay", str(REPEAT_DELAY_MS), "1"],
     "triple_click": ["--repeat", "3", "--delay", str(REPEAT_DELAY_MS), "1"],
 }
-Click = Literal[
-    "left_click",
-    "right_click",
-    "middle_click",
-    "back_click",
-    "forward_click",
-    "double_click",
-    "triple_click",
-]
 SCROLL_BUTTONS = {"up": "4", "down": "5", "left": "6", "right": "7"}
 
 
@@ -188,7 +179,7 @@ class Actions:
     ) -> Result:
         if coordinate is not None:
             await self._move(coordinate)
-        return await self._settled(await self._holding(text, "click", *CLICKS[action]))
+        return await self._settled(await self._holding(text, "click", *BUTTONS[action]))
 
     async def left_click_drag(
         self, start_coordinate: tuple[int, int], coordinate: tuple[int, int]
@@ -200,7 +191,7 @@ class Actions:
 
     async def scroll(
         self,
-        direction: Literal["up", "down", "left", "right"],
+        direction: ScrollDirection,
         amount: int,
         coordinate: tuple[int, int] | None,
         text: str | None,

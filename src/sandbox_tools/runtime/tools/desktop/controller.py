@@ -40,6 +40,7 @@ from sandbox_tools.runtime.tools.desktop.display import (
     start,
 )
 from sandbox_tools.runtime.tools.desktop.tool_types import (
+    CLICKS,
     MAX_TEXT,
     ComputerParams,
     DesktopInfoParams,
@@ -49,15 +50,6 @@ from sandbox_tools.runtime.tools.desktop.x11 import X11Error
 MAX_SETTLE_S = 60.0
 TERMINAL_WAIT_S = 5.0
 TERMINAL = ("-title", "Terminal", "-geometry", "100x30+40+40", "-fa", "monospace", "-fs", "11")
-CLICK_ACTIONS = (
-    "left_click",
-    "right_click",
-    "middle_click",
-    "back_click",
-    "forward_click",
-    "double_click",
-    "triple_click",
-)
 
 
 @dataclass
@@ -238,8 +230,8 @@ async def _act(actions: Actions, params: ComputerParams) -> Result:
         return await actions.left_mouse_down()
     if action == "left_mouse_up":
         return await actions.left_mouse_up()
-    if action in CLICK_ACTIONS:
-        return await actions.click(action, params.coordinate, text)  # type: ignore[arg-type]
+    if action in CLICKS:
+        return await actions.click(action, params.coordinate, text)
     if action == "left_click_drag":
         return await actions.left_click_drag(
             _need(params.start_coordinate, "start_coordinate", action),

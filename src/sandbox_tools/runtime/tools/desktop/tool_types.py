@@ -15,6 +15,16 @@ from typing import Literal, get_args
 from sandbox_tools.runtime.identity import UserSpec, parse_user
 from sandbox_tools.runtime.jsonrpc import InvalidParams, Params, WireParams, wire
 
+Click = Literal[
+    "left_click",
+    "right_click",
+    "middle_click",
+    "back_click",
+    "forward_click",
+    "double_click",
+    "triple_click",
+]
+CLICKS: tuple[Click, ...] = get_args(Click)
 ComputerAction = Literal[
     "key",
     "hold_key",
@@ -23,14 +33,8 @@ ComputerAction = Literal[
     "mouse_move",
     "left_mouse_down",
     "left_mouse_up",
-    "left_click",
+    Click,
     "left_click_drag",
-    "right_click",
-    "middle_click",
-    "back_click",
-    "forward_click",
-    "double_click",
-    "triple_click",
     "scroll",
     "wait",
     "screenshot",
