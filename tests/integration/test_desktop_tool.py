@@ -74,8 +74,15 @@ async def test_one_desktop_per_identity_never_root_and_none_left_by_a_killed_ser
             await call("computer_action", {"action": "screenshot"})
         assert await _desktop_processes(sandbox) == []
 
-        shot = await call("computer_action", {"action": "screenshot", "user": AGENT})
-        assert shot["error"] in ("", None) and _png_size(shot["base64_image"]) == (1366, 768)
+        # docs/INJECTION.md's lines, as written there:
+        user = "1000:1000"  # the desktop's user: its terminal is a shell as this user
+        shot = await support.client.call("computer_action", {"action": "screenshot", "user": user})
+        png_base64 = shot["base64_image"]  # 1366 x 768, the pointer drawn in
+        typed = await support.client.call(
+            "computer_action", {"action": "type", "text": "ls", "user": user}
+        )
+        assert shot["error"] in ("", None) and _png_size(png_base64) == (1366, 768)
+        assert typed["base64_image"] and user == AGENT
         moved = await call(
             "computer_action", {"action": "mouse_move", "coordinate": [10, 20], "user": AGENT}
         )
