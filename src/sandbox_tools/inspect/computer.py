@@ -19,6 +19,7 @@ be started from the terminal; `web_browser()` is the headless one).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 from inspect_ai._util.content import Content
@@ -38,11 +39,17 @@ from sandbox_tools.runtime.tools.desktop.tool_types import (
     COMPUTER_ACTIONS,
     ComputerAction,
     ComputerParams,
+    ScrollDirection,
 )
 
 # The runtime's actions, and the two that need a web browser that draws windows.
 Action = Literal[ComputerAction, "open_web_browser", "navigate"]
 MAX_REPEAT = 100  # presses of one `key` action, each a round trip
+# What the other actions pass on as the model gave it: the runtime's params but the
+# action, the text (`key`, `hold_key` and `type` above handle it) and who acts.
+_PASSED = tuple(
+    f.name for f in dataclasses.fields(ComputerParams) if f.name not in ("action", "text", "user")
+)
 MAX_OUTPUT_CHARS = 100_000  # xdotool's output in one answer, as the model reads it
 NO_BROWSER = (
     "There is no web browser on this desktop: open_web_browser and navigate need one that "
@@ -268,16 +275,8 @@ class _Desktop:
             "zoom": ("region",),
         }.get(action, ()):
             _required(args, name)
-        wanted = (
-            "coordinate",
-            "start_coordinate",
-            "duration",
-            "scroll_amount",
-            "scroll_direction",
-            "region",
-        )
         return await self.act(
-            {"action": action, **{k: args[k] for k in wanted if args.get(k) is not None}}
+            {"action": action, **{k: args[k] for k in _PASSED if args.get(k) is not None}}
         )
 
 
@@ -307,7 +306,7 @@ def computer(
         duration: int | None = None,
         region: list[int] | None = None,
         scroll_amount: int | None = None,
-        scroll_direction: Literal["up", "down", "left", "right"] | None = None,
+        scroll_direction: ScrollDirection | None = None,
         start_coordinate: list[int] | None = None,
         text: str | None = None,
         repeat: int | None = None,

@@ -31,7 +31,6 @@ class AddonPlace(NamedTuple):
 
 BROWSER = AddonPlace("browser", "chrome")
 DESKTOP = AddonPlace("desktop", "desktop")
-BROWSER_DIR, BROWSER_ENTRY = BROWSER
 # Where a server records the browser profiles it has not removed yet (in its directory):
 # the next server removes what one killed left.
 BROWSER_PROFILES_FILE = "browser-profiles.json"

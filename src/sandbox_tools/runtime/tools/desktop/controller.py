@@ -15,7 +15,6 @@ Standard library only, as the whole runtime.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from sandbox_tools.runtime.tools.desktop.display import (
     Desktop,
     DesktopError,
     Programs,
+    killed,
     start,
 )
 from sandbox_tools.runtime.tools.desktop.tool_types import (
@@ -91,12 +91,12 @@ class DesktopController:
 
     async def _desktop(self, params: ComputerParams) -> _Running:
         identity = resolve_user(params.user)
-        if params.user is None and _key(identity)[0] == 0:
+        key = _key(identity)
+        if params.user is None and key[0] == 0:
             raise ToolError(
                 "the desktop would run as root: a terminal on it is a root shell. Pass "
                 "user= (a user of the image) to computer(), or user='root' to allow it"
             )
-        key = _key(identity)
         async with self._lock:
             running = self._running.get(key)
             if running is not None and running.desktop.server.returncode is None:
@@ -122,7 +122,11 @@ class DesktopController:
             except (DesktopError, OSError) as exc:
                 shutil.rmtree(directory, ignore_errors=True)
                 raise ToolError(f"the desktop did not start: {exc}") from None
-            terminal = await desktop.run(
+            running = _Running(
+                desktop, Actions(desktop, _settle(self.limits.desktop_settle_s)), None
+            )
+            self._running[key] = running  # stopped with the others from here on
+            running.terminal = await desktop.run(
                 entry,
                 "xterm",
                 *TERMINAL,
@@ -135,10 +139,6 @@ class DesktopController:
                 cwd=identity.home if identity.home and os.path.isdir(identity.home) else "/",
             )
             await _shown(desktop, entry)
-            running = _Running(
-                desktop, Actions(desktop, _settle(self.limits.desktop_settle_s)), terminal
-            )
-            self._running[key] = running
             return running
 
     async def action(self, params: ComputerParams) -> dict[str, Any]:
@@ -164,9 +164,7 @@ class DesktopController:
         if running is None:
             return
         if running.terminal is not None and running.terminal.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(running.terminal.pid, 9)
-            await running.terminal.wait()
+            await killed(running.terminal)
         await running.desktop.stop()
         shutil.rmtree(running.desktop.directory, ignore_errors=True)
 
@@ -193,9 +191,7 @@ async def _shown(desktop: Desktop, entry: str) -> None:
     try:
         await asyncio.wait_for(search.wait(), TERMINAL_WAIT_S)
     except asyncio.TimeoutError:  # a terminal that does not start: the desktop goes on
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(search.pid, 9)
-        await search.wait()
+        await killed(search)
 
 
 def _settle(seconds: float) -> float:

@@ -181,6 +181,14 @@ def _check_socket(display: int, owner: int) -> None:
         )
 
 
+async def killed(process: asyncio.subprocess.Process) -> None:
+    """`process`'s group killed (each program of the desktop has a session of its own),
+    and the process waited for."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
+
+
 async def _end(process: asyncio.subprocess.Process) -> None:
     if process.returncode is not None:
         return
@@ -189,9 +197,7 @@ async def _end(process: asyncio.subprocess.Process) -> None:
     try:
         await asyncio.wait_for(process.wait(), STOP_GRACE)
     except asyncio.TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
+        await killed(process)
 
 
 def _log_tail(log: int) -> str:
